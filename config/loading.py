@@ -1,0 +1,135 @@
+"""Loading the configuration from ``gateway.toml`` and ``GATEWAY_*`` environment variables.
+
+The file is found from ``--config``, else ``GATEWAY_CONFIG``, else
+``./gateway.toml`` when it exists; with none, the embedded defaults apply.
+Environment variables override the file: ``GATEWAY_THREADS__MAX_CONCURRENT_TURNS=8``
+sets ``threads.max_concurrent_turns`` (``__`` nests; values are parsed as JSON
+when they parse, else taken as strings).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import SecretStr, ValidationError
+
+from config.errors import ConfigError, ConfigFileError, Problem
+from config.models import GatewayConfig
+
+ENV_PREFIX = "GATEWAY_"
+ENV_CONFIG_PATH = "GATEWAY_CONFIG"
+DEFAULT_FILE = Path("gateway.toml")
+_SECRET_NAMES = ("token", "api_key", "secret", "password")
+
+
+def config_path(explicit: Path | None, env: Mapping[str, str] | None = None) -> Path | None:
+    """The file to load: the explicit path, ``GATEWAY_CONFIG``, or ``./gateway.toml``."""
+    env = os.environ if env is None else env
+    if explicit is not None:
+        return explicit
+    if env.get(ENV_CONFIG_PATH):
+        return Path(env[ENV_CONFIG_PATH])
+    return DEFAULT_FILE if DEFAULT_FILE.exists() else None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigFileError(str(path), "file not found") from None
+    except OSError as exc:
+        raise ConfigFileError(str(path), f"cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(str(path), f"not valid TOML: {exc}") from None
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """The nested dict the ``GATEWAY_*`` variables describe."""
+    out: dict[str, Any] = {}
+    for name, raw in env.items():
+        if not name.startswith(ENV_PREFIX) or name == ENV_CONFIG_PATH:
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__") if part]
+        if not path:
+            continue
+        node = out
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                break
+            node = child
+        else:
+            node[path[-1]] = _parse_env_value(raw)
+    return out
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+    return value if isinstance(value, (bool, int, float, list, dict)) else raw
+
+
+def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``over`` onto ``base`` (a new dict; tables merge, values replace)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def validate(data: Mapping[str, Any], source: str) -> GatewayConfig:
+    """Validate a configuration mapping; every problem is reported, not only the first."""
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, problems_of(exc)) from None
+
+
+def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Load and validate the configuration; :class:`ConfigError` lists every problem."""
+    env = os.environ if env is None else env
+    file = config_path(path, env)
+    data: dict[str, Any] = read_toml(file) if file is not None else {}
+    overrides = env_overrides(env)
+    source = str(file) if file is not None else "defaults"
+    if overrides:
+        source += " + GATEWAY_* environment"
+    return validate(merge(data, overrides), source)
+
+
+def problems_of(exc: ValidationError) -> list[Problem]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error.get("loc", ())]
+        path = ".".join(loc)
+        message = str(error.get("msg", "invalid"))
+        message = message.removeprefix("Value error, ")
+        value = ""
+        if error.get("type") not in ("missing",) and "input" in error:
+            value = _show(error["input"], secret=any(_is_secret(p) for p in loc))
+            if isinstance(error["input"], dict):
+                value = ""
+        problems.append(Problem(path=path, message=message, value=value))
+    return problems
+
+
+def _is_secret(name: str) -> bool:
+    return any(name == s or name.endswith("_" + s) for s in _SECRET_NAMES)
+
+
+def _show(value: Any, *, secret: bool) -> str:
+    if secret or isinstance(value, SecretStr):
+        return "'**********'"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,389 @@
+"""Pydantic models of the whole configuration.
+
+Every model forbids unknown keys, so a misspelt option is an error naming its
+dotted path, never a silently ignored line. Secrets are ``SecretStr`` (never
+printed) and may be given inline, through the environment, or as a file path
+(``*_file``) whose contents are read at load.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+
+BusyPolicy = Literal["queue", "reject", "steer", "interrupt", "rollback", "collect"]
+Visibility = Literal["spawned", "all"]
+SendAction = Literal["allow", "deny"]
+
+_MODEL_REF = re.compile(r"^(echo|[A-Za-z0-9_.-]+/[^\s]+)$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+def _check_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{value!r} is not an IANA time zone (e.g. 'Europe/Berlin', 'UTC')") from None
+    return value
+
+
+def _check_model_ref(value: str) -> str:
+    if not _MODEL_REF.match(value):
+        raise ValueError(f"{value!r} is not 'provider/model' (e.g. 'openai/gpt-4o-mini') or 'echo'")
+    return value
+
+
+TimeZoneName = Annotated[str, AfterValidator(_check_zone)]
+ModelRef = Annotated[str, AfterValidator(_check_model_ref)]
+
+
+class Section(BaseModel):
+    """Base of every configuration section: frozen, unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def read_secret(inline: SecretStr | None, path: Path | None, what: str) -> SecretStr | None:
+    """The secret given inline or, failing that, read from ``path`` (stripped)."""
+    if inline is not None and inline.get_secret_value():
+        return inline
+    if path is None:
+        return None
+    try:
+        return SecretStr(path.read_text(encoding="utf-8").strip())
+    except OSError as exc:
+        raise ValueError(f"{what}: cannot read secret file {path}: {exc.strerror}") from None
+
+
+class ProviderConfig(Section):
+    """A model provider speaking the OpenAI chat-completions or Anthropic messages protocol."""
+
+    kind: Literal["openai", "anthropic"] = "openai"
+    base_url: str = "https://api.openai.com/v1"
+    api_key: SecretStr | None = None
+    api_key_env: str = ""
+    api_key_file: Path | None = None
+    timeout_seconds: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    retry_budget_seconds: float = Field(default=60.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class ModelSettings(Section):
+    """Per-model limits used by compaction: context window, reserve, output cap."""
+
+    context_window: int = Field(default=128_000, gt=0)
+    reserve_tokens: int = Field(default=16_000, ge=0)
+    keep_recent_tokens: int = Field(default=20_000, ge=0)
+    max_output_tokens: int = Field(default=4_096, gt=0)
+
+    @model_validator(mode="after")
+    def _fits(self) -> ModelSettings:
+        if self.reserve_tokens >= self.context_window:
+            raise ValueError("reserve_tokens must be below context_window")
+        if self.keep_recent_tokens >= self.context_window - self.reserve_tokens:
+            raise ValueError("keep_recent_tokens must be below context_window - reserve_tokens")
+        return self
+
+
+class ModelsConfig(Section):
+    """Providers and the default model. ``echo`` is the offline model."""
+
+    default: ModelRef = "echo"
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    settings: dict[str, ModelSettings] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_provider(self) -> ModelsConfig:
+        if self.default != "echo":
+            provider = self.default.split("/", 1)[0]
+            if provider not in self.providers:
+                raise ValueError(
+                    f"default model {self.default!r} names provider {provider!r}, "
+                    f"which is not under [models.providers] (have: {sorted(self.providers)})"
+                )
+        return self
+
+
+class SubagentPolicy(Section):
+    """Which agent ids this agent may spawn (``["*"]`` any; empty: only itself)."""
+
+    allow_agents: list[str] = Field(default_factory=list)
+
+
+class AgentConfig(Section):
+    """A named agent: instructions, model, allowed tools and a step cap."""
+
+    instructions: str = ""
+    model: ModelRef | None = None
+    tools: list[str] = Field(default_factory=lambda: ["*"])
+    max_steps: int = Field(default=50, ge=1, le=1000)
+    sandboxed: bool = False
+    subagents: SubagentPolicy = Field(default_factory=SubagentPolicy)
+    cron_tools: bool = True
+
+
+class SubagentDefaults(Section):
+    archive_after_minutes: int = Field(default=60, ge=0)
+
+
+class SandboxDefaults(Section):
+    session_tools_visibility: Visibility = "spawned"
+
+
+class AgentDefaults(Section):
+    subagents: SubagentDefaults = Field(default_factory=SubagentDefaults)
+    sandbox: SandboxDefaults = Field(default_factory=SandboxDefaults)
+
+
+def _default_busy() -> dict[str, BusyPolicy]:
+    return {
+        "telegram": "steer",
+        "discord": "steer",
+        "web": "steer",
+        "cli": "steer",
+        "api": "queue",
+        "session": "queue",
+        "child_completed": "queue",
+        "cron": "queue",
+        "heartbeat": "queue",
+        "progress": "queue",
+        "compression": "queue",
+        "resume": "queue",
+    }
+
+
+class ThreadsConfig(Section):
+    """The runtime: concurrency, eviction, inboxes, busy policies, progress wakes."""
+
+    max_concurrent_turns: int = Field(default=32, ge=1)
+    idle_evict_seconds: float = Field(default=600.0, gt=0)
+    inbox_size: int = Field(default=256, ge=1)
+    continue_on_start: bool = True
+    collect_window_seconds: float = Field(default=1.5, gt=0)
+    close_deadline_seconds: float = Field(default=10.0, ge=0)
+    busy_policy: dict[str, BusyPolicy] = Field(default_factory=_default_busy)
+    progress_after_seconds: float = Field(default=60.0, gt=0)
+    progress_interval_seconds: float = Field(default=60.0, gt=0)
+    tool_timeout_seconds: float = Field(default=120.0, gt=0)
+
+    @field_validator("busy_policy")
+    @classmethod
+    def _merge_defaults(cls, value: dict[str, BusyPolicy]) -> dict[str, BusyPolicy]:
+        merged = _default_busy()
+        unknown = set(value) - set(merged)
+        if unknown:
+            raise ValueError(f"unknown wake sources {sorted(unknown)}; known: {sorted(merged)}")
+        merged.update(value)
+        return merged
+
+
+class StoreConfig(Section):
+    """Where sessions live. URL schemes: memory://, jsonl://, sqlite:///, redis://."""
+
+    url: str = "jsonl://./data/sessions"
+    state_url: str = ""
+    fsync: Literal["every_append", "on_flush"] = "every_append"
+    salvage: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not value.startswith(("memory://", "jsonl://", "sqlite://", "redis://", "rediss://")):
+            raise ValueError(
+                f"{value!r} has no known scheme: use memory://, jsonl://DIR, "
+                "sqlite:///FILE or redis://HOST:PORT/DB"
+            )
+        return value
+
+
+class AccessConfig(Section):
+    """Who may talk to the bot on a channel: allowlist, pairing, mention gating."""
+
+    allowed_users: list[str] = Field(default_factory=list)
+    pairing: bool = True
+    require_mention_in_groups: bool = True
+
+
+class TelegramConfig(Section):
+    enabled: bool = False
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str = ""
+    webhook_listen: str = "127.0.0.1"
+    webhook_port: int = Field(default=8443, ge=1, le=65535)
+    base_url: str = "https://api.telegram.org/bot"
+    access: AccessConfig = Field(default_factory=AccessConfig)
+
+    @model_validator(mode="after")
+    def _needs_token(self) -> TelegramConfig:
+        if self.enabled and self.token is None and self.token_file is None:
+            raise ValueError("telegram is enabled but neither token nor token_file is set")
+        return self
+
+
+class DiscordConfig(Section):
+    enabled: bool = False
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    api_base: str = "https://discord.com/api/v10"
+    access: AccessConfig = Field(default_factory=AccessConfig)
+
+    @model_validator(mode="after")
+    def _needs_token(self) -> DiscordConfig:
+        if self.enabled and self.token is None and self.token_file is None:
+            raise ValueError("discord is enabled but neither token nor token_file is set")
+        return self
+
+
+class WebConfig(Section):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+
+
+class CliConfig(Section):
+    enabled: bool = True
+    user_id: str = "local"
+
+
+class ApiConfig(Section):
+    """The OpenAI-compatible HTTP API (``/v1/chat/completions``)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8766, ge=0, le=65535)
+    api_key: SecretStr | None = None
+    api_key_file: Path | None = None
+
+
+class ChannelsConfig(Section):
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    discord: DiscordConfig = Field(default_factory=DiscordConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
+    cli: CliConfig = Field(default_factory=CliConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+
+
+class CronConfig(Section):
+    """Scheduled wakes: the default zone and the misfire policy."""
+
+    enabled: bool = True
+    timezone: TimeZoneName | None = None
+    misfire_grace_seconds: float = Field(default=60.0, ge=0)
+    coalesce: bool = True
+    poll_seconds: float = Field(default=0.5, gt=0)
+
+
+class SendPolicyMatch(Section):
+    channel: str | None = None
+    chat_type: Literal["direct", "group", "channel"] | None = None
+    key_prefix: str | None = None
+
+
+class SendPolicyRule(Section):
+    match: SendPolicyMatch = Field(default_factory=SendPolicyMatch)
+    action: SendAction
+
+
+class SendPolicyConfig(Section):
+    rules: list[SendPolicyRule] = Field(default_factory=list)
+    default: SendAction = "allow"
+
+
+class AgentToAgentConfig(Section):
+    max_ping_pong_turns: int = Field(default=5, ge=0, le=5)
+
+
+class SessionConfig(Section):
+    """Session-tool policies (seed 002): the main key, scope, send policy, ping-pong."""
+
+    main_key: str = "cli"
+    scope: Literal["per-sender", "global"] = "per-sender"
+    send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
+    agent_to_agent: AgentToAgentConfig = Field(default_factory=AgentToAgentConfig)
+    owners: list[str] = Field(default_factory=list)
+
+
+class SubagentTools(Section):
+    tools: list[str] | None = None
+
+
+class ToolsConfig(Section):
+    subagents: SubagentTools = Field(default_factory=SubagentTools)
+
+
+class AdminConfig(Section):
+    """The admin HTTP API and dashboard, and the control socket the CLI reaches."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=8767, ge=0, le=65535)
+    token: SecretStr | None = None
+    token_file: Path | None = None
+
+
+def _default_agents() -> dict[str, AgentConfig]:
+    return {"default": AgentConfig()}
+
+
+class GatewayConfig(Section):
+    """The whole configuration of one gateway."""
+
+    timezone: TimeZoneName = "UTC"
+    data_dir: Path = Path("./data")
+    default_agent: str = "default"
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    agents: dict[str, AgentConfig] = Field(default_factory=_default_agents)
+    agent_defaults: AgentDefaults = Field(default_factory=AgentDefaults)
+    threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
+    channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    cron: CronConfig = Field(default_factory=CronConfig)
+    session: SessionConfig = Field(default_factory=SessionConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+
+    @field_validator("agents")
+    @classmethod
+    def _agent_names(cls, value: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
+        for name in value:
+            if not _NAME.match(name):
+                raise ValueError(f"agent name {name!r} must match [a-z0-9][a-z0-9_-]*")
+        return value
+
+    @model_validator(mode="after")
+    def _references(self) -> GatewayConfig:
+        if self.default_agent not in self.agents:
+            raise ValueError(
+                f"default_agent {self.default_agent!r} is not defined under [agents] "
+                f"(have: {sorted(self.agents)})"
+            )
+        for name, agent in self.agents.items():
+            if agent.model and agent.model != "echo":
+                provider = agent.model.split("/", 1)[0]
+                if provider not in self.models.providers:
+                    raise ValueError(
+                        f"agents.{name}.model {agent.model!r} names provider {provider!r}, "
+                        "which is not under [models.providers]"
+                    )
+        return self
+
+    def agent(self, name: str | None) -> AgentConfig:
+        return self.agents[name or self.default_agent]
+
+    def model_for(self, agent: str | None) -> str:
+        return self.agent(agent).model or self.models.default

@@ -1,0 +1,162 @@
+"""Errors of the threads package.
+
+Every error raised here derives from :class:`ThreadsError`::
+
+    ThreadsError
+    ├── StoreError                     what a Storage backend refuses
+    │   ├── NotFoundError (LookupError)    no such session
+    │   ├── ExistsError                    create of a session that exists
+    │   ├── LockedError                    another writer holds the session   (retry)
+    │   ├── StaleError                     the session moved on behind a view (reopen)
+    │   ├── ClosedError                    the Session value was closed       (reopen)
+    │   ├── CorruptError                   stored bytes that do not decode    (terminal)
+    │   ├── NewerFormatError               data written by a newer build      (terminal)
+    │   └── InvalidIdError (ValueError)    an id that is not one path component
+    ├── InvalidKeyError (ValueError)   a session key that breaks a rule
+    ├── BusyError                      a turn is running (reject policy, between-turn ops)
+    ├── ReservedKeyError (ValueError)  a ``weft.`` metadata key in set_info
+    ├── NoEntryError (LookupError)     an entry id the session does not hold
+    └── TurnError                      how a turn ended when it did not answer
+        ├── DroppedError               removed from the queue before it ran
+        └── NotRunError                never started
+
+Messages name the thing (the session id, the line, the entry) and, where it
+helps, what to do next.
+"""
+
+from __future__ import annotations
+
+
+class ThreadsError(Exception):
+    """Root of every error the threads package raises."""
+
+
+class StoreError(ThreadsError):
+    """A storage backend refused the call."""
+
+
+class NotFoundError(StoreError, LookupError):
+    """The storage holds no session with this id."""
+
+    def __init__(self, session: str, detail: str = "") -> None:
+        self.session = session
+        super().__init__(f"session {session} not found" + (f": {detail}" if detail else ""))
+
+
+class ExistsError(StoreError):
+    """A create named a session the storage already holds."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        super().__init__(f"session {session} already exists; a session is never replaced")
+
+
+class LockedError(StoreError):
+    """Another writer holds the session; retry once it has let go."""
+
+    def __init__(self, session: str, holder: str = "another writer") -> None:
+        self.session = session
+        super().__init__(f"session {session} is locked by {holder}")
+
+
+class StaleError(StoreError):
+    """The stored session changed since this view loaded it; open it again."""
+
+    def __init__(self, session: str, detail: str = "") -> None:
+        self.session = session
+        msg = f"session {session} changed since it was opened; open it again to write"
+        super().__init__(msg + (f" ({detail})" if detail else ""))
+
+
+class ClosedError(StoreError):
+    """The Session value was closed; open the session again to continue it."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        super().__init__(f"session {session} is closed; open it again to continue")
+
+
+class CorruptError(StoreError):
+    """Stored data that cannot be decoded, naming the session, line and entry.
+
+    ``line`` is 1-based with the header as line 1 (0 when the failure is not
+    one line's); ``entry`` is the entry id the failure names, or "".
+    """
+
+    def __init__(self, session: str, line: int = 0, entry: str = "", cause: str = "") -> None:
+        self.session = session
+        self.line = line
+        self.entry = entry
+        self.cause = cause
+        where = []
+        if line:
+            where.append(f"line {line}")
+        if entry:
+            where.append(f"entry {entry}")
+        place = f" at {', '.join(where)}" if where else ""
+        super().__init__(f"session {session} is corrupt{place}: {cause}")
+
+
+class NewerFormatError(StoreError):
+    """Data written by a newer build: an unknown kind or a higher version.
+
+    Never skipped, not even by salvage: upgrade the gateway to read it.
+    """
+
+
+class InvalidIdError(StoreError, ValueError):
+    """An id that is not 1-128 of letters, digits, '_' or '-'."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        super().__init__(
+            f"invalid id {shown!r}: an id is 1 to 128 letters, digits, '_' or '-'"
+        )
+
+
+class InvalidKeyError(ThreadsError, ValueError):
+    """A session key that breaks one of the key rules; the message names the rule."""
+
+    def __init__(self, key: str, rule: str) -> None:
+        self.key = key
+        self.rule = rule
+        shown = key if len(key) <= 60 else key[:57] + "..."
+        super().__init__(f"invalid session key {shown!r}: {rule}")
+
+
+class BusyError(ThreadsError):
+    """A turn is running; the call was not accepted and nothing was written."""
+
+    def __init__(self, session: str, what: str = "send") -> None:
+        self.session = session
+        super().__init__(f"session {session} is busy with another turn; {what} refused")
+
+
+class ReservedKeyError(ThreadsError, ValueError):
+    """Metadata keys under ``weft.`` are the session's identity, set once at create."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"metadata key {key!r} is reserved: 'weft.' keys are set only at create")
+
+
+class NoEntryError(ThreadsError, LookupError):
+    """An operation named an entry the session does not hold."""
+
+    def __init__(self, session: str, entry: str) -> None:
+        self.session = session
+        self.entry = entry
+        super().__init__(f"session {session} holds no entry {entry!r}")
+
+
+class TurnError(ThreadsError):
+    """How a turn ended when it did not produce an answer."""
+
+
+class DroppedError(TurnError):
+    """The message was removed from the queue before it reached a model."""
+
+
+class NotRunError(TurnError):
+    """The turn never started: its prompt could not be written or the session closed."""

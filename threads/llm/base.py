@@ -1,0 +1,63 @@
+"""The model port: one request in, one assistant message out, text deltas streamed.
+
+Clients speak a provider's protocol (OpenAI chat completions, Anthropic
+messages) over aiohttp; the agent loop only sees :class:`ModelClient`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from threads.messages import Message, Usage
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "error"]
+DeltaCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool as the model sees it: name, description and the JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One call to a model."""
+
+    model: str
+    messages: Sequence[Message]
+    system: str = ""
+    tools: Sequence[ToolSpec] = ()
+    max_output_tokens: int = 4096
+    temperature: float | None = None
+    stream: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    """The model's answer: one assistant message (text, reasoning, tool calls) and its cost."""
+
+    message: Message
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: StopReason = "end_turn"
+    model: str = ""
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """Anything that answers a :class:`ModelRequest`."""
+
+    async def complete(
+        self, request: ModelRequest, on_delta: DeltaCallback | None = None
+    ) -> ModelResponse:
+        """Answer the request; text deltas go to ``on_delta`` as they arrive when streaming."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,216 @@
+"""Conversation messages and their parts, the values every layer shares.
+
+A message is ``{"role": "user"|"assistant"|"tool", "content": [parts]}`` on
+the wire; parts are ``text``, ``tool_call``, ``tool_result``, ``reasoning``
+and ``file``. Values are frozen; the ``*_wire`` functions are the one codec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+Role: TypeAlias = Literal["user", "assistant", "tool"]
+JSON: TypeAlias = Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextPart:
+    """Plain text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallPart:
+    """A call the model asked for: its id, the tool's name and the arguments object."""
+
+    id: str
+    name: str
+    args: Mapping[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultPart:
+    """The result of one tool call, paired with it by ``call_id``."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningPart:
+    """The model's reasoning text; ``signature`` is the provider's opaque seal, if any."""
+
+    text: str
+    signature: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FilePart:
+    """A file by reference: a URL (``file://``, ``https://``, ``data:``) and its media type."""
+
+    url: str
+    media_type: str = "application/octet-stream"
+    name: str = ""
+
+
+Part: TypeAlias = TextPart | ToolCallPart | ToolResultPart | ReasoningPart | FilePart
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """One conversation message: a role and its parts, in order."""
+
+    role: Role
+    content: tuple[Part, ...]
+
+    @classmethod
+    def user(cls, text: str) -> Message:
+        return cls(role="user", content=(TextPart(text=text),))
+
+    @classmethod
+    def assistant(cls, text: str) -> Message:
+        return cls(role="assistant", content=(TextPart(text=text),))
+
+    def text(self) -> str:
+        """The concatenated text parts."""
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    def tool_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.content if isinstance(p, ToolCallPart)]
+
+    def tool_results(self) -> list[ToolResultPart]:
+        return [p for p in self.content if isinstance(p, ToolResultPart)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token usage: input, output and the cached part of the input."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.input_tokens or self.output_tokens or self.cached_tokens)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class WireError(ValueError):
+    """A message or part whose wire form is malformed; the message names the field."""
+
+
+def part_to_wire(part: Part) -> dict[str, JSON]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ToolCallPart):
+        return {"type": "tool_call", "id": part.id, "name": part.name, "args": dict(part.args)}
+    if isinstance(part, ToolResultPart):
+        out: dict[str, JSON] = {
+            "type": "tool_result",
+            "call_id": part.call_id,
+            "name": part.name,
+            "content": part.content,
+        }
+        if part.is_error:
+            out["is_error"] = True
+        return out
+    if isinstance(part, ReasoningPart):
+        out = {"type": "reasoning", "text": part.text}
+        if part.signature:
+            out["signature"] = part.signature
+        return out
+    out = {"type": "file", "url": part.url, "media_type": part.media_type}
+    if part.name:
+        out["name"] = part.name
+    return out
+
+
+def _str(obj: Mapping[str, JSON], key: str, where: str, default: str | None = None) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str):
+        raise WireError(f"{where}.{key} must be a string, got {type(value).__name__}")
+    return value
+
+
+def part_from_wire(obj: JSON, where: str = "part") -> Part:
+    if not isinstance(obj, dict):
+        raise WireError(f"{where} must be an object")
+    kind = obj.get("type")
+    if kind == "text":
+        return TextPart(text=_str(obj, "text", where))
+    if kind == "tool_call":
+        args = obj.get("args", {})
+        if not isinstance(args, dict):
+            raise WireError(f"{where}.args must be an object")
+        return ToolCallPart(id=_str(obj, "id", where), name=_str(obj, "name", where), args=args)
+    if kind == "tool_result":
+        return ToolResultPart(
+            call_id=_str(obj, "call_id", where),
+            name=_str(obj, "name", where, ""),
+            content=_str(obj, "content", where, ""),
+            is_error=bool(obj.get("is_error", False)),
+        )
+    if kind == "reasoning":
+        return ReasoningPart(
+            text=_str(obj, "text", where, ""), signature=_str(obj, "signature", where, "")
+        )
+    if kind == "file":
+        return FilePart(
+            url=_str(obj, "url", where),
+            media_type=_str(obj, "media_type", where, "application/octet-stream"),
+            name=_str(obj, "name", where, ""),
+        )
+    raise WireError(f"{where}.type {kind!r} is not a known part type")
+
+
+def message_to_wire(message: Message) -> dict[str, JSON]:
+    return {"role": message.role, "content": [part_to_wire(p) for p in message.content]}
+
+
+def message_from_wire(obj: JSON, where: str = "message") -> Message:
+    if not isinstance(obj, dict):
+        raise WireError(f"{where} must be an object")
+    role = obj.get("role")
+    if role not in ("user", "assistant", "tool"):
+        raise WireError(f"{where}.role must be user, assistant or tool, got {role!r}")
+    content = obj.get("content")
+    if not isinstance(content, list):
+        raise WireError(f"{where}.content must be a list of parts")
+    parts = tuple(part_from_wire(p, f"{where}.content[{i}]") for i, p in enumerate(content))
+    return Message(role=role, content=parts)
+
+
+def usage_to_wire(usage: Usage) -> dict[str, int]:
+    out = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    if usage.cached_tokens:
+        out["cached_tokens"] = usage.cached_tokens
+    return out
+
+
+def usage_from_wire(obj: JSON) -> Usage:
+    if not isinstance(obj, dict):
+        return Usage()
+    return Usage(
+        input_tokens=int(obj.get("input_tokens", 0)),
+        output_tokens=int(obj.get("output_tokens", 0)),
+        cached_tokens=int(obj.get("cached_tokens", 0)),
+    )
+
+
+def tool_result_message(results: Iterable[ToolResultPart]) -> Message:
+    return Message(role="tool", content=tuple(results))

@@ -1,0 +1,86 @@
+"""Sinks: where a thread's replies to its caller go.
+
+A sink is a channel endpoint (implemented by the gateway over a channel
+adapter), another session (replies wake that session), or a drop sink (the
+caller cannot be answered: cron, heartbeat, compression, progress). Every
+sink has a wire form so that a wake accepted before a crash still knows
+where its reply goes after the restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutboundMessage:
+    """A reply on its way to a sink: markdown text, optionally answering a message."""
+
+    text: str
+    reply_to: str = ""
+    meta: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    """What became of one outbound message.
+
+    ``delivered_to`` names the receiver (``telegram:123``, ``session cli``,
+    ``dropped``); ``message_ids`` are the platform's ids of the chunks sent;
+    ``blocked`` is the reason a policy refused it, recorded rather than silent.
+    """
+
+    delivered_to: str
+    message_ids: tuple[str, ...] = ()
+    dropped: bool = False
+    blocked: str = ""
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where replies to a wake's caller go."""
+
+    @property
+    def drops(self) -> bool:
+        """True when output to this sink is discarded (no caller can be answered)."""
+        ...
+
+    def describe(self) -> str:
+        """Plain words for the wake header's ``delivery`` field."""
+        ...
+
+    def to_wire(self) -> dict[str, str]:
+        """A JSON object from which the gateway's resolver rebuilds this sink."""
+        ...
+
+    async def deliver(self, message: OutboundMessage) -> Delivery:
+        """Deliver one message; raise on failure (the caller records it)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropSink:
+    """A sink that discards output: the caller is a system source such as cron."""
+
+    reason: str = "system"
+
+    @property
+    def drops(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return f"Caller is {self.reason} — output to caller is dropped"
+
+    def to_wire(self) -> dict[str, str]:
+        return {"kind": "drop", "reason": self.reason}
+
+    async def deliver(self, message: OutboundMessage) -> Delivery:
+        return Delivery(delivered_to="dropped", dropped=True)
+
+
+class SinkResolver(Protocol):
+    """Rebuilds a sink from its wire form (the gateway knows the channels)."""
+
+    def __call__(self, wire: Mapping[str, str]) -> Sink: ...

@@ -1,0 +1,189 @@
+"""The storage port: what every session backend implements, and its small capabilities.
+
+``Storage`` is create / append / load / list / delete (seed 003 "Storage").
+``KeyIndex`` maps session keys to the current session id of each key. The
+optional capabilities — ``Watcher``, ``Flusher``, ``Releaser``, ``Leaser`` —
+are separate protocols a backend may also satisfy, found with ``isinstance``.
+
+Rules every backend keeps (the conformance suite pins them):
+
+* ids are vetted with :func:`threads.ids.valid_id` on every method;
+* an append batch is encoded whole before anything is written, and after a
+  crash a load sees all of the batch or none of it;
+* what ``load`` returns never aliases what is stored;
+* one writer per session: a second Storage value or process gets
+  :class:`LockedError`; readers never lock;
+* a cancelled call writes nothing it has not already made durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+
+from threads.store.entries import Entry, Header
+
+LIST_DEFAULT_LIMIT = 50
+LIST_MAX_LIMIT = 500
+
+FsyncPolicy = Literal["every_append", "on_flush"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreOptions:
+    """The open options every backend accepts.
+
+    ``salvage`` skips malformed lines (reported) instead of failing the load;
+    ``fsync`` is ``every_append`` (durable when append returns) or ``on_flush``;
+    ``no_lock`` turns off the cross-process writer lock (tests, read-only tools).
+    """
+
+    salvage: bool = False
+    fsync: FsyncPolicy = "every_append"
+    no_lock: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadReport:
+    """What a load dropped or skipped; a repair is never silent.
+
+    ``torn`` is the 1-based line number of a dropped incomplete final line (0:
+    none); ``skipped`` the malformed lines skipped under salvage.
+    """
+
+    torn: int = 0
+    skipped: tuple[int, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.torn or self.skipped)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Loaded:
+    """One loaded session: its header, its entries in append order, and the report."""
+
+    header: Header
+    entries: list[Entry]
+    report: LoadReport | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Query:
+    """Selects sessions for ``list``.
+
+    The cursor is a keyset over the list order (created descending, ties by id
+    descending): pass the last session of the previous page as ``before`` and
+    ``before_id``. ``before`` alone returns sessions strictly older. ``limit``
+    0 (or negative) means 50 and is capped at 500. ``meta`` pairs must all match
+    the header exactly; ``title_search`` matches the current title (the last
+    non-empty info title) case-insensitively as a substring.
+    """
+
+    before: datetime | None = None
+    before_id: str = ""
+    limit: int = 0
+    meta: Mapping[str, str] = field(default_factory=dict)
+    title_search: str = ""
+
+    @property
+    def page_size(self) -> int:
+        if self.limit <= 0:
+            return LIST_DEFAULT_LIMIT
+        return min(self.limit, LIST_MAX_LIMIT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Page:
+    """One list result: headers newest first, and how many sessions match in all."""
+
+    sessions: list[Header]
+    total: int
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """A session backend."""
+
+    async def create(self, header: Header) -> None:
+        """Write a new session's header; :class:`ExistsError` if the id is taken."""
+        ...
+
+    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+        """Append a batch, atomically against the writer's death."""
+        ...
+
+    async def load(self, session: str) -> Loaded:
+        """The header, every entry in append order, and the load report."""
+        ...
+
+    async def list(self, query: Query | None = None) -> Page:
+        """A page of headers (never entries), newest first."""
+        ...
+
+    async def delete(self, session: str) -> None:
+        """Remove a session and its entries; history is otherwise forever."""
+        ...
+
+    async def close(self) -> None:
+        """Flush, release every hold and free the backend's resources."""
+        ...
+
+
+@runtime_checkable
+class KeyIndex(Protocol):
+    """Session key → current session id, answered without scanning sessions."""
+
+    async def resolve(self, key: str) -> str | None:
+        """The current session id of ``key``, or None when the key has none."""
+        ...
+
+    async def point(self, key: str, session_id: str) -> None:
+        """Make ``session_id`` the key's current session (first contact, ``/new``)."""
+        ...
+
+    async def keys(self) -> dict[str, str]:
+        """Every key with its current session id."""
+        ...
+
+
+class SessionStore(Storage, KeyIndex, Protocol):
+    """What the runtime is handed: a Storage that also indexes keys."""
+
+
+@runtime_checkable
+class Watcher(Protocol):
+    """Tails a session: the backlog after ``after``, then each new entry once."""
+
+    def watch(self, session: str, after: str = "") -> AsyncIterator[Entry]: ...
+
+
+@runtime_checkable
+class Flusher(Protocol):
+    """Completes buffered durability work (the ``on_flush`` fsync policy)."""
+
+    async def flush(self, session: str) -> None: ...
+
+
+@runtime_checkable
+class Releaser(Protocol):
+    """Ends this writer's hold on a session so another writer may take it."""
+
+    async def release(self, session: str) -> None: ...
+
+
+@runtime_checkable
+class Leaser(Protocol):
+    """The writer lease between Session values sharing one Storage value.
+
+    ``acquire`` takes the backend's lock as a first append would, then the
+    lease for ``holder``; it reports the count of complete entry lines stored
+    and the header's created time (the stale signal). A different holder gets
+    :class:`LockedError` naming the session. ``yield_lease`` ends ``holder``'s
+    lease (and the hold); it releases nothing when another holder has it.
+    """
+
+    async def acquire(self, session: str, holder: object) -> tuple[int, datetime]: ...
+
+    async def yield_lease(self, session: str, holder: object) -> None: ...

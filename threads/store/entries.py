@@ -1,0 +1,670 @@
+"""The session wire format: a header line, then one entry per line.
+
+The entry kinds are a sealed set, one ``type`` discriminator each. Every entry
+carries ``id``, ``parent`` (absent on a root) and ``created`` (RFC 3339 UTC).
+Kinds added after format 1 are written with ``"v": N``, the minimum reader
+version: a reader that meets a kind it does not know, or a ``v`` above what it
+reads of that kind, raises :class:`NewerFormatError` instead of skipping it.
+Every other unknown key is additive and ignored.
+
+Each kind is a frozen dataclass; its fields are named as on the wire, and a
+field equal to its default is left off the line (``omitempty``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any, ClassVar, TypeAlias
+
+import orjson
+
+from threads.errors import NewerFormatError
+from threads.messages import (
+    Message,
+    ToolCallPart,
+    Usage,
+    WireError,
+    message_from_wire,
+    message_to_wire,
+    part_from_wire,
+    part_to_wire,
+    usage_from_wire,
+    usage_to_wire,
+)
+
+FORMAT_VERSION = 1
+
+# Receipt statuses (format 3).
+RECEIPT_QUEUED = "queued"
+RECEIPT_ACCEPTED = "accepted"
+RECEIPT_DELIVERED = "delivered"
+RECEIPT_DEFERRED = "deferred"
+RECEIPT_DROPPED = "dropped"
+
+# Pool receipt statuses (format 4): accepted → running ⇄ parked → one settlement.
+POOL_ACCEPTED = "accepted"
+POOL_RUNNING = "running"
+POOL_PARKED = "parked"
+POOL_DONE = "done"
+POOL_FAILED = "failed"
+POOL_CANCELED = "canceled"
+POOL_CAPPED = "capped"
+POOL_SETTLED = frozenset({POOL_DONE, POOL_FAILED, POOL_CANCELED, POOL_CAPPED})
+
+JSON: TypeAlias = Any
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# -- field codecs: (to_wire, from_wire); from_wire raises WireError naming nothing,
+#    the caller adds the field name.
+
+
+def _check(kind: type | tuple[type, ...], label: str) -> Callable[[JSON], JSON]:
+    def decode(value: JSON) -> JSON:
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise WireError(f"must be {label}")
+        return value
+
+    return decode
+
+
+def _ident(value: JSON) -> JSON:
+    return value
+
+
+def _time_to_wire(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _time_from_wire(value: JSON) -> datetime:
+    if not isinstance(value, str):
+        raise WireError("must be an RFC 3339 time string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise WireError(f"is not an RFC 3339 time: {value!r}") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _str_list(value: JSON) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise WireError("must be a list of strings")
+    return tuple(value)
+
+
+def _str_map(value: JSON) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise WireError("must be an object of strings")
+    return dict(value)
+
+
+def _object(value: JSON) -> dict[str, JSON]:
+    if not isinstance(value, dict):
+        raise WireError("must be an object")
+    return value
+
+
+def _calls_to_wire(calls: tuple[ToolCallPart, ...]) -> list[JSON]:
+    return [part_to_wire(c) for c in calls]
+
+
+def _calls_from_wire(value: JSON) -> tuple[ToolCallPart, ...]:
+    if not isinstance(value, list):
+        raise WireError("must be a list of tool_call parts")
+    calls = tuple(part_from_wire(v) for v in value)
+    if not all(isinstance(c, ToolCallPart) for c in calls):
+        raise WireError("must hold only tool_call parts")
+    return calls  # type: ignore[return-value]
+
+
+def _opt_message_from_wire(value: JSON) -> Message | None:
+    return None if value is None else message_from_wire(value)
+
+
+def _opt_message_to_wire(value: Message | None) -> JSON:
+    return None if value is None else message_to_wire(value)
+
+
+def _list_of_objects(value: JSON) -> tuple[dict[str, JSON], ...]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise WireError("must be a list of objects")
+    return tuple(value)
+
+
+_STR = (_ident, _check(str, "a string"))
+_INT = (_ident, _check(int, "an integer"))
+_BOOL = (_ident, _check(bool, "a boolean"))
+_TIME = (_time_to_wire, _time_from_wire)
+_OPT_TIME = (
+    lambda v: None if v is None else _time_to_wire(v),
+    lambda v: None if v is None else _time_from_wire(v),
+)
+_STRS = (list, _str_list)
+_STRMAP = (dict, _str_map)
+_OBJECT = (dict, _object)
+_ANY = (_ident, _ident)
+_MESSAGE = (message_to_wire, message_from_wire)
+_OPT_MESSAGE = (_opt_message_to_wire, _opt_message_from_wire)
+_USAGE = (usage_to_wire, usage_from_wire)
+_CALLS = (_calls_to_wire, _calls_from_wire)
+_OBJECTS = (list, _list_of_objects)
+
+_CODECS: dict[str, tuple[Callable[[Any], JSON], Callable[[JSON], Any]]] = {
+    "str": _STR,
+    "int": _INT,
+    "bool": _BOOL,
+    "datetime": _TIME,
+    "datetime | None": _OPT_TIME,
+    "tuple[str, ...]": _STRS,
+    "Mapping[str, str]": _STRMAP,
+    "Mapping[str, JSON]": _OBJECT,
+    "JSON": _ANY,
+    "Message": _MESSAGE,
+    "Message | None": _OPT_MESSAGE,
+    "Usage": _USAGE,
+    "tuple[ToolCallPart, ...]": _CALLS,
+    "tuple[Mapping[str, JSON], ...]": _OBJECTS,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entry:
+    """Fields every entry carries. Concrete kinds subclass it; it is never written itself."""
+
+    TYPE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 0  # the "v" written; 0 writes none
+    READS: ClassVar[int] = 1  # the highest "v" this build reads of the kind
+
+    id: str
+    created: datetime = field(default_factory=utcnow)
+    parent: str = ""
+
+    def wire_version(self) -> int:
+        return self.VERSION
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageEntry(Entry):
+    """One message of the transcript; always in the model's context.
+
+    ``run_id`` is set on a turn's prompt entry (``<session>-t<n>``). ``wake`` is
+    this gateway's addition on prompt entries: the wake's routing (source,
+    caller, sink, agent), so a restart knows where the turn's reply goes.
+    """
+
+    TYPE: ClassVar[str] = "message"
+
+    message: Message
+    run_id: str = ""
+    wake: Mapping[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnEntry(Entry):
+    """The per-turn ledger: outcome, usage, steps; never content, never in context."""
+
+    TYPE: ClassVar[str] = "turn"
+
+    run_id: str
+    stop_reason: str = ""
+    usage: Usage = field(default_factory=Usage)
+    steps: int = 0
+    err: str = ""
+    pending: tuple[ToolCallPart, ...] = ()
+    canceled: bool = False
+    policy: str = ""
+    rerun: str = ""
+    last_input: int = 0
+    late_steps: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactionEntry(Entry):
+    """A summary of everything before ``first_kept``; nothing is deleted.
+
+    An entry holding a trim record is written with ``"v": 5``.
+    """
+
+    TYPE: ClassVar[str] = "compaction"
+    READS: ClassVar[int] = 5
+
+    first_kept: str
+    summary: str = ""
+    tokens_before: int = 0
+    reason: str = ""
+    summarizer_usage: Usage = field(default_factory=Usage)
+    summarizer_model: Mapping[str, str] = field(default_factory=dict)
+    files_read: tuple[str, ...] = ()
+    files_modified: tuple[str, ...] = ()
+    pinned: tuple[str, ...] = ()
+    range_hash: str = ""
+    trim: Mapping[str, JSON] = field(default_factory=dict)
+
+    def wire_version(self) -> int:
+        return 5 if self.trim else 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BranchSummaryEntry(Entry):
+    """What an abandoned branch held, shown in place of it."""
+
+    TYPE: ClassVar[str] = "branch_summary"
+
+    summary: str
+    from_entry: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeafEntry(Entry):
+    """Moves the leaf to an earlier entry (branch navigation); "" is the root."""
+
+    TYPE: ClassVar[str] = "leaf"
+
+    entry: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LabelEntry(Entry):
+    """Names an entry: a bookmark; never in context."""
+
+    TYPE: ClassVar[str] = "label"
+
+    entry: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InfoEntry(Entry):
+    """Edits the title and metadata by appending: the last title wins, metas merge."""
+
+    TYPE: ClassVar[str] = "info"
+
+    title: str = ""
+    meta: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CustomEntry(Entry):
+    """Application state: a kind and opaque JSON data; never in context."""
+
+    TYPE: ClassVar[str] = "custom"
+
+    kind: str
+    data: JSON = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CustomMessageEntry(Entry):
+    """An application message that is always in the model's context."""
+
+    TYPE: ClassVar[str] = "custom_message"
+
+    kind: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReceiptEntry(Entry):
+    """Input accepted while the session was busy, and later what became of it.
+
+    A steer is ``queued`` then one of ``delivered`` / ``deferred`` / ``dropped``
+    (linked by ``receipt``); a queued send is one ``accepted`` entry, settled by
+    its prompt entry landing (id ``turn``) or a ``dropped`` entry.
+    """
+
+    TYPE: ClassVar[str] = "receipt"
+    VERSION: ClassVar[int] = 3
+    READS: ClassVar[int] = 3
+
+    status: str
+    receipt: str = ""
+    msg: Message | None = None
+    run_id: str = ""
+    turn: str = ""
+    unanswered: bool = False
+    policy: str = ""
+    wake: Mapping[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolReceiptEntry(Entry):
+    """The journey of one delegation to a child session."""
+
+    TYPE: ClassVar[str] = "pool_receipt"
+    VERSION: ClassVar[int] = 4
+    READS: ClassVar[int] = 4
+
+    status: str
+    receipt: str = ""
+    child: str = ""
+    call: str = ""
+    prompt: str = ""
+    stop: str = ""
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequestEntry(Entry):
+    """A parked tool call made durable, with the SHA-256 of its arguments."""
+
+    TYPE: ClassVar[str] = "approval_request"
+    VERSION: ClassVar[int] = 2
+    READS: ClassVar[int] = 2
+
+    call_id: str
+    tool: str
+    args_sha256: str
+    run_id: str
+    args: JSON = None
+    reason: str = ""
+    expiry: datetime | None = None
+    child: str = ""
+    wrapper: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecisionEntry(Entry):
+    """One decision over a parked call: approve, deny, resolve or resolve_error."""
+
+    TYPE: ClassVar[str] = "approval_decision"
+    VERSION: ClassVar[int] = 2
+    READS: ClassVar[int] = 2
+
+    call_id: str
+    outcome: str
+    reason: str = ""
+    content: str = ""
+    who: str = ""
+    via: str = ""
+    run_id: str = ""
+    nonce: str = ""
+    key_id: str = ""
+    request_id: str = ""
+    always: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalAuditEntry(Entry):
+    """One step the decision chain took over a call."""
+
+    TYPE: ClassVar[str] = "approval_audit"
+    VERSION: ClassVar[int] = 2
+    READS: ClassVar[int] = 2
+
+    step: str
+    call_id: str = ""
+    outcome: str = ""
+    detail: str = ""
+    run_id: str = ""
+    grant_id: str = ""
+    grant_shared: bool = False
+    key_id: str = ""
+    decisions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantEntry(Entry):
+    """A standing approval (or, with ``deny``, refusal) of matching future calls."""
+
+    TYPE: ClassVar[str] = "grant"
+    VERSION: ClassVar[int] = 2
+    READS: ClassVar[int] = 2
+
+    tool: str
+    args: tuple[Mapping[str, JSON], ...] = ()
+    deny: bool = False
+    reason: str = ""
+    expiry: datetime | None = None
+    max_uses: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantRevokedEntry(Entry):
+    """Ends a grant; the grant entry stays."""
+
+    TYPE: ClassVar[str] = "grant_revoked"
+    VERSION: ClassVar[int] = 2
+    READS: ClassVar[int] = 2
+
+    grant_id: str
+
+
+ENTRY_KINDS: dict[str, type[Entry]] = {
+    cls.TYPE: cls
+    for cls in (
+        MessageEntry,
+        TurnEntry,
+        CompactionEntry,
+        BranchSummaryEntry,
+        LeafEntry,
+        LabelEntry,
+        InfoEntry,
+        CustomEntry,
+        CustomMessageEntry,
+        ReceiptEntry,
+        PoolReceiptEntry,
+        ApprovalRequestEntry,
+        ApprovalDecisionEntry,
+        ApprovalAuditEntry,
+        GrantEntry,
+        GrantRevokedEntry,
+    )
+}
+
+# Per kind: (name, to_wire, from_wire, required, default) for every field but the
+# three every entry carries. Computed once from the dataclass annotations.
+_FieldSpec: TypeAlias = tuple[str, Callable[[Any], JSON], Callable[[JSON], Any], bool, Any]
+
+
+def _spec(cls: type[Entry]) -> tuple[_FieldSpec, ...]:
+    out = []
+    for f in fields(cls):
+        if f.name in ("id", "created", "parent"):
+            continue
+        encode, decode = _CODECS[str(f.type)]
+        required = f.default is MISSING and f.default_factory is MISSING
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
+        else:
+            default = None
+        out.append((f.name, encode, decode, required, default))
+    return tuple(out)
+
+
+_SPECS: dict[type[Entry], tuple[_FieldSpec, ...]] = {cls: _spec(cls) for cls in ENTRY_KINDS.values()}
+
+
+def entry_to_wire(entry: Entry) -> dict[str, JSON]:
+    """The JSON object of one entry line."""
+    out: dict[str, JSON] = {"type": entry.TYPE}
+    version = entry.wire_version()
+    if version:
+        out["v"] = version
+    out["id"] = entry.id
+    if entry.parent:
+        out["parent"] = entry.parent
+    out["created"] = _time_to_wire(entry.created)
+    for name, encode, _decode, required, default in _SPECS[type(entry)]:
+        value = getattr(entry, name)
+        if required or value != default:
+            out[name] = encode(value)
+    return out
+
+
+def entry_from_wire(obj: JSON) -> Entry:
+    """Restore an entry from its JSON object.
+
+    Raises :class:`NewerFormatError` for an unknown kind or a newer ``v``, and
+    :class:`WireError` naming the field for anything malformed.
+    """
+    if not isinstance(obj, dict):
+        raise WireError("an entry line must be a JSON object")
+    kind = obj.get("type")
+    cls = ENTRY_KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        if not isinstance(kind, str) or not kind:
+            raise WireError("the entry has no 'type'")
+        raise NewerFormatError(
+            f"entry kind {kind!r} is not known to this build; it was written by a newer "
+            "gateway — upgrade to read this session"
+        )
+    version = obj.get("v", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise WireError("'v' must be an integer")
+    if version > cls.READS:
+        raise NewerFormatError(
+            f"{kind} entry has v={version} but this build reads up to v={cls.READS}; "
+            "upgrade to read this session"
+        )
+    entry_id = obj.get("id")
+    if not isinstance(entry_id, str) or not entry_id:
+        raise WireError(f"{kind} entry: 'id' must be a non-empty string")
+    kwargs: dict[str, Any] = {"id": entry_id}
+    parent = obj.get("parent", "")
+    if not isinstance(parent, str):
+        raise WireError(f"{kind} entry {entry_id}: 'parent' must be a string")
+    kwargs["parent"] = parent
+    try:
+        kwargs["created"] = _time_from_wire(obj.get("created"))
+    except WireError as exc:
+        raise WireError(f"{kind} entry {entry_id}: 'created' {exc}") from None
+    for name, _encode, decode, required, _default in _SPECS[cls]:
+        if name in obj and obj[name] is not None:
+            try:
+                kwargs[name] = decode(obj[name])
+            except WireError as exc:
+                raise WireError(f"{kind} entry {entry_id}: '{name}' {exc}") from None
+        elif required:
+            raise WireError(f"{kind} entry {entry_id}: '{name}' is missing")
+    return cls(**kwargs)
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """One entry as a line of bytes, newline included."""
+    return orjson.dumps(entry_to_wire(entry)) + b"\n"
+
+
+def decode_entry(line: bytes | str) -> Entry:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"not JSON: {exc}") from None
+    return entry_from_wire(obj)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParentRef:
+    """A fork's origin: the session it grew from and the entry its path ends at."""
+
+    session: str
+    entry: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lineage:
+    """A delegated child's origin: the parent session and the delegating call."""
+
+    parent_session: str
+    parent_call_id: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Header:
+    """A session's first line: identity, creation time, fork origin, metadata.
+
+    Immutable once stored; title and metadata edits are info entries.
+    """
+
+    id: str
+    created: datetime = field(default_factory=utcnow)
+    weft: int = FORMAT_VERSION
+    parent: ParentRef | None = None
+    lineage: Lineage | None = None
+    meta: Mapping[str, str] = field(default_factory=dict)
+
+
+def header_to_wire(header: Header) -> dict[str, JSON]:
+    out: dict[str, JSON] = {
+        "type": "session",
+        "weft": header.weft or FORMAT_VERSION,
+        "id": header.id,
+        "created": _time_to_wire(header.created),
+    }
+    if header.parent is not None:
+        out["parent"] = {"session": header.parent.session, "entry": header.parent.entry}
+    if header.lineage is not None:
+        lineage = {"parent_session": header.lineage.parent_session}
+        if header.lineage.parent_call_id:
+            lineage["parent_call_id"] = header.lineage.parent_call_id
+        out["lineage"] = lineage
+    if header.meta:
+        out["meta"] = dict(header.meta)
+    return out
+
+
+def header_from_wire(obj: JSON) -> Header:
+    """Restore a header; a newer ``weft`` envelope raises :class:`NewerFormatError`."""
+    if not isinstance(obj, dict) or obj.get("type") != "session":
+        raise WireError("the first line is not a session header (type 'session')")
+    weft = obj.get("weft")
+    if not isinstance(weft, int) or isinstance(weft, bool) or weft < 1:
+        raise WireError("the header's 'weft' must be a positive integer")
+    if weft > FORMAT_VERSION:
+        raise NewerFormatError(
+            f"session format weft={weft} is newer than this build's {FORMAT_VERSION}; "
+            "upgrade to read this session"
+        )
+    session_id = obj.get("id")
+    if not isinstance(session_id, str) or not session_id:
+        raise WireError("the header's 'id' must be a non-empty string")
+    try:
+        created = _time_from_wire(obj.get("created"))
+    except WireError as exc:
+        raise WireError(f"the header's 'created' {exc}") from None
+    parent = None
+    raw_parent = obj.get("parent")
+    if isinstance(raw_parent, dict):
+        parent = ParentRef(
+            session=str(raw_parent.get("session", "")), entry=str(raw_parent.get("entry", ""))
+        )
+    lineage = None
+    raw_lineage = obj.get("lineage")
+    if isinstance(raw_lineage, dict):
+        lineage = Lineage(
+            parent_session=str(raw_lineage.get("parent_session", "")),
+            parent_call_id=str(raw_lineage.get("parent_call_id", "")),
+        )
+    meta = obj.get("meta") or {}
+    try:
+        meta = _str_map(meta)
+    except WireError:
+        raise WireError("the header's 'meta' must be an object of strings") from None
+    return Header(id=session_id, created=created, weft=weft, parent=parent, lineage=lineage, meta=meta)
+
+
+def encode_header(header: Header) -> bytes:
+    return orjson.dumps(header_to_wire(header)) + b"\n"
+
+
+def decode_header(line: bytes | str) -> Header:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"header is not JSON: {exc}") from None
+    return header_from_wire(obj)
+
+
+def context_messages_of(entry: Entry) -> Message | None:
+    """The message an entry contributes to the context, if it is a message kind."""
+    if isinstance(entry, MessageEntry | CustomMessageEntry):
+        return entry.message
+    return None

@@ -1,0 +1,209 @@
+"""Wakes: one input to a thread, and the YAML header that introduces it to the model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from enum import StrEnum
+from typing import Any, TypeAlias
+
+from threads.keys import SessionKey
+from threads.sinks import DropSink, Sink, SinkResolver
+
+
+class WakeSource(StrEnum):
+    """Where a wake came from. User channels first, then the system sources."""
+
+    TELEGRAM = "telegram"
+    DISCORD = "discord"
+    WEB = "web"
+    CLI = "cli"
+    API = "api"
+    SESSION = "session"
+    CHILD_COMPLETED = "child_completed"
+    CRON = "cron"
+    HEARTBEAT = "heartbeat"
+    PROGRESS = "progress"
+    COMPRESSION = "compression"
+    RESUME = "resume"
+
+    @property
+    def is_user_channel(self) -> bool:
+        return self in _USER_SOURCES
+
+
+_USER_SOURCES = frozenset(
+    {WakeSource.TELEGRAM, WakeSource.DISCORD, WakeSource.WEB, WakeSource.CLI, WakeSource.API}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserCaller:
+    """The channel user who sent the message."""
+
+    channel: str
+    user_id: str
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionCaller:
+    """Another session (its thread's turn dispatched to this one)."""
+
+    session_key: SessionKey
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SystemCaller:
+    """The gateway itself (cron, heartbeat, progress, compression, child completion)."""
+
+    name: str
+
+
+Caller: TypeAlias = UserCaller | SessionCaller | SystemCaller
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wake:
+    """One input to a thread: who sent what, and where the reply to them goes."""
+
+    source: WakeSource
+    body: str
+    caller: Caller
+    sink: Sink = field(default_factory=DropSink)
+    agent: str | None = None
+    meta: Mapping[str, str] = field(default_factory=dict)
+    created: datetime = field(default_factory=_now)
+
+    @property
+    def caller_session_key(self) -> SessionKey | None:
+        return self.caller.session_key if isinstance(self.caller, SessionCaller) else None
+
+
+def caller_to_wire(caller: Caller) -> dict[str, str]:
+    if isinstance(caller, UserCaller):
+        out = {"kind": "user", "channel": caller.channel, "user_id": caller.user_id}
+        if caller.name:
+            out["name"] = caller.name
+        return out
+    if isinstance(caller, SessionCaller):
+        return {"kind": "session", "session_key": str(caller.session_key)}
+    return {"kind": "system", "name": caller.name}
+
+
+def caller_from_wire(obj: Mapping[str, Any]) -> Caller:
+    kind = obj.get("kind")
+    if kind == "user":
+        return UserCaller(
+            channel=str(obj["channel"]), user_id=str(obj["user_id"]), name=str(obj.get("name", ""))
+        )
+    if kind == "session":
+        return SessionCaller(session_key=SessionKey(str(obj["session_key"])))
+    if kind == "system":
+        return SystemCaller(name=str(obj["name"]))
+    raise ValueError(f"wake caller kind {kind!r} is not user, session or system")
+
+
+def wake_to_wire(wake: Wake) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "source": wake.source.value,
+        "caller": caller_to_wire(wake.caller),
+        "sink": wake.sink.to_wire(),
+        "created": wake.created.isoformat(),
+    }
+    if wake.agent:
+        out["agent"] = wake.agent
+    if wake.meta:
+        out["meta"] = dict(wake.meta)
+    return out
+
+
+def wake_from_wire(obj: Mapping[str, Any], body: str, resolve_sink: SinkResolver) -> Wake:
+    """Rebuild a wake from its wire form; the body travels in the message itself."""
+    return Wake(
+        source=WakeSource(obj["source"]),
+        body=body,
+        caller=caller_from_wire(obj["caller"]),
+        sink=resolve_sink(obj.get("sink", {"kind": "drop"})),
+        agent=obj.get("agent"),
+        meta=dict(obj.get("meta", {})),
+        created=datetime.fromisoformat(obj["created"]),
+    )
+
+
+def render_header(
+    wake: Wake,
+    *,
+    thread: str,
+    session_id: str,
+    tz: tzinfo = UTC,
+    injected: bool = False,
+) -> str:
+    """The YAML header seed 000 puts before a wake's body.
+
+    It names the source, the thread and session, the time (with weekday and
+    zone), whether the sender is a user or the system, the caller's session
+    key on cross-session wakes only, and where a reply to the caller goes.
+    """
+    local = wake.created.astimezone(tz)
+    sender = "user" if isinstance(wake.caller, UserCaller) else "system"
+    if isinstance(wake.caller, SessionCaller):
+        sender = "session"
+    lines = [
+        "---",
+        f"source: {wake.source.value}",
+        f"thread: {_yaml_scalar(thread)}",
+        f"session: {session_id}",
+        f"time: {local.strftime('%Y-%m-%d %H:%M:%S')} {local.strftime('%A')} {_zone_name(local)}",
+        f"sender: {sender}",
+    ]
+    if isinstance(wake.caller, UserCaller) and wake.caller.name:
+        lines.append(f"sender_name: {_yaml_scalar(wake.caller.name)}")
+    if isinstance(wake.caller, SessionCaller):
+        lines.append(f"caller_session_key: {_yaml_scalar(str(wake.caller.session_key))}")
+    if wake.agent:
+        lines.append(f"agent: {_yaml_scalar(wake.agent)}")
+    lines.append(f"delivery: {_yaml_scalar(_delivery_words(wake))}")
+    if injected:
+        lines.append("injected: true")
+    lines.append("---")
+    return "\n".join(lines)
+
+
+def render_prompt(
+    wake: Wake, *, thread: str, session_id: str, tz: tzinfo = UTC, injected: bool = False
+) -> str:
+    """The header, then the body: the user message a turn starts from."""
+    header = render_header(wake, thread=thread, session_id=session_id, tz=tz, injected=injected)
+    return f"{header}\n{wake.body}"
+
+
+def _delivery_words(wake: Wake) -> str:
+    if wake.sink.drops:
+        return wake.sink.describe()
+    if isinstance(wake.caller, SessionCaller):
+        return (
+            f"Caller is session {wake.caller.session_key} — "
+            "reply with dispatch(to=caller:session)"
+        )
+    if isinstance(wake.caller, UserCaller):
+        return f"Caller is the {wake.caller.channel} user — reply with dispatch(to=caller:user)"
+    return wake.sink.describe()
+
+
+def _zone_name(moment: datetime) -> str:
+    key = getattr(moment.tzinfo, "key", None)
+    return key if isinstance(key, str) else (moment.tzname() or "UTC")
+
+
+def _yaml_scalar(text: str) -> str:
+    plain = text and text.strip() == text and not any(c in text for c in ':#{}[],&*?|<>=!%@`"\'\n')
+    if plain and not text[0] in "-" and text.lower() not in ("true", "false", "null", "yes", "no"):
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
