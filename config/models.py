@@ -382,6 +382,18 @@ class GatewayConfig(Section):
                     )
         return self
 
+    def state_store_url(self) -> str:
+        """Where gateway state (cron jobs, run ledger, outbound ledger) lives.
+
+        ``store.state_url`` when set; the session Redis when sessions are in Redis;
+        otherwise one SQLite file under ``data_dir``.
+        """
+        if self.store.state_url:
+            return self.store.state_url
+        if self.store.url.startswith(("redis://", "rediss://")):
+            return self.store.url
+        return f"sqlite:///{self.data_dir / 'gateway.db'}"
+
     def agent(self, name: str | None) -> AgentConfig:
         return self.agents[name or self.default_agent]
 

@@ -207,3 +207,18 @@ def _yaml_scalar(text: str) -> str:
         return text
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Accepted:
+    """What ``ThreadManager.wake`` returns once a wake is durable.
+
+    ``run_id`` is the id of the turn the wake will run as (``<session>-t<n>``), or,
+    for a wake steered into a running turn, that turn's run id; ``created`` says
+    the session was created by this wake (first contact).
+    """
+
+    key: SessionKey
+    session_id: str
+    run_id: str
+    created: bool = False
