@@ -15,6 +15,11 @@ from threads.messages import Message, Usage
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "error"]
 DeltaCallback = Callable[[str], None]
 
+UNPARSED_ARGS_KEY = "_unparsed_arguments"
+"""The one key of a :class:`~threads.messages.ToolCallPart`'s ``args`` when the
+model sent arguments that are not a JSON object; its value is the raw text.
+The agent loop should answer such a call with a tool error, not run it."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
@@ -36,6 +41,10 @@ class ModelRequest:
     max_output_tokens: int = 4096
     temperature: float | None = None
     stream: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Provider-specific body fields merged last into the request body, e.g.
+    ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}`` for Anthropic or
+    ``{"reasoning_effort": "low"}`` for OpenAI."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,11 +1,17 @@
 """Errors of the model clients.
 
     ModelError (ThreadsError)
-    ├── ContextOverflowError   the request does not fit the model's window
-    ├── ModelHTTPError         the provider answered with an error status
-    │   └── RateLimitError     429 after every retry
-    ├── ModelConnectionError   the provider could not be reached
-    └── ModelResponseError     an answer that does not parse
+    ├── ModelConfigError (ValueError)  a provider configured so it cannot be called
+    ├── ContextOverflowError           the request does not fit the model's window
+    ├── ModelHTTPError                 the provider answered with an error status
+    │   └── RateLimitError             429 after every retry
+    ├── ModelConnectionError           the provider could not be reached
+    │   └── ModelTimeoutError (TimeoutError)  it did not answer in time
+    └── ModelResponseError             an answer that does not parse
+
+Messages name the provider (the name it has under ``[models.providers]``) and,
+where known, the model. They never hold an API key: clients redact the key
+from any provider text before it reaches an error.
 """
 
 from __future__ import annotations
@@ -17,19 +23,41 @@ class ModelError(ThreadsError):
     """A model call failed."""
 
 
+class ModelConfigError(ModelError, ValueError):
+    """A provider whose configuration cannot work (e.g. an API key variable that is not set)."""
+
+
 class ContextOverflowError(ModelError):
-    """The request is larger than the model's context window; compaction can help."""
+    """The request is larger than the model's context window; compaction can help.
+
+    Never retried: the same request would fail the same way.
+    """
 
 
 class ModelHTTPError(ModelError):
-    """The provider answered with an error status."""
+    """The provider answered with an error status.
 
-    def __init__(self, provider: str, status: int, body: str) -> None:
+    ``retry_after`` is the wait in seconds the provider asked for (``retry-after``
+    or ``retry-after-ms``), if it asked.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        status: int,
+        body: str,
+        *,
+        model: str = "",
+        retry_after: float | None = None,
+    ) -> None:
         self.provider = provider
         self.status = status
         self.body = body
+        self.model = model
+        self.retry_after = retry_after
         shown = body if len(body) <= 300 else body[:297] + "..."
-        super().__init__(f"{provider} answered HTTP {status}: {shown}")
+        about = f" for model {model}" if model else ""
+        super().__init__(f"{provider} answered HTTP {status}{about}: {shown}")
 
 
 class RateLimitError(ModelHTTPError):
@@ -37,7 +65,20 @@ class RateLimitError(ModelHTTPError):
 
 
 class ModelConnectionError(ModelError):
-    """The provider could not be reached."""
+    """The provider could not be reached, or the connection broke mid-answer.
+
+    ``partial`` is true when text had already been streamed to the caller's
+    callback before the failure; such a call is not retried, because a retry
+    would stream the same text twice.
+    """
+
+    def __init__(self, message: str, *, partial: bool = False) -> None:
+        self.partial = partial
+        super().__init__(message)
+
+
+class ModelTimeoutError(ModelConnectionError, TimeoutError):
+    """The provider did not answer (or stopped streaming) within the configured timeout."""
 
 
 class ModelResponseError(ModelError):
