@@ -35,7 +35,9 @@ def _check_zone(value: str) -> str:
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{value!r} is not an IANA time zone (e.g. 'Europe/Berlin', 'UTC')") from None
+        raise ValueError(
+            f"{value!r} is not an IANA time zone (e.g. 'Europe/Berlin', 'UTC')"
+        ) from None
     return value
 
 

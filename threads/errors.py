@@ -110,9 +110,7 @@ class InvalidIdError(StoreError, ValueError):
     def __init__(self, value: str) -> None:
         self.value = value
         shown = value if len(value) <= 40 else value[:37] + "..."
-        super().__init__(
-            f"invalid id {shown!r}: an id is 1 to 128 letters, digits, '_' or '-'"
-        )
+        super().__init__(f"invalid id {shown!r}: an id is 1 to 128 letters, digits, '_' or '-'")
 
 
 class InvalidKeyError(ThreadsError, ValueError):

@@ -97,7 +97,9 @@ def _validate(value: object) -> None:
         raise InvalidKeyError(value, "control characters are not allowed")
     for index, part in enumerate(value.split(":")):
         if not part:
-            raise InvalidKeyError(value, f"part {index + 1} is empty (two ':' in a row, or one at an end)")
+            raise InvalidKeyError(
+                value, f"part {index + 1} is empty (two ':' in a row, or one at an end)"
+            )
 
 
 def parse_session_key(value: str) -> SessionKey:

@@ -188,8 +188,7 @@ def _delivery_words(wake: Wake) -> str:
         return wake.sink.describe()
     if isinstance(wake.caller, SessionCaller):
         return (
-            f"Caller is session {wake.caller.session_key} — "
-            "reply with dispatch(to=caller:session)"
+            f"Caller is session {wake.caller.session_key} — reply with dispatch(to=caller:session)"
         )
     if isinstance(wake.caller, UserCaller):
         return f"Caller is the {wake.caller.channel} user — reply with dispatch(to=caller:user)"
@@ -202,8 +201,8 @@ def _zone_name(moment: datetime) -> str:
 
 
 def _yaml_scalar(text: str) -> str:
-    plain = text and text.strip() == text and not any(c in text for c in ':#{}[],&*?|<>=!%@`"\'\n')
-    if plain and not text[0] in "-" and text.lower() not in ("true", "false", "null", "yes", "no"):
+    plain = text and text.strip() == text and not any(c in text for c in ":#{}[],&*?|<>=!%@`\"'\n")
+    if plain and text[0] not in "-" and text.lower() not in ("true", "false", "null", "yes", "no"):
         return text
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'

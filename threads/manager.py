@@ -1,0 +1,495 @@
+"""The thread manager: every live thread, the turn cap, eviction, restart and health.
+
+``wake(key, wake)`` is the one way in: it finds or starts the key's thread
+(the key index names the current session; a session is created on first
+contact), and returns once the wake is durable in that session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+
+from config.models import GatewayConfig
+from threads.errors import NotFoundError, ThreadsError
+from threads.keys import SessionKey
+from threads.messages import JSON, Message
+from threads.runner import Thread
+from threads.session import Session, SessionOptions
+from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
+from threads.store.base import SessionStore
+from threads.store.entries import MessageEntry, TurnEntry, encode_entry
+from threads.tree import unfinished_runs, unsettled_receipts
+from threads.turns import Agent, Turn
+from threads.wake import (
+    Accepted,
+    SessionCaller,
+    Wake,
+    WakeSource,
+    render_prompt,
+    wake_from_wire,
+    wake_to_wire,
+)
+
+log = logging.getLogger(__name__)
+
+RESUME_BODY = (
+    "The gateway restarted while your previous turn was running; that turn was interrupted "
+    "and is recorded as canceled. Continue from where it stopped and answer the caller."
+)
+
+
+class ThreadNotLoadedError(ThreadsError, LookupError):
+    """The key has no thread in memory (finished, evicted or never started)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"no thread is loaded for session {key}: there is nothing to stop")
+
+
+class UnknownSessionError(ThreadsError, LookupError):
+    """A key that names no session."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"session {key} does not exist")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSink:
+    """Replies to another session: each message wakes it, as this session."""
+
+    target: SessionKey
+    origin: SessionKey
+    manager: ThreadManager
+
+    @property
+    def drops(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return f"Caller is session {self.target} — reply with dispatch(to=caller:session)"
+
+    def to_wire(self) -> dict[str, str]:
+        return {"kind": "session", "target": str(self.target), "origin": str(self.origin)}
+
+    async def deliver(self, message: OutboundMessage) -> Delivery:
+        wake = Wake(
+            source=WakeSource.SESSION,
+            body=message.text,
+            caller=SessionCaller(session_key=self.origin),
+            sink=SessionSink(target=self.origin, origin=self.target, manager=self.manager),
+        )
+        await self.manager.wake(self.target, wake)
+        return Delivery(delivered_to=f"session {self.target}")
+
+
+ChannelSinks = Callable[[Mapping[str, str]], Sink]
+UserSinks = Callable[[SessionKey], Sink | None]
+TurnObserver = Callable[[Thread, Wake, Turn], None]
+
+
+class ThreadManager:
+    """Owns every thread; the runtime's single entry point."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        agent: Agent,
+        config: GatewayConfig,
+        channel_sinks: ChannelSinks | None = None,
+        user_sinks: UserSinks | None = None,
+        recovery_path: Path | None = None,
+    ) -> None:
+        self.store = store
+        self.agent = agent
+        self.config = config
+        self.tz = ZoneInfo(config.timezone)
+        self._channel_sinks = channel_sinks
+        self._user_sinks = user_sinks
+        self._recovery = RecoveryLog(recovery_path)
+        self._threads: dict[SessionKey, Thread] = {}
+        self._starting: dict[SessionKey, asyncio.Future[Thread]] = {}
+        self._gate = asyncio.Semaphore(config.threads.max_concurrent_turns)
+        self._observers: list[TurnObserver] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+        self.started_at = time.time()
+        self.health_sources: dict[str, Callable[[], Any]] = {}
+
+    # -- lifetime
+
+    async def start(self) -> None:
+        """Start housekeeping and, with ``continue_on_start``, run input left unsettled."""
+        self._sweeper = asyncio.create_task(self._sweep(), name="thread eviction")
+        keys = await self._recovery.begin(self.store)
+        if self.config.threads.continue_on_start:
+            for key in keys:
+                with contextlib.suppress(NotFoundError):
+                    await self._continue(SessionKey(key))
+
+    async def _continue(self, key: SessionKey) -> None:
+        session_id = await self.store.resolve(key)
+        if session_id is None:
+            return
+        loaded = await self.store.load(session_id)
+        if not _has_unsettled(loaded.entries):
+            return
+        thread = await self._thread(key, create=False)
+        if thread is not None:
+            await thread.session.continue_()
+
+    async def close(self) -> None:
+        """Let running turns finish within the deadline; queued input stays durable."""
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        deadline = self.config.threads.close_deadline_seconds
+        threads = list(self._threads.values())
+        pending = sorted(str(t.key) for t in threads if t.state != "idle")
+        await asyncio.gather(
+            *(t.session.close(deadline, drain=False) for t in threads), return_exceptions=True
+        )
+        self._threads.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._recovery.end(pending)
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        """Run a background task the manager supervises and cancels at close."""
+        task: asyncio.Task[Any] = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+    def observe(self, observer: TurnObserver) -> None:
+        """Call ``observer(thread, wake, turn)`` for every accepted wake."""
+        self._observers.append(observer)
+
+    # -- the way in
+
+    async def wake(self, key: str, wake: Wake) -> Accepted:
+        """Deliver a wake to the key's thread; durable before this returns."""
+        accepted, _turn = await self.wake_turn(key, wake)
+        return accepted
+
+    async def wake_turn(self, key: str, wake: Wake) -> tuple[Accepted, Turn]:
+        """As :meth:`wake`, also returning the turn handle (to wait for the answer)."""
+        if self._closed:
+            raise ThreadsError("the thread manager is closed")
+        session_key = SessionKey(key)
+        thread = await self._thread(session_key, create=True, agent=wake.agent)
+        assert thread is not None
+        return await thread.wake(wake)
+
+    async def session_exists(self, key: str) -> bool:
+        session_key = SessionKey(key)
+        return session_key in self._threads or await self.store.resolve(session_key) is not None
+
+    def thread(self, key: str) -> Thread | None:
+        return self._threads.get(SessionKey(key))
+
+    def threads(self) -> list[Thread]:
+        return list(self._threads.values())
+
+    async def open_thread(
+        self, key: str, *, create: bool = False, agent: str | None = None
+    ) -> Thread | None:
+        """The key's thread, started if its session exists (or ``create``)."""
+        return await self._thread(SessionKey(key), create=create, agent=agent)
+
+    async def _thread(
+        self, key: SessionKey, *, create: bool, agent: str | None = None
+    ) -> Thread | None:
+        thread = self._threads.get(key)
+        if thread is not None:
+            return thread
+        starting = self._starting.get(key)
+        if starting is not None:
+            return await asyncio.shield(starting)
+        future: asyncio.Future[Thread] = asyncio.get_running_loop().create_future()
+        self._starting[key] = future
+        try:
+            thread = await self._start_thread(key, create=create, agent=agent)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._starting[key]
+        if thread is None:
+            future.cancel()
+            return None
+        self._threads[key] = thread
+        future.set_result(thread)
+        return thread
+
+    async def _start_thread(
+        self, key: SessionKey, *, create: bool, agent: str | None
+    ) -> Thread | None:
+        options = self.session_options()
+        session_id = await self.store.resolve(key)
+        created = False
+        if session_id is not None:
+            session = await Session.open(self.store, session_id, self.agent, options=options)
+        elif create:
+            name = agent or self.config.default_agent
+            session = await Session.create(
+                self.store, self.agent, meta={"key": str(key), "agent": name}, options=options
+            )
+            await self.store.point(key, session.id)
+            created = True
+        else:
+            return None
+        return Thread(
+            key,
+            session,
+            agent=session.header.meta.get("agent", self.config.default_agent),
+            tz=self.tz,
+            policies=self.config.threads.busy_policy,
+            on_turn=self._notify,
+            created=created,
+        )
+
+    def session_options(self) -> SessionOptions:
+        return SessionOptions(
+            gate=self._turn_gate,
+            max_queue=self.config.threads.inbox_size,
+            collect_window=self.config.threads.collect_window_seconds,
+            load_payload=self.load_wake,
+            resume=self._resume,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _turn_gate(self) -> AsyncIterator[None]:
+        async with self._gate:
+            yield
+
+    def _notify(self, thread: Thread, wake: Wake, turn: Turn) -> None:
+        for observer in self._observers:
+            observer(thread, wake, turn)
+
+    # -- sinks and restored wakes
+
+    def resolve_sink(self, wire: Mapping[str, str]) -> Sink:
+        kind = wire.get("kind")
+        if kind == "drop":
+            return DropSink(reason=wire.get("reason", "system"))
+        if kind == "session":
+            return SessionSink(
+                target=SessionKey(wire["target"]), origin=SessionKey(wire["origin"]), manager=self
+            )
+        if self._channel_sinks is None:
+            return DropSink(reason=f"unavailable channel {wire.get('channel', kind)}")
+        return self._channel_sinks(wire)
+
+    def user_sink(self, key: SessionKey) -> Sink | None:
+        """The sink of a user-facing key's channel user (``dispatch(to=user)``)."""
+        if self._user_sinks is None or not key.is_user_facing:
+            return None
+        return self._user_sinks(key)
+
+    def session_sink(self, target: SessionKey, origin: SessionKey) -> SessionSink:
+        return SessionSink(target=target, origin=origin, manager=self)
+
+    def load_wake(self, wire: Mapping[str, JSON]) -> Wake:
+        return wake_from_wire(wire, "", self.resolve_sink)
+
+    def _resume(
+        self, session: Session, prompt: MessageEntry
+    ) -> tuple[Message, Wake, Mapping[str, JSON]] | None:
+        if not prompt.wake:
+            return None
+        original = self.load_wake(prompt.wake)
+        wake = Wake(
+            source=WakeSource.RESUME,
+            body=RESUME_BODY,
+            caller=original.caller,
+            sink=original.sink,
+            agent=original.agent,
+        )
+        key = session.header.meta.get("key", session.id)
+        text = render_prompt(wake, thread=key, session_id=session.id, tz=self.tz)
+        return Message.user(text), wake, wake_to_wire(wake)
+
+    # -- operations
+
+    async def new_session(self, key: str) -> str:
+        """Point the key at a fresh session (``/new``); the old one is kept."""
+        session_key = SessionKey(key)
+        thread = self._threads.pop(session_key, None)
+        agent = self.config.default_agent
+        if thread is not None:
+            agent = thread.agent
+            await thread.session.close(self.config.threads.close_deadline_seconds)
+        session = await Session.create(
+            self.store,
+            self.agent,
+            meta={"key": key, "agent": agent},
+            options=self.session_options(),
+        )
+        await self.store.point(session_key, session.id)
+        await session.close()
+        return session.id
+
+    def stop_session(self, key: str) -> None:
+        """A soft stop: the running turn ends at its next step boundary."""
+        thread = self._threads.get(SessionKey(key))
+        if thread is None:
+            raise ThreadNotLoadedError(key)
+        if not thread.session.request_stop():
+            raise ThreadNotLoadedError(key) from None
+
+    async def check_session(self, key: str) -> dict[str, Any]:
+        """Seed 000's three states: on disk or not, and the live thread when loaded."""
+        session_key = SessionKey(key)
+        thread = self._threads.get(session_key)
+        session_id = thread.session.id if thread else await self.store.resolve(session_key)
+        out: dict[str, Any] = {
+            "session_key": key,
+            "exists": session_id is not None,
+            "thread_active": thread is not None,
+        }
+        if session_id is None:
+            return out
+        try:
+            loaded = await self.store.load(session_id)
+        except NotFoundError:
+            out["exists"] = False
+            return out
+        entries = loaded.entries
+        out["session_id"] = session_id
+        out["message_count"] = sum(isinstance(e, MessageEntry) for e in entries)
+        out["turn_count"] = sum(isinstance(e, TurnEntry) for e in entries)
+        out["size_bytes"] = sum(len(encode_entry(e)) for e in entries)
+        last = entries[-1].created if entries else loaded.header.created
+        out["last_modified"] = last.isoformat()
+        out["agent"] = loaded.header.meta.get("agent", self.config.default_agent)
+        if thread is not None:
+            snap = thread.snapshot()
+            out["thread_state"] = snap["state"]
+            out["thread_pending"] = snap["pending"]
+            out["thread_iterations"] = snap.get("iterations", 0)
+            out["thread_current_tool"] = snap.get("current_tool", "")
+            out["thread_elapsed_sec"] = snap.get("elapsed_sec", 0.0)
+        return out
+
+    async def health(self) -> dict[str, Any]:
+        """Every active thread, with store, model, channel, cron and process figures."""
+        threads = [t.snapshot() for t in self._threads.values()]
+        out: dict[str, Any] = {
+            "all_threads": threads,
+            "threads": {
+                "active": len(threads),
+                "running": sum(t["state"] == "running" for t in threads),
+                "pending": sum(t["state"] == "pending" for t in threads),
+                "max_concurrent_turns": self.config.threads.max_concurrent_turns,
+            },
+            "provider": {
+                "default_model": self.config.models.default,
+                "providers": sorted(self.config.models.providers),
+            },
+            "sessions": {"store": self.config.store.url, "keys": len(await self.store.keys())},
+            "process": process_figures(self.started_at),
+        }
+        for name, source in self.health_sources.items():
+            value = source()
+            out[name] = await value if asyncio.iscoroutine(value) else value
+        return out
+
+    # -- eviction
+
+    async def _sweep(self) -> None:
+        idle_after = self.config.threads.idle_evict_seconds
+        period = min(max(idle_after / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(period)
+            await self.evict_idle(idle_after)
+
+    async def evict_idle(self, idle_after: float) -> int:
+        """Close threads idle longer than ``idle_after`` seconds; their sessions stay on disk."""
+        now = time.monotonic()
+        victims = [
+            t
+            for t in self._threads.values()
+            if t.state == "idle" and now - t.last_activity >= idle_after
+        ]
+        for thread in victims:
+            if self._threads.get(thread.key) is thread and thread.state == "idle":
+                del self._threads[thread.key]
+                await thread.session.close()
+        return len(victims)
+
+
+def _has_unsettled(entries: list[Any]) -> bool:
+    return bool(unsettled_receipts(entries) or unfinished_runs(entries))
+
+
+def process_figures(started_at: float) -> dict[str, Any]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    rss = 0
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/statm") as handle:
+        rss = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return {
+        "pid": os.getpid(),
+        "uptime_seconds": round(time.time() - started_at, 1),
+        "rss_bytes": rss,
+        "max_rss_bytes": usage.ru_maxrss * 1024,
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
+    }
+
+
+class RecoveryLog:
+    """Which keys to look at for unsettled input when the gateway starts.
+
+    A clean close records the keys that still hold queued input; a start that
+    finds no clean record (first run, or the process died) scans every key.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    async def begin(self, store: SessionStore) -> list[str]:
+        record: dict[str, Any] = {}
+        if self.path is not None and self.path.exists():
+            with contextlib.suppress(orjson.JSONDecodeError, OSError):
+                record = orjson.loads(self.path.read_bytes())
+        if record.get("clean"):
+            keys = [str(k) for k in record.get("pending", [])]
+        else:
+            keys = sorted(await store.keys())
+        self._write({"clean": False})
+        return keys
+
+    async def end(self, pending: list[str]) -> None:
+        self._write({"clean": True, "pending": pending})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_bytes(orjson.dumps(record))
+        os.replace(tmp, self.path)

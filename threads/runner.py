@@ -1,0 +1,109 @@
+"""A thread: the live runner of one session key.
+
+It owns the key's current :class:`Session`, renders each wake as the prompt
+seed 000 describes (a YAML header, then the body), applies the busy policy
+configured for the wake's source, and reports its state for
+``check_session`` and ``health``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from datetime import tzinfo
+from typing import Any
+
+from threads.keys import SessionKey
+from threads.messages import Message
+from threads.session import Session
+from threads.turns import Policy, Turn
+from threads.wake import Accepted, Wake, render_prompt, wake_to_wire
+
+ThreadState = str  # "running" | "pending" | "idle"
+
+
+class Thread:
+    """One session key's runner: one turn at a time, every wake durable when accepted."""
+
+    def __init__(
+        self,
+        key: SessionKey,
+        session: Session,
+        *,
+        agent: str,
+        tz: tzinfo,
+        policies: Mapping[str, str],
+        on_turn: Callable[[Thread, Wake, Turn], None] | None = None,
+        created: bool = False,
+    ) -> None:
+        self.key = key
+        self.session = session
+        self.agent = agent
+        self.tz = tz
+        self.created = created
+        self._policies = policies
+        self._on_turn = on_turn
+        self.last_activity = time.monotonic()
+        self.last_wall = time.time()
+
+    def policy_for(self, wake: Wake) -> Policy:
+        return Policy(self._policies.get(wake.source.value, "queue"))
+
+    async def wake(self, wake: Wake, *, policy: Policy | None = None) -> tuple[Accepted, Turn]:
+        """Accept one wake: durable in the session before this returns."""
+        policy = policy or self.policy_for(wake)
+        session = self.session
+        prompt = render_prompt(wake, thread=self.key, session_id=session.id, tz=self.tz)
+        injected = None
+        if policy is Policy.STEER:
+            injected = Message.user(
+                render_prompt(
+                    wake, thread=self.key, session_id=session.id, tz=self.tz, injected=True
+                )
+            )
+        turn = await session.send(
+            Message.user(prompt),
+            policy=policy,
+            payload=wake,
+            wake=wake_to_wire(wake),
+            injected=injected,
+        )
+        self.touch()
+        if self._on_turn is not None:
+            self._on_turn(self, wake, turn)
+        accepted = Accepted(
+            key=self.key, session_id=session.id, run_id=turn.run_id, created=self.created
+        )
+        self.created = False
+        return accepted, turn
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+        self.last_wall = time.time()
+
+    @property
+    def state(self) -> ThreadState:
+        if self.session.running is not None:
+            return "running"
+        if self.session.pending_count() or self.session.busy:
+            return "pending"
+        return "idle"
+
+    def snapshot(self) -> dict[str, Any]:
+        """The thread's live state, as ``check_session`` and ``health`` report it."""
+        run = self.session.running
+        out: dict[str, Any] = {
+            "session_key": str(self.key),
+            "session_id": self.session.id,
+            "agent": self.agent,
+            "state": self.state,
+            "pending": self.session.pending_count(),
+            "last_activity": self.last_wall,
+            "idle_seconds": round(time.monotonic() - self.last_activity, 3),
+        }
+        if run is not None:
+            out["iterations"] = run.steps
+            out["current_tool"] = run.current_tool
+            out["elapsed_sec"] = round(run.elapsed, 3)
+            out["run_id"] = run.run_id
+        return out

@@ -1,0 +1,275 @@
+"""The entry tree in memory: validation, the leaf, the path and the model's context.
+
+Pure data: no I/O, no locks. :class:`threads.session.Session` owns one and feeds
+it every entry it loads or writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from threads.errors import CorruptError, NoEntryError
+from threads.ids import valid_id
+from threads.messages import Message, TextPart, ToolResultPart
+from threads.store.entries import (
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomMessageEntry,
+    Entry,
+    InfoEntry,
+    LeafEntry,
+    MessageEntry,
+    ReceiptEntry,
+    TurnEntry,
+)
+
+INTERRUPTED = "no result recorded: the call was interrupted"
+SUMMARY_OPEN = "<summary>"
+SUMMARY_CLOSE = "</summary>"
+
+
+class EntryTree:
+    """Every entry of a session in append order, indexed, with the current leaf."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.entries: list[Entry] = []
+        self.by_id: dict[str, Entry] = {}
+        self.leaf = ""
+        self.orphaned: list[str] = []
+        self._path_cache: list[Entry] | None = []
+
+    def load(
+        self, entries: Iterable[Entry], *, salvaged: bool = False, first_line: int = 2
+    ) -> None:
+        """Add stored entries, validating the tree; :class:`CorruptError` names the entry.
+
+        Under salvage an entry whose parent is missing is kept as an orphan (the
+        root of what survives of its line) instead of failing.
+        """
+        for offset, entry in enumerate(entries):
+            line = first_line + offset
+            if not valid_id(entry.id):
+                raise CorruptError(self.session, line, entry.id, "entry id is not a valid id")
+            if entry.id in self.by_id:
+                raise CorruptError(self.session, line, entry.id, "duplicate entry id")
+            if entry.parent and entry.parent not in self.by_id:
+                if not salvaged:
+                    raise CorruptError(
+                        self.session,
+                        line,
+                        entry.id,
+                        f"parent {entry.parent} is not an earlier entry",
+                    )
+                self.orphaned.append(entry.id)
+            if isinstance(entry, LeafEntry) and entry.entry and entry.entry not in self.by_id:
+                if not salvaged:
+                    raise CorruptError(
+                        self.session,
+                        line,
+                        entry.id,
+                        f"leaf target {entry.entry} is not an earlier entry",
+                    )
+                self.orphaned.append(entry.id)
+                self._add(entry, move_leaf=False)
+                continue
+            self._add(entry)
+
+    def add(self, entry: Entry) -> None:
+        """Add an entry this session just wrote (already validated by construction)."""
+        self._add(entry)
+
+    def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
+        self.entries.append(entry)
+        self.by_id[entry.id] = entry
+        if not move_leaf:
+            return
+        if isinstance(entry, LeafEntry):
+            self.leaf = entry.entry
+            self._path_cache = None
+            return
+        if self._path_cache is not None and entry.parent == self.leaf:
+            self._path_cache.append(entry)
+        else:
+            self._path_cache = None
+        self.leaf = entry.id
+
+    def require(self, entry_id: str) -> Entry:
+        entry = self.by_id.get(entry_id)
+        if entry is None:
+            raise NoEntryError(self.session, entry_id)
+        return entry
+
+    def path(self, entry_id: str | None = None) -> list[Entry]:
+        """The entries from a root to ``entry_id`` (default: the leaf), leaf entries skipped."""
+        target = self.leaf if entry_id is None else entry_id
+        if entry_id is None and self._path_cache is not None:
+            return list(self._path_cache)
+        out: list[Entry] = []
+        current = self.by_id.get(target) if target else None
+        if target and current is None:
+            raise NoEntryError(self.session, target)
+        while current is not None:
+            if not isinstance(current, LeafEntry):
+                out.append(current)
+            current = self.by_id.get(current.parent) if current.parent else None
+        out.reverse()
+        if entry_id is None:
+            self._path_cache = list(out)
+        return out
+
+    def title(self) -> str:
+        for entry in reversed(self.entries):
+            if isinstance(entry, InfoEntry) and entry.title:
+                return entry.title
+        return ""
+
+    def meta(self, header_meta: dict[str, str]) -> dict[str, str]:
+        merged = dict(header_meta)
+        for entry in self.entries:
+            if isinstance(entry, InfoEntry):
+                merged.update(entry.meta)
+        return merged
+
+    def highest_turn(self) -> int:
+        """The highest ``-t<n>`` recorded in any run id (the run-id counter's recovery)."""
+        highest = 0
+        for entry in self.entries:
+            run_id = getattr(entry, "run_id", "")
+            if run_id:
+                _, _, n = run_id.rpartition("-t")
+                if n.isdigit():
+                    highest = max(highest, int(n))
+        return highest
+
+    def context(self) -> list[Message]:
+        return build_context(self.path())
+
+
+def summary_message(text: str) -> Message:
+    return Message(
+        role="user", content=(TextPart(text=f"{SUMMARY_OPEN}\n{text}\n{SUMMARY_CLOSE}"),)
+    )
+
+
+def build_context(path: Sequence[Entry]) -> list[Message]:
+    """The messages the model sees for a root→leaf path.
+
+    The latest compaction's summary stands in place of what it covers (then the
+    entries it pinned, then everything from its first kept entry on); branch
+    summaries sit where they were written; bookkeeping kinds never appear;
+    repair runs last so every tool call has a result.
+    """
+    start = 0
+    messages: list[Message] = []
+    for index in range(len(path) - 1, -1, -1):
+        entry = path[index]
+        if isinstance(entry, CompactionEntry) and entry.summary:
+            messages.append(summary_message(entry.summary))
+            pinned = set(entry.pinned)
+            kept_from = next((i for i, e in enumerate(path) if e.id == entry.first_kept), index + 1)
+            for e in path[:kept_from]:
+                if e.id in pinned and (m := _message_of(e)) is not None:
+                    messages.append(m)
+            start = kept_from
+            break
+    for entry in path[start:]:
+        message = _message_of(entry)
+        if message is not None:
+            messages.append(message)
+    return repair(messages)
+
+
+def _message_of(entry: Entry) -> Message | None:
+    if isinstance(entry, MessageEntry | CustomMessageEntry):
+        return entry.message
+    if isinstance(entry, BranchSummaryEntry):
+        return summary_message(entry.summary)
+    return None
+
+
+def repair(messages: list[Message]) -> list[Message]:
+    """Give every tool call a result and drop results that answer no call.
+
+    A call with no recorded result gets :data:`INTERRUPTED` as an error result,
+    placed in the tool message right after its assistant message.
+    """
+    if not any(m.role != "user" for m in messages):
+        return messages
+    out: list[Message] = []
+    open_calls: dict[str, str] = {}
+    for message in messages:
+        if message.role == "tool":
+            kept = tuple(
+                p
+                for p in message.content
+                if not isinstance(p, ToolResultPart) or p.call_id in open_calls
+            )
+            for part in kept:
+                if isinstance(part, ToolResultPart):
+                    open_calls.pop(part.call_id, None)
+            if kept:
+                out.append(
+                    Message(role="tool", content=kept) if kept != message.content else message
+                )
+            continue
+        if open_calls:
+            out.append(_interrupted(open_calls))
+            open_calls = {}
+        out.append(message)
+        if message.role == "assistant":
+            for call in message.tool_calls():
+                open_calls[call.id] = call.name
+    if open_calls:
+        out.append(_interrupted(open_calls))
+    return _merge_tool_messages(out)
+
+
+def _interrupted(calls: dict[str, str]) -> Message:
+    return Message(
+        role="tool",
+        content=tuple(
+            ToolResultPart(call_id=call_id, name=name, content=INTERRUPTED, is_error=True)
+            for call_id, name in calls.items()
+        ),
+    )
+
+
+def _merge_tool_messages(messages: list[Message]) -> list[Message]:
+    out: list[Message] = []
+    for message in messages:
+        if message.role == "tool" and out and out[-1].role == "tool":
+            out[-1] = Message(role="tool", content=out[-1].content + message.content)
+        else:
+            out.append(message)
+    return out
+
+
+def unsettled_receipts(entries: Sequence[Entry]) -> list[ReceiptEntry]:
+    """Accepted or queued receipts never settled: what a reopen restores to the queue.
+
+    A queued steer is settled by a later receipt linking to it; an accepted send
+    by its prompt entry landing (id ``turn``) or a ``dropped`` receipt.
+    """
+    settled: set[str] = set()
+    landed: set[str] = set()
+    for entry in entries:
+        if isinstance(entry, ReceiptEntry) and entry.receipt:
+            settled.add(entry.receipt)
+        elif isinstance(entry, MessageEntry):
+            landed.add(entry.id)
+    out = []
+    for entry in entries:
+        if not isinstance(entry, ReceiptEntry) or entry.receipt or entry.id in settled:
+            continue
+        if entry.status == "queued" or (entry.status == "accepted" and entry.turn not in landed):
+            out.append(entry)
+    return out
+
+
+def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
+    """Prompt entries whose turn has no turn entry: a writer died mid-turn."""
+    finished = {e.run_id for e in entries if isinstance(e, TurnEntry)}
+    return [
+        e for e in entries if isinstance(e, MessageEntry) and e.run_id and e.run_id not in finished
+    ]

@@ -1,0 +1,265 @@
+"""Turns: busy policies, the Turn handle a send returns, and the Run an agent drives.
+
+A :class:`Turn` stands for one accepted send, whatever becomes of it: a run of
+its own, a message steered into another run, a follow-up, or nothing. A
+:class:`Run` is the agent's view of one running turn: its context, the wake it
+answers, and the doors back into the session (stage and flush step messages,
+drain steered messages, see a soft stop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+from threads.errors import ClosedError, DroppedError
+from threads.messages import Message, Usage
+
+if TYPE_CHECKING:
+    from threads.session import Session
+
+
+class Policy(StrEnum):
+    """What a send does while a turn runs."""
+
+    QUEUE = "queue"
+    REJECT = "reject"
+    STEER = "steer"
+    INTERRUPT = "interrupt"
+    ROLLBACK = "rollback"
+    COLLECT = "collect"
+
+
+class Outcome(StrEnum):
+    """How a turn ended (``running`` until it has)."""
+
+    RUNNING = "running"
+    ANSWERED = "answered"
+    DELIVERED = "delivered"
+    DEFERRED = "deferred"
+    DROPPED = "dropped"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+# -- run events, streamed by Turn.events()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStart:
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolFinish:
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFinish:
+    step: int
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFinish:
+    result: RunResult
+
+
+Event = TextDelta | ToolStart | ToolFinish | StepFinish | RunFinish
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResult:
+    """What a run produced.
+
+    ``stop_reason`` is ``dispatch`` (the turn ended with a dispatch call),
+    ``end_turn`` (a final text answer), ``max_steps`` (the step cap), ``stopped``
+    (a soft stop), ``canceled`` or ``error``. ``data`` carries what the agent
+    wants its caller to see (the dispatch report).
+    """
+
+    stop_reason: str
+    text: str = ""
+    usage: Usage = field(default_factory=Usage)
+    steps: int = 0
+    error: str = ""
+    last_input: int = 0
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.stop_reason not in ("canceled", "error")
+
+
+class Agent(Protocol):
+    """What a session runs for each turn."""
+
+    async def run(self, run: Run) -> RunResult: ...
+
+
+class Turn:
+    """The handle of one accepted send. Safe to await from any task."""
+
+    def __init__(self, turn_id: str, run_id: str, policy: Policy) -> None:
+        self.id = turn_id
+        self.run_id = run_id
+        self.policy = policy
+        self.outcome = Outcome.RUNNING
+        self.next: Turn | None = None
+        self.result: RunResult | None = None
+        self.error: BaseException | None = None
+        self._done = asyncio.Event()
+        self._events: list[Event] = []
+        self._new_event = asyncio.Event()
+        self._callbacks: list[Callable[[Turn], None]] = []
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self, timeout: float | None = None) -> RunResult | None:
+        """The run's result once the turn is decided.
+
+        ``None`` for a steer (delivered or deferred: the answer is another
+        turn's). Raises :class:`DroppedError` for a dropped message,
+        :class:`ClosedError` when the session closed before it ran, and
+        :class:`TimeoutError` when ``timeout`` passes first (the turn goes on).
+        """
+        if timeout is None:
+            await self._done.wait()
+        else:
+            async with asyncio.timeout(timeout):
+                await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    async def events(self) -> AsyncIterator[Event]:
+        """The run's events in order; may be iterated more than once."""
+        index = 0
+        while True:
+            while index < len(self._events):
+                yield self._events[index]
+                index += 1
+            if self._done.is_set():
+                return
+            self._new_event.clear()
+            await self._new_event.wait()
+
+    def add_done_callback(self, callback: Callable[[Turn], None]) -> None:
+        """Call ``callback(turn)`` when the turn is decided (at once if it is)."""
+        if self.done():
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    # -- the session's side
+
+    def emit(self, event: Event) -> None:
+        self._events.append(event)
+        self._new_event.set()
+
+    def finish(
+        self,
+        outcome: Outcome,
+        result: RunResult | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        if self.done():
+            return
+        self.outcome = outcome
+        self.result = result
+        self.error = error
+        self._done.set()
+        self._new_event.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def drop(self) -> None:
+        self.finish(
+            Outcome.DROPPED, error=DroppedError(f"message {self.id} was dropped from the queue")
+        )
+
+    def close(self, session: str) -> None:
+        self.finish(Outcome.CANCELED, error=ClosedError(session))
+
+
+class Run:
+    """The agent's handle on one running turn.
+
+    ``messages`` is the context the run starts from (the prompt last).
+    ``stage`` holds step messages; ``flush`` makes them durable; ``drain``
+    flushes, then delivers steered messages into the run (durably) and returns
+    them. Messages staged and not flushed when the run ends land with the turn
+    entry, in one batch.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: Session,
+        run_id: str,
+        turn: Turn,
+        messages: list[Message],
+        payload: Any,
+        policy: Policy,
+    ) -> None:
+        self.session = session
+        self.run_id = run_id
+        self.turn = turn
+        self.messages = messages
+        self.payload = payload
+        self.policy = policy
+        self.started = time.monotonic()
+        self.steps = 0
+        self.current_tool = ""
+        self.tool_history: list[str] = []
+        self.staged: list[Message] = []
+        self.stop_requested = False
+        self._flush: Callable[[Run], Awaitable[None]] | None = None
+        self._drain: Callable[[Run], Awaitable[list[Message]]] | None = None
+
+    def bind(
+        self,
+        flush: Callable[[Run], Awaitable[None]],
+        drain: Callable[[Run], Awaitable[list[Message]]],
+    ) -> None:
+        self._flush = flush
+        self._drain = drain
+
+    def stage(self, *messages: Message) -> None:
+        self.staged.extend(messages)
+
+    async def flush(self) -> None:
+        if self.staged and self._flush is not None:
+            await self._flush(self)
+
+    async def drain(self) -> list[Message]:
+        """Deliver waiting steers into this run; empty when none wait."""
+        if self._drain is None:
+            return []
+        return await self._drain(self)
+
+    def has_steers(self) -> bool:
+        return self.session.has_steers()
+
+    def emit(self, event: Event) -> None:
+        self.turn.emit(event)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
