@@ -105,3 +105,25 @@ def _validate(value: object) -> None:
 def parse_session_key(value: str) -> SessionKey:
     """Validate ``value`` as a session key; :class:`InvalidKeyError` names the broken rule."""
     return SessionKey(value)
+
+
+def endpoint_key(channel: str, user_id: str) -> SessionKey:
+    """The session key of a channel endpoint (``dispatch`` to ``channel`` + ``user_id``).
+
+    Groups follow the channel's convention: ``user_id = "group:<chatid>"``.
+    Telegram chats are ``telegram:<chat id>`` (a group's id as is); Discord
+    channels ``discord:channel:<id>`` and direct messages ``discord:dm:<user>``;
+    the terminal is ``cli``; other channels ``<channel>:<id>`` and
+    ``<channel>:group:<id>``.
+    """
+    kind, sep, rest = user_id.partition(":")
+    group = sep and kind in ("group", "channel")
+    if channel == "cli":
+        return SessionKey("cli")
+    if channel == "telegram":
+        return SessionKey(f"telegram:{rest if group else user_id}")
+    if channel == "discord":
+        return SessionKey(f"discord:channel:{rest}" if group else f"discord:dm:{user_id}")
+    if group:
+        return SessionKey(f"{channel}:group:{rest}")
+    return SessionKey(f"{channel}:{user_id}")

@@ -23,13 +23,14 @@ import orjson
 
 from config.models import GatewayConfig
 from threads.errors import NotFoundError, ThreadsError
+from threads.history import strip_for_fork
 from threads.keys import SessionKey
 from threads.messages import JSON, Message
 from threads.runner import Thread
 from threads.session import Session, SessionOptions
 from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
 from threads.store.base import SessionStore
-from threads.store.entries import MessageEntry, TurnEntry, encode_entry
+from threads.store.entries import MessageEntry, ParentRef, TurnEntry, encode_entry
 from threads.tree import unfinished_runs, unsettled_receipts
 from threads.turns import Agent, Turn
 from threads.wake import (
@@ -335,6 +336,30 @@ class ThreadManager:
         return Message.user(text), wake, wake_to_wire(wake)
 
     # -- operations
+
+    async def create_fork(self, key: SessionKey, parent: Session, *, agent: str | None) -> None:
+        """Start a fork child: a new session holding the parent's stripped history."""
+        name = agent or parent.header.meta.get("agent", self.config.default_agent)
+        session = await Session.create(
+            self.store,
+            self.agent,
+            meta={"key": str(key), "agent": name},
+            parent=ParentRef(session=parent.id, entry=parent.leaf),
+            options=self.session_options(),
+        )
+        history = strip_for_fork(parent.context())
+        if history:
+            await session.append_messages(history)
+        await self.store.point(key, session.id)
+        self._threads[key] = Thread(
+            key,
+            session,
+            agent=name,
+            tz=self.tz,
+            policies=self.config.threads.busy_policy,
+            on_turn=self._notify,
+            created=True,
+        )
 
     async def new_session(self, key: str) -> str:
         """Point the key at a fresh session (``/new``); the old one is kept."""

@@ -347,6 +347,12 @@ class Session:
             raise BusyError(self.id, "custom_message")
         await self._append(CustomMessageEntry(id=new_entry_id(), kind=kind, message=message))
 
+    async def append_messages(self, messages: Sequence[Message]) -> None:
+        """Append conversation messages between turns (a fork's inherited history)."""
+        if self._running is not None:
+            raise BusyError(self.id, "append_messages")
+        await self._append(*[MessageEntry(id=new_entry_id(), message=m) for m in messages])
+
     async def branch(self, entry_id: str, summary: str = "") -> None:
         """Move the leaf to ``entry_id`` ("" for the root) by appending a leaf entry."""
         if self._running is not None:
@@ -431,7 +437,7 @@ class Session:
             if self._closing:
                 raise ClosedError(self.id)
             await self._settle_unfinished()
-            busy = self._running is not None or bool(self._queue) or self._driver is not None
+            busy = self._running is not None or bool(self._queue)
             wake = dict(wake or {})
             if not busy and policy is not Policy.COLLECT:
                 turn = Turn(new_entry_id(), self._mint_run_id(), policy)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from threads.errors import CorruptError, NoEntryError
 from threads.ids import valid_id
-from threads.messages import Message, TextPart, ToolResultPart
+from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from threads.store.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -38,6 +38,7 @@ class EntryTree:
         self.leaf = ""
         self.orphaned: list[str] = []
         self._path_cache: list[Entry] | None = []
+        self._context: ContextBuilder | None = ContextBuilder()
 
     def load(
         self, entries: Iterable[Entry], *, salvaged: bool = False, first_line: int = 2
@@ -87,11 +88,19 @@ class EntryTree:
         if isinstance(entry, LeafEntry):
             self.leaf = entry.entry
             self._path_cache = None
+            self._context = None
             return
-        if self._path_cache is not None and entry.parent == self.leaf:
-            self._path_cache.append(entry)
+        if entry.parent == self.leaf:
+            if self._path_cache is not None:
+                self._path_cache.append(entry)
+            if self._context is not None:
+                if isinstance(entry, CompactionEntry):
+                    self._context = None
+                elif (message := message_of(entry)) is not None:
+                    self._context.add(message)
         else:
             self._path_cache = None
+            self._context = None
         self.leaf = entry.id
 
     def require(self, entry_id: str) -> Entry:
@@ -143,7 +152,10 @@ class EntryTree:
         return highest
 
     def context(self) -> list[Message]:
-        return build_context(self.path())
+        """The model's context at the leaf (kept up to date as entries land)."""
+        if self._context is None:
+            self._context = context_builder(self.path())
+        return self._context.messages()
 
 
 def summary_message(text: str) -> Message:
@@ -160,27 +172,33 @@ def build_context(path: Sequence[Entry]) -> list[Message]:
     summaries sit where they were written; bookkeeping kinds never appear;
     repair runs last so every tool call has a result.
     """
+    return context_builder(path).messages()
+
+
+def context_builder(path: Sequence[Entry]) -> ContextBuilder:
+    """A builder holding the context of ``path``, ready to be extended entry by entry."""
+    builder = ContextBuilder()
     start = 0
-    messages: list[Message] = []
     for index in range(len(path) - 1, -1, -1):
         entry = path[index]
         if isinstance(entry, CompactionEntry) and entry.summary:
-            messages.append(summary_message(entry.summary))
+            builder.add(summary_message(entry.summary))
             pinned = set(entry.pinned)
             kept_from = next((i for i, e in enumerate(path) if e.id == entry.first_kept), index + 1)
             for e in path[:kept_from]:
-                if e.id in pinned and (m := _message_of(e)) is not None:
-                    messages.append(m)
+                if e.id in pinned and (m := message_of(e)) is not None:
+                    builder.add(m)
             start = kept_from
             break
     for entry in path[start:]:
-        message = _message_of(entry)
+        message = message_of(entry)
         if message is not None:
-            messages.append(message)
-    return repair(messages)
+            builder.add(message)
+    return builder
 
 
-def _message_of(entry: Entry) -> Message | None:
+def message_of(entry: Entry) -> Message | None:
+    """The message an entry puts in the context, if any."""
     if isinstance(entry, MessageEntry | CustomMessageEntry):
         return entry.message
     if isinstance(entry, BranchSummaryEntry):
@@ -188,41 +206,66 @@ def _message_of(entry: Entry) -> Message | None:
     return None
 
 
-def repair(messages: list[Message]) -> list[Message]:
-    """Give every tool call a result and drop results that answer no call.
+class ContextBuilder:
+    """The context of a path, built incrementally and repaired as it grows.
 
-    A call with no recorded result gets :data:`INTERRUPTED` as an error result,
-    placed in the tool message right after its assistant message.
+    Every tool call gets a result: a message arriving while calls are open
+    first closes them with :data:`INTERRUPTED`; results answering no open call
+    are dropped; consecutive tool messages merge.
     """
-    if not any(m.role != "user" for m in messages):
-        return messages
-    out: list[Message] = []
-    open_calls: dict[str, str] = {}
-    for message in messages:
+
+    __slots__ = ("_messages", "_open")
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._open: dict[str, str] = {}
+
+    def add(self, message: Message) -> None:
         if message.role == "tool":
             kept = tuple(
                 p
                 for p in message.content
-                if not isinstance(p, ToolResultPart) or p.call_id in open_calls
+                if not isinstance(p, ToolResultPart) or self._open.pop(p.call_id, None) is not None
             )
-            for part in kept:
-                if isinstance(part, ToolResultPart):
-                    open_calls.pop(part.call_id, None)
             if kept:
-                out.append(
-                    Message(role="tool", content=kept) if kept != message.content else message
+                self._append_tool(
+                    message if kept == message.content else Message(role="tool", content=kept)
                 )
-            continue
-        if open_calls:
-            out.append(_interrupted(open_calls))
-            open_calls = {}
-        out.append(message)
+            return
+        if self._open:
+            self._append_tool(_interrupted(self._open))
+            self._open = {}
+        self._messages.append(message)
         if message.role == "assistant":
-            for call in message.tool_calls():
-                open_calls[call.id] = call.name
-    if open_calls:
-        out.append(_interrupted(open_calls))
-    return _merge_tool_messages(out)
+            for part in message.content:
+                if isinstance(part, ToolCallPart):
+                    self._open[part.id] = part.name
+
+    def _append_tool(self, message: Message) -> None:
+        if self._messages and self._messages[-1].role == "tool":
+            last = self._messages[-1]
+            self._messages[-1] = Message(role="tool", content=last.content + message.content)
+        else:
+            self._messages.append(message)
+
+    def messages(self) -> list[Message]:
+        """A copy of the context, with calls still open closed by :data:`INTERRUPTED`."""
+        out = list(self._messages)
+        if self._open:
+            interrupted = _interrupted(self._open)
+            if out and out[-1].role == "tool":
+                out[-1] = Message(role="tool", content=out[-1].content + interrupted.content)
+            else:
+                out.append(interrupted)
+        return out
+
+
+def repair(messages: list[Message]) -> list[Message]:
+    """Give every tool call a result and drop results that answer no call."""
+    builder = ContextBuilder()
+    for message in messages:
+        builder.add(message)
+    return builder.messages()
 
 
 def _interrupted(calls: dict[str, str]) -> Message:
@@ -233,16 +276,6 @@ def _interrupted(calls: dict[str, str]) -> Message:
             for call_id, name in calls.items()
         ),
     )
-
-
-def _merge_tool_messages(messages: list[Message]) -> list[Message]:
-    out: list[Message] = []
-    for message in messages:
-        if message.role == "tool" and out and out[-1].role == "tool":
-            out[-1] = Message(role="tool", content=out[-1].content + message.content)
-        else:
-            out.append(message)
-    return out
 
 
 def unsettled_receipts(entries: Sequence[Entry]) -> list[ReceiptEntry]:

@@ -1,0 +1,204 @@
+"""The agent loop: model → tool calls → model …, until ``dispatch``, a text answer or the cap.
+
+One :class:`AgentLoop` serves every session. Per turn it resolves the agent
+(the wake's override, else the session's), its model and tools, then steps:
+each step's messages are staged on the run and made durable before the next
+model call; steered messages are drained after each tool batch and at what
+would have been the final answer (which they turn into one more step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from config.models import AgentConfig, GatewayConfig
+from threads.agent.models import Models
+from threads.agent.tools import Tool, ToolContext, ToolOutput, ToolRegistry
+from threads.keys import SessionKey
+from threads.llm.base import ModelRequest
+from threads.messages import Message, ToolCallPart, ToolResultPart, Usage
+from threads.sinks import OutboundMessage
+from threads.turns import Run, RunResult, StepFinish, TextDelta, ToolFinish, ToolStart
+from threads.wake import SessionCaller, Wake
+
+log = logging.getLogger(__name__)
+
+PREAMBLE = """You are one thread of a chat gateway: a durable conversation that runs one turn at a time.
+Every user message starts with a YAML wake header (source, sender, time, delivery, and caller_session_key when another session woke you), then the body.
+End every turn by calling `dispatch` once: reply to your caller, message your user, or hand work to subagents, forks and other sessions. dispatch({}) ends silently."""
+
+STOP_CONTROL = (
+    "[control] A soft stop was requested for this thread. End this turn now by calling "
+    "dispatch({}) with no sends. Do not start new work."
+)
+
+ToolFilter = Callable[[str, AgentConfig, dict[str, Tool[Any]]], dict[str, Tool[Any]]]
+
+
+class AgentLoop:
+    """Runs turns for every session: the runtime's :class:`threads.turns.Agent`."""
+
+    def __init__(
+        self,
+        *,
+        config: GatewayConfig,
+        models: Models,
+        tools: ToolRegistry,
+        services: Any = None,
+        tool_filter: ToolFilter | None = None,
+    ) -> None:
+        self.config = config
+        self.models = models
+        self.tools = tools
+        self.services = services
+        self.tool_filter = tool_filter
+        self._systems: dict[str, str] = {}
+
+    def system_prompt(self, agent: str) -> str:
+        cached = self._systems.get(agent)
+        if cached is None:
+            instructions = self.config.agents[agent].instructions.strip()
+            cached = f"{PREAMBLE}\n\n{instructions}" if instructions else PREAMBLE
+            self._systems[agent] = cached
+        return cached
+
+    def agent_for(self, run: Run) -> str:
+        wake = run.payload if isinstance(run.payload, Wake) else None
+        name = (wake.agent if wake else None) or run.session.header.meta.get("agent")
+        if not name or name not in self.config.agents:
+            name = self.config.default_agent
+        return name
+
+    async def run(self, run: Run) -> RunResult:
+        agent_name = self.agent_for(run)
+        agent = self.config.agents[agent_name]
+        client, model, settings = self.models.resolve(agent.model or self.config.models.default)
+        key = run.session.header.meta.get("key", run.session.id)
+        tools, specs = self.tools.select(agent.tools)
+        if self.tool_filter is not None:
+            tools = self.tool_filter(key, agent, tools)
+            specs = [t.spec for t in tools.values()]
+        ctx = ToolContext(run=run, key=key, agent=agent_name, services=self.services)
+        system = self.system_prompt(agent_name)
+        messages = list(run.messages)
+        usage = Usage()
+        last_input = 0
+        stopping = False
+
+        def on_delta(text: str) -> None:
+            run.emit(TextDelta(text=text))
+
+        for step in range(1, agent.max_steps + 1):
+            if run.stop_requested and not stopping:
+                stopping = True
+                control = Message.user(STOP_CONTROL)
+                messages.append(control)
+                run.stage(control)
+            request = ModelRequest(
+                model=model,
+                messages=messages,
+                system=system,
+                tools=specs,
+                max_output_tokens=settings.max_output_tokens,
+            )
+            response = await client.complete(request, on_delta)
+            usage = usage + response.usage
+            last_input = response.usage.input_tokens
+            run.steps = step
+            message = response.message
+            messages.append(message)
+            run.stage(message)
+            run.emit(StepFinish(step=step, usage=response.usage))
+            calls = message.tool_calls()
+            if not calls:
+                if run.has_steers():
+                    messages.extend(await run.drain())
+                    continue
+                text = message.text()
+                if not stopping:
+                    await self._deliver_text(text, run, key)
+                return RunResult(
+                    stop_reason="stopped" if stopping else "end_turn",
+                    text=text,
+                    usage=usage,
+                    steps=step,
+                    last_input=last_input,
+                )
+            results, outputs = await self._call_tools(tools, calls, ctx, run)
+            tool_message = Message(role="tool", content=tuple(results))
+            messages.append(tool_message)
+            run.stage(tool_message)
+            ended = next((o for o in outputs if o.ends_turn), None)
+            if ended is not None:
+                return RunResult(
+                    stop_reason="stopped" if stopping else "dispatch",
+                    text=message.text(),
+                    usage=usage,
+                    steps=step,
+                    last_input=last_input,
+                    data=dict(ended.data),
+                )
+            if run.has_steers():
+                messages.extend(await run.drain())
+            else:
+                await run.flush()
+        return RunResult(
+            stop_reason="max_steps",
+            usage=usage,
+            steps=agent.max_steps,
+            last_input=last_input,
+            error=f"the turn reached its step cap ({agent.max_steps}) without dispatch",
+        )
+
+    async def _call_tools(
+        self,
+        tools: dict[str, Tool[Any]],
+        calls: Sequence[ToolCallPart],
+        ctx: ToolContext,
+        run: Run,
+    ) -> tuple[list[ToolResultPart], list[ToolOutput]]:
+        async def one(call: ToolCallPart) -> tuple[ToolResultPart, ToolOutput]:
+            run.current_tool = call.name
+            run.tool_history.append(call.name)
+            run.emit(ToolStart(call_id=call.id, name=call.name))
+            result, output = await self.tools.call(tools, call, ctx)
+            run.emit(
+                ToolFinish(
+                    call_id=call.id,
+                    name=call.name,
+                    content=result.content,
+                    is_error=result.is_error,
+                )
+            )
+            return result, output
+
+        try:
+            if len(calls) == 1:
+                pairs = [await one(calls[0])]
+            else:
+                pairs = list(await asyncio.gather(*(one(c) for c in calls)))
+        finally:
+            run.current_tool = ""
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    async def _deliver_text(self, text: str, run: Run, key: str) -> None:
+        """A final text answer goes to the caller, as a reply would.
+
+        A child's answer to the parent that woke it is not sent here: the
+        parent receives it in the ``child_completed`` wake.
+        """
+        wake = run.payload if isinstance(run.payload, Wake) else None
+        if wake is None or not text.strip() or wake.sink.drops:
+            return
+        if (
+            isinstance(wake.caller, SessionCaller)
+            and SessionKey(key).parent == wake.caller.session_key
+        ):
+            return
+        try:
+            await wake.sink.deliver(OutboundMessage(text=text))
+        except Exception:
+            log.exception("session %s: delivering the final answer failed", key)
