@@ -1,1 +1,56 @@
-"""store."""
+"""Durable session storage: the entry tree on disk, in SQLite, in Redis or in memory.
+
+:func:`open_store` picks the backend from a URL; every backend implements
+:class:`~threads.store.base.SessionStore` (Storage + KeyIndex) and the
+capabilities it can (``Watcher``, ``Flusher``, ``Releaser``, ``Leaser``).
+Backends are imported only when chosen, so their drivers load on demand.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from threads.store.base import SessionStore, StoreOptions
+
+SCHEMES = ("memory://", "jsonl://PATH", "sqlite:///PATH", "redis://HOST:PORT/DB")
+
+
+def open_store(url: str, options: StoreOptions | None = None) -> SessionStore:
+    """Open the session store ``url`` names.
+
+    ``memory://`` — in process; ``jsonl://./data/sessions`` — one file per
+    session under the path (relative to the working directory);
+    ``sqlite:///./data/gateway.db`` — one SQLite file (``sqlite:////abs/path``
+    for an absolute one); ``redis://127.0.0.1:6379/0`` — a Redis database
+    (``rediss://`` for TLS). Nothing is touched until the first call.
+    """
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise ValueError(f"store URL {url!r} has no scheme; use one of {', '.join(SCHEMES)}")
+    if scheme == "memory":
+        from threads.store.memory import MemoryStore
+
+        return MemoryStore(options)
+    if scheme == "jsonl":
+        if not rest:
+            raise ValueError(f"store URL {url!r} names no directory, e.g. jsonl://./data/sessions")
+        from threads.store.jsonl import JsonlStore
+
+        return JsonlStore(rest, options)
+    if scheme == "sqlite":
+        path = rest[1:] if rest.startswith("/") else rest
+        if not path:
+            raise ValueError(f"store URL {url!r} names no file, e.g. sqlite:///./data/gateway.db")
+        from threads.store.sqlite import SqliteStore
+
+        return SqliteStore(path, options)
+    if scheme in ("redis", "rediss", "unix"):
+        urlsplit(url)  # let a malformed URL fail here, naming itself
+        from threads.store.redis import RedisStore
+
+        return RedisStore(url, options)
+    raise ValueError(f"unknown store scheme {scheme!r} in {url!r}; use one of {', '.join(SCHEMES)}")
+
+
+__all__ = ["SessionStore", "StoreOptions", "open_store"]

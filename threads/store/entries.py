@@ -480,7 +480,9 @@ def _spec(cls: type[Entry]) -> tuple[_FieldSpec, ...]:
     return tuple(out)
 
 
-_SPECS: dict[type[Entry], tuple[_FieldSpec, ...]] = {cls: _spec(cls) for cls in ENTRY_KINDS.values()}
+_SPECS: dict[type[Entry], tuple[_FieldSpec, ...]] = {
+    cls: _spec(cls) for cls in ENTRY_KINDS.values()
+}
 
 
 def entry_to_wire(entry: Entry) -> dict[str, JSON]:
@@ -648,7 +650,9 @@ def header_from_wire(obj: JSON) -> Header:
         meta = _str_map(meta)
     except WireError:
         raise WireError("the header's 'meta' must be an object of strings") from None
-    return Header(id=session_id, created=created, weft=weft, parent=parent, lineage=lineage, meta=meta)
+    return Header(
+        id=session_id, created=created, weft=weft, parent=parent, lineage=lineage, meta=meta
+    )
 
 
 def encode_header(header: Header) -> bytes:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from functools import partial
 
-from threads.errors import ExistsError, LockedError, NotFoundError
+from threads.errors import ExistsError, NotFoundError
 from threads.store.base import Loaded, Page, Query, StoreOptions
 from threads.store.entries import Entry, Header, InfoEntry, encode_header
+from threads.store.leases import Leases
 from threads.store.lines import count_lines, decode_session, encode_batch, header_of, split_torn
-from threads.store.rules import check_id, select_page
+from threads.store.rules import ZERO_TIME, check_header, check_id, select_page
+from threads.store.watching import Pulse, tail
 
 
 class MemoryStore:
@@ -26,34 +29,36 @@ class MemoryStore:
         self._options = options or StoreOptions()
         self._data: dict[str, bytearray] = {}
         self._titles: dict[str, str] = {}
-        self._leases: dict[str, object] = {}
+        self._generations: dict[str, int] = {}
+        self._created = 0
+        self._leases = Leases()
         self._keys: dict[str, str] = {}
-        self._changed = asyncio.Condition()
+        self._pulse = Pulse()
 
     async def create(self, header: Header) -> None:
-        check_id(header.id)
+        check_header(header)
         line = encode_header(header)
+        await asyncio.sleep(0)  # a call is a suspension point on every backend
         if header.id in self._data:
             raise ExistsError(header.id)
-        self._data[header.id] = bytearray(line)
-        self._titles[header.id] = ""
-        await self._notify()
+        self._store(header.id, bytearray(line))
 
     async def append(self, session: str, entries: Sequence[Entry]) -> None:
-        data = self._get(session)
+        check_id(session)
         batch = encode_batch(entries)
+        await asyncio.sleep(0)
+        data = self._get(session)
         if not batch:
             return
-        complete, torn = split_torn(bytes(data))
-        if torn:
-            del data[len(complete) :]
+        self._repair(data)
         data += batch
         for entry in entries:
             if isinstance(entry, InfoEntry) and entry.title:
                 self._titles[session] = entry.title
-        await self._notify()
+        self._pulse.fire()
 
     async def load(self, session: str) -> Loaded:
+        await asyncio.sleep(0)
         data = bytes(self._get(session))
         return decode_session(session, data, salvage=self._options.salvage)
 
@@ -67,11 +72,14 @@ class MemoryStore:
         return select_page(candidates, query)
 
     async def delete(self, session: str) -> None:
+        check_id(session)
+        await asyncio.sleep(0)
         self._get(session)
         del self._data[session]
         self._titles.pop(session, None)
-        self._leases.pop(session, None)
-        await self._notify()
+        self._generations.pop(session, None)
+        self._leases.drop(session)
+        self._pulse.fire()
 
     async def close(self) -> None:
         self._leases.clear()
@@ -95,52 +103,53 @@ class MemoryStore:
 
     async def release(self, session: str) -> None:
         self._get(session)
-        self._leases.pop(session, None)
+        self._leases.drop(session)
 
     async def acquire(self, session: str, holder: object) -> tuple[int, datetime]:
         data = self._get(session)
-        current = self._leases.get(session)
-        if current is not None and current is not holder:
-            raise LockedError(session, "another session writer in this process")
-        self._leases[session] = holder
+        self._leases.check(session, holder)
+        self._repair(data)
+        self._leases.take(session, holder)
         header = header_of(bytes(data))
-        created = header.created if header is not None else datetime.min
+        created = header.created if header is not None else ZERO_TIME
         return count_lines(bytes(data)), created
 
     async def yield_lease(self, session: str, holder: object) -> None:
         self._get(session)
-        current = self._leases.get(session)
-        if current is None or current is holder:
-            self._leases.pop(session, None)
+        if self._leases.may_yield(session, holder):
+            self._leases.drop(session)
 
     async def watch(self, session: str, after: str = "") -> AsyncIterator[Entry]:
-        seen = 0
-        created = (await self.load(session)).header.created
-        started = after == ""
-        while True:
-            if session not in self._data:
-                raise NotFoundError(session, "deleted while being watched")
-            loaded = await self.load(session)
-            if loaded.header.created != created:
-                raise NotFoundError(session, "recreated while being watched")
-            fresh = loaded.entries[seen:]
-            seen = len(loaded.entries)
-            for entry in fresh:
-                if started:
-                    yield entry
-                elif entry.id == after:
-                    started = True
-            if not started:
-                raise NotFoundError(session, f"watch after {after!r}: no such entry")
-            async with self._changed:
-                await self._changed.wait()
+        check_id(session)
+        stream = tail(
+            session,
+            after,
+            partial(self._read_from, session),
+            self._pulse,
+            salvage=self._options.salvage,
+            poll_interval=None,
+        )
+        async for entry in stream:
+            yield entry
+
+    async def _read_from(self, session: str, position: int) -> tuple[int, bytes, int]:
+        data = self._get(session)
+        complete, _ = split_torn(bytes(data[position:]))
+        return self._generations[session], complete, position + len(complete)
 
     # -- test hooks
 
     async def inject(self, session: str, data: bytes) -> None:
         """Append raw bytes to a session, as a damaged disk or a crash would leave them."""
         self._get(session).extend(data)
-        await self._notify()
+        self._pulse.fire()
+
+    async def plant(self, session: str, data: bytes) -> None:
+        """Store raw bytes as a whole session, header line included."""
+        check_id(session)
+        if session in self._data:
+            raise ExistsError(session)
+        self._store(session, bytearray(data))
 
     def _get(self, session: str) -> bytearray:
         check_id(session)
@@ -149,6 +158,15 @@ class MemoryStore:
             raise NotFoundError(session)
         return data
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+    def _store(self, session: str, data: bytearray) -> None:
+        self._data[session] = data
+        self._titles[session] = ""
+        self._created += 1
+        self._generations[session] = self._created
+        self._pulse.fire()
+
+    @staticmethod
+    def _repair(data: bytearray) -> None:
+        complete, torn = split_torn(bytes(data))
+        if torn:
+            del data[len(complete) :]

@@ -1,13 +1,19 @@
-"""Rules every backend answers identically: ids, the list order, filters and paging."""
+"""Rules every backend answers identically: ids, headers, the list order, filters and paging."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 
 from threads.errors import InvalidIdError
 from threads.ids import valid_id
 from threads.store.base import Page, Query
-from threads.store.entries import Header
+from threads.store.entries import FORMAT_VERSION, Header
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ZERO_TIME = datetime.min.replace(tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def check_id(session: str) -> str:
@@ -17,9 +23,27 @@ def check_id(session: str) -> str:
     return session
 
 
-def order_key(header: Header) -> tuple[float, str]:
+def check_header(header: Header) -> Header:
+    """Vet a header for create: a valid id and this build's envelope version."""
+    check_id(header.id)
+    if header.weft not in (0, FORMAT_VERSION):
+        raise ValueError(
+            f"session {header.id}: header weft={header.weft} is not this build's format "
+            f"{FORMAT_VERSION}; leave it at the default"
+        )
+    return header
+
+
+def created_us(created: datetime) -> int:
+    """A creation time as integer microseconds since the epoch: exact, so ties are ties."""
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    return (created - EPOCH) // _MICROSECOND
+
+
+def order_key(header: Header) -> tuple[int, str]:
     """Sort key of the list order: newest first by created, ties by id descending."""
-    return (header.created.timestamp(), header.id)
+    return (created_us(header.created), header.id)
 
 
 def matches(header: Header, title: str, query: Query) -> bool:
@@ -34,16 +58,44 @@ def before_cursor(header: Header, query: Query) -> bool:
     """Whether a session lies after the query's cursor in list order."""
     if query.before is None:
         return True
-    cursor = query.before.timestamp()
-    created = header.created.timestamp()
-    if created != cursor:
-        return created < cursor
-    return bool(query.before_id) and header.id < query.before_id
+    return _after_cursor(order_key(header), query)
+
+
+def _after_cursor(key: tuple[int, str], query: Query) -> bool:
+    assert query.before is not None
+    cursor = created_us(query.before)
+    if key[0] != cursor:
+        return key[0] < cursor
+    return bool(query.before_id) and key[1] < query.before_id
 
 
 def select_page(candidates: Iterable[tuple[Header, str]], query: Query) -> Page:
     """Filter, order and page ``(header, current title)`` pairs."""
-    matching = [h for h, title in candidates if matches(h, title, query)]
-    matching.sort(key=order_key, reverse=True)
-    after = [h for h in matching if before_cursor(h, query)]
-    return Page(sessions=after[: query.page_size], total=len(matching))
+    pairs = list(candidates)
+    titles = {id(h): t for h, t in pairs}
+    return page_of(((order_key(h), h) for h, _ in pairs), query, lambda h: titles[id(h)])
+
+
+def page_of(
+    rows: Iterable[tuple[tuple[int, str], Header]],
+    query: Query,
+    title_of: Callable[[Header], str] | None = None,
+) -> Page:
+    """Filter, order and page ``(order key, header)`` rows without sorting them all.
+
+    ``title_of`` is consulted only when the query searches titles.
+    """
+    meta = tuple(query.meta.items())
+    needle = query.title_search.casefold()
+    total = 0
+    after: list[tuple[tuple[int, str], Header]] = []
+    for key, header in rows:
+        if meta and any(header.meta.get(k) != v for k, v in meta):
+            continue
+        if needle and (title_of is None or needle not in title_of(header).casefold()):
+            continue
+        total += 1
+        if query.before is None or _after_cursor(key, query):
+            after.append((key, header))
+    top = heapq.nlargest(query.page_size, after, key=lambda row: row[0])
+    return Page(sessions=[header for _, header in top], total=total)

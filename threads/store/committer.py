@@ -1,0 +1,159 @@
+"""Group commit: one writer thread per store, one fsync per touched file per round.
+
+Every write operation of a file backend is a function run on this thread, in
+the order the event loop submitted it. The thread drains whatever is queued
+into a round, runs the round's operations, then makes each file the round
+touched durable with one ``fsync`` — however many appends landed in it — and
+only then settles the callers' futures, in one hop back to each event loop.
+Under one writer the round is one operation, so a lone append pays one write,
+one fsync and two thread hops; under many, the fsyncs are shared.
+
+An operation still queued when its caller is cancelled is skipped: a
+cancelled call writes nothing unless the thread had already started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Syncable(Protocol):
+    """A file a round wrote to; ``sync`` makes what was written durable."""
+
+    def sync(self) -> None: ...
+
+
+class Round:
+    """What the operations of one round ask of its end: files to sync."""
+
+    __slots__ = ("_pending", "_waiting")
+
+    def __init__(self) -> None:
+        self._pending: dict[int, Syncable] = {}
+        self._waiting: dict[int, list[Op[Any]]] = {}
+
+    def sync(self, target: Syncable, op: Op[Any]) -> None:
+        key = id(target)
+        self._pending[key] = target
+        self._waiting.setdefault(key, []).append(op)
+
+    def finish(self) -> None:
+        for key, target in self._pending.items():
+            try:
+                target.sync()
+            except OSError as exc:
+                for op in self._waiting[key]:
+                    if op.error is None:
+                        op.error = exc
+
+
+class Op(Generic[T]):
+    __slots__ = ("cancellable", "cancelled", "error", "fn", "future", "loop", "result")
+
+    def __init__(
+        self,
+        fn: Callable[[Round, Op[T]], T],
+        future: asyncio.Future[T],
+        loop: asyncio.AbstractEventLoop,
+        cancellable: bool,
+    ) -> None:
+        self.fn = fn
+        self.future = future
+        self.loop = loop
+        self.cancellable = cancellable
+        self.cancelled = False
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+
+def _settle(ops: list[Op[Any]]) -> None:
+    for op in ops:
+        future = op.future
+        if future.done():
+            continue  # its caller was cancelled and has gone
+        if op.error is not None:
+            future.set_exception(op.error)
+        else:
+            future.set_result(op.result)
+
+
+class Committer:
+    """The writer thread of one store. Start it lazily; stop it with :meth:`stop`."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[Op[Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    async def run(self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True) -> T:
+        """Run ``fn(round, op)`` on the writer thread; its result once the round is durable.
+
+        ``fn`` calls ``round.sync(file, op)`` for each file it wrote that must be
+        durable before the caller hears back.
+        """
+        if self._closed:
+            raise RuntimeError(f"{self._name} is closed")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._main, name=self._name, daemon=True)
+            self._thread.start()
+        loop = asyncio.get_running_loop()
+        op: Op[T] = Op(fn, loop.create_future(), loop, cancellable)
+        self._queue.put(op)
+        if not cancellable:
+            return await asyncio.shield(op.future)
+        try:
+            return await op.future
+        except asyncio.CancelledError:
+            op.cancelled = True
+            raise
+
+    async def stop(self) -> None:
+        """Run what is queued, then end the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        thread = self._thread
+        if thread is None:
+            return
+        self._queue.put(None)
+        await asyncio.to_thread(thread.join)
+
+    def _main(self) -> None:
+        get, get_nowait = self._queue.get, self._queue.get_nowait
+        running = True
+        while running:
+            ops: list[Op[Any]] = []
+            item = get()
+            while True:
+                if item is None:
+                    running = False
+                else:
+                    ops.append(item)
+                try:
+                    item = get_nowait()
+                except queue.Empty:
+                    break
+            current = Round()
+            for op in ops:
+                if op.cancelled and op.cancellable:
+                    continue
+                try:
+                    op.result = op.fn(current, op)
+                except Exception as exc:
+                    op.error = exc
+            current.finish()
+            by_loop: dict[asyncio.AbstractEventLoop, list[Op[Any]]] = {}
+            for op in ops:
+                by_loop.setdefault(op.loop, []).append(op)
+            for loop, settled in by_loop.items():
+                try:
+                    loop.call_soon_threadsafe(_settle, settled)
+                except RuntimeError:
+                    pass  # the loop closed; nobody is waiting any more

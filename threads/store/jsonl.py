@@ -1,0 +1,670 @@
+"""The embedded default backend: one JSON-lines file per session (``jsonl://PATH``).
+
+``<root>/<id>.jsonl`` (mode 0600, in a directory of mode 0700) holds the
+header line and then one line per entry, readable with ``jq`` and backed up
+with ``cp``. Writes go through one writer thread per store (the
+:class:`~threads.store.committer.Committer`): an append is one ``os.write``
+of the whole encoded batch on an ``O_APPEND`` descriptor, and under the
+``every_append`` policy the round's touched files are fsynced once each
+before any caller hears back — group commit. A create writes the header to
+a hidden temporary file, fsyncs it and links it into place, so a session
+exists whole or not at all.
+
+The writer lock is an exclusive ``flock`` on the session's descriptor, taken
+with the first write (a create is one) and held until ``release`` (or the
+close of the store, or the descriptor's eviction from the bounded set of open
+files): a second store or process gets :class:`LockedError`. Taking the lock
+truncates a torn final line a crashed writer left, before anything is
+appended. Reads take nothing and run on the default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import gc
+import logging
+import os
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any, TypeVar
+
+import orjson
+
+from threads.errors import CorruptError, ExistsError, LockedError, NewerFormatError, NotFoundError
+from threads.ids import valid_id
+from threads.messages import WireError
+from threads.store.base import Loaded, Page, Query, StoreOptions
+from threads.store.committer import Committer, Op, Round
+from threads.store.entries import Entry, Header, decode_header, encode_header
+from threads.store.keyfile import KeyJournal, encode_point, fsync_dir, read_journal
+from threads.store.leases import Leases
+from threads.store.lines import decode_session, encode_batch
+from threads.store.rules import ZERO_TIME, check_header, check_id, created_us, page_of
+from threads.store.watching import Pulse, tail
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SUFFIX = ".jsonl"
+_STALE_TEMP_SECONDS = 600.0
+
+
+@dataclass(slots=True, eq=False)
+class _Handle:
+    """A held session: its locked O_APPEND descriptor and what the writer knows of it."""
+
+    session: str
+    fd: int
+    size: int
+    lines: int = -1
+    created: datetime = ZERO_TIME
+    dirty: bool = False
+    pinned: bool = False
+
+    def sync(self) -> None:
+        if self.fd >= 0 and self.dirty:
+            os.fsync(self.fd)
+            self.dirty = False
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                self.sync()
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+
+@dataclass(slots=True, eq=False)
+class _Listed:
+    """What ``list`` remembers of one session file between calls."""
+
+    inode: int
+    header: Header | None
+    key: tuple[int, str]
+    title_offset: int = 0
+    title: str = ""
+
+
+class JsonlStore:
+    """A Storage, KeyIndex, Watcher, Flusher, Releaser and Leaser over a directory."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        options: StoreOptions | None = None,
+        *,
+        max_open: int = 512,
+        poll_interval: float = 0.05,
+        pause: Callable[[str], None] | None = None,
+    ) -> None:
+        """Open a store over ``root`` (created on first use).
+
+        ``max_open`` bounds the descriptors kept open; the least recently used
+        held session without a lease is closed (and so released) past it.
+        ``poll_interval`` is how often a watcher looks for another process's
+        appends. ``pause`` is a test seam: when set, the writer calls it at
+        ``"create:written"`` (header durable in the temporary file, not yet
+        linked) and ``"append:half-written"`` (half of the batch written), so
+        a crash test can kill the process inside those windows.
+        """
+        self._root = os.fspath(root)
+        self._options = options or StoreOptions()
+        self._every = self._options.fsync == "every_append"
+        self._max_open = max(1, max_open)
+        self._poll = poll_interval
+        self._pause = pause
+        self._committer = Committer(f"jsonl-writer:{os.path.basename(self._root)}")
+        self._handles: OrderedDict[str, _Handle] = OrderedDict()  # writer thread only
+        self._journal: KeyJournal | None = None  # writer thread only
+        self._leases = Leases()
+        self._pulse = Pulse()
+        self._listed: dict[str, _Listed] = {}
+        self._listed_lock = threading.Lock()
+        self._keys: dict[str, str] | None = None
+        self._key_seed: dict[str, str] = {}
+        self._keys_loading: asyncio.Lock | None = None
+        self._root_ready = False
+
+    # -- Storage
+
+    async def create(self, header: Header) -> None:
+        check_header(header)
+        line = encode_header(header)
+        await self._committer.run(partial(self._w_create, header, line))
+        self._pulse.fire()
+
+    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+        check_id(session)
+        data = encode_batch(entries)
+        await self._committer.run(partial(self._w_append, session, data, len(entries)))
+        self._pulse.fire()
+
+    async def load(self, session: str) -> Loaded:
+        check_id(session)
+        return await self._off_loop(self._load_sync, session)
+
+    async def list(self, query: Query | None = None) -> Page:
+        return await self._off_loop(self._list_sync, query or Query())
+
+    async def delete(self, session: str) -> None:
+        check_id(session)
+        await self._committer.run(partial(self._w_delete, session))
+        self._leases.drop(session)
+        self._pulse.fire()
+
+    async def close(self) -> None:
+        """Flush and close every held session and the key index; the store is done."""
+        try:
+            await self._committer.run(self._w_close_all, cancellable=False)
+        except RuntimeError:
+            return  # already closed
+        finally:
+            self._leases.clear()
+        await self._committer.stop()
+
+    # -- KeyIndex
+
+    async def resolve(self, key: str) -> str | None:
+        return (await self._key_map()).get(key)
+
+    async def point(self, key: str, session_id: str) -> None:
+        check_id(session_id)
+        keys = await self._key_map()
+        await self._committer.run(partial(self._w_point, key, session_id))
+        keys[key] = session_id
+
+    async def keys(self) -> dict[str, str]:
+        return dict(await self._key_map())
+
+    # -- capabilities
+
+    async def flush(self, session: str) -> None:
+        check_id(session)
+        await self._committer.run(partial(self._w_flush, session))
+
+    async def release(self, session: str) -> None:
+        check_id(session)
+        await self._committer.run(partial(self._w_release, session))
+        self._leases.drop(session)
+
+    async def acquire(self, session: str, holder: object) -> tuple[int, datetime]:
+        check_id(session)
+        self._leases.check(session, holder)
+        count, created = await self._committer.run(partial(self._w_acquire, session))
+        self._leases.check(session, holder)
+        self._leases.take(session, holder)
+        return count, created
+
+    async def yield_lease(self, session: str, holder: object) -> None:
+        check_id(session)
+        if self._leases.may_yield(session, holder):
+            await self.release(session)
+        else:
+            await self._off_loop(self._must_exist, session)
+
+    async def watch(self, session: str, after: str = "") -> AsyncIterator[Entry]:
+        check_id(session)
+        stream = tail(
+            session,
+            after,
+            partial(self._read_from, session),
+            self._pulse,
+            salvage=self._options.salvage,
+            poll_interval=self._poll,
+        )
+        async for entry in stream:
+            yield entry
+
+    # -- test hooks
+
+    async def inject(self, session: str, data: bytes) -> None:
+        """Append raw bytes to a session's file, as a damaged disk or a crash leaves them."""
+        check_id(session)
+
+        def write() -> None:
+            fd = self._open_existing(session, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+
+        await self._off_loop(write)
+        self._pulse.fire()
+
+    async def plant(self, session: str, data: bytes) -> None:
+        """Store raw bytes as a whole session file, header line included."""
+        check_id(session)
+
+        def write() -> None:
+            self._ensure_root()
+            path = self._path(session)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+
+        await self._off_loop(write)
+
+    # -- the writer thread's operations
+
+    def _w_create(self, header: Header, line: bytes, rnd: Round, op: Op[Any]) -> None:
+        self._ensure_root()
+        path = self._path(header.id)
+        if os.path.lexists(path):
+            raise ExistsError(header.id)
+        tmp = os.path.join(self._root, f".{header.id}.{secrets.token_hex(6)}.tmp")
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600)
+        try:
+            if not self._options.no_lock:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new inode: nobody else has it
+            _write_all(fd, line)
+            if self._every:
+                os.fsync(fd)
+            if self._pause is not None:
+                self._pause("create:written")
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise ExistsError(header.id) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        finally:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if self._every:
+            fsync_dir(self._root)
+        handle = _Handle(header.id, fd, len(line), lines=0, created=header.created)
+        self._adopt(handle)
+
+    def _w_append(self, session: str, data: bytes, count: int, rnd: Round, op: Op[Any]) -> None:
+        handle = self._hold(session)
+        if not data:
+            return
+        fd = handle.fd
+        st = os.fstat(fd)
+        if st.st_nlink == 0:
+            self._forget(handle)
+            raise NotFoundError(session, "deleted by another writer")
+        if st.st_size != handle.size:
+            # Bytes arrived behind this writer's back (no_lock, or a damaged file):
+            # re-check the tail before joining it.
+            handle.size = self._repair(session, fd, st.st_size)
+            handle.lines = -1
+        try:
+            if self._pause is not None:
+                half = len(data) // 2
+                _write_all(fd, data[:half])
+                self._pause("append:half-written")
+                _write_all(fd, data[half:])
+            else:
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(f"short write ({written} of {len(data)} bytes)")
+        except BaseException:
+            # Never leave a partial batch behind a live writer: cut back to the last
+            # complete line so the batch is all or nothing.
+            with suppress(OSError):
+                os.ftruncate(fd, handle.size)
+            raise
+        handle.size += len(data)
+        if handle.lines >= 0:
+            handle.lines += count
+        handle.dirty = True
+        if self._every:
+            rnd.sync(handle, op)
+
+    def _w_acquire(self, session: str, rnd: Round, op: Op[Any]) -> tuple[int, datetime]:
+        handle = self._hold(session)
+        handle.pinned = True
+        if handle.lines < 0:
+            data = _pread_all(handle.fd, handle.size)
+            handle.lines = max(data.count(b"\n") - 1, 0)
+            end = data.find(b"\n")
+            try:
+                handle.created = decode_header(data[:end]).created
+            except (WireError, ValueError, NewerFormatError):
+                handle.created = ZERO_TIME
+        return handle.lines, handle.created
+
+    def _w_release(self, session: str, rnd: Round, op: Op[Any]) -> None:
+        handle = self._handles.pop(session, None)
+        if handle is None:
+            self._must_exist(session)
+            return
+        handle.close()
+
+    def _w_flush(self, session: str, rnd: Round, op: Op[Any]) -> None:
+        handle = self._handles.get(session)
+        if handle is None:
+            self._must_exist(session)
+            return
+        rnd.sync(handle, op)
+
+    def _w_delete(self, session: str, rnd: Round, op: Op[Any]) -> None:
+        path = self._path(session)
+        handle = self._handles.pop(session, None)
+        if handle is not None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                raise NotFoundError(session) from None
+            finally:
+                os.close(handle.fd)
+                handle.fd = -1
+        else:
+            fd = self._open_existing(session, os.O_RDONLY)
+            try:
+                self._lock(session, fd)
+                if os.fstat(fd).st_nlink == 0:
+                    raise NotFoundError(session)
+                os.unlink(path)
+            finally:
+                os.close(fd)
+        if self._every:
+            fsync_dir(self._root)
+
+    def _w_point(self, key: str, session: str, rnd: Round, op: Op[Any]) -> None:
+        journal = self._journal
+        if journal is None:
+            self._ensure_root()
+            journal = KeyJournal(
+                self._root, no_lock=self._options.no_lock, salvage=self._options.salvage
+            )
+            journal.open(self._key_seed)
+            self._journal = journal
+        journal.append(encode_point(key, session), 1)
+        if self._every:
+            rnd.sync(journal, op)
+
+    def _w_close_all(self, rnd: Round, op: Op[Any]) -> None:
+        errors: list[BaseException] = []
+        for handle in self._handles.values():
+            try:
+                handle.close()
+            except OSError as exc:
+                errors.append(exc)
+        self._handles.clear()
+        if self._journal is not None:
+            try:
+                self._journal.close()
+            except OSError as exc:
+                errors.append(exc)
+            self._journal = None
+        if errors:
+            raise errors[0]
+
+    # -- held descriptors (writer thread)
+
+    def _hold(self, session: str) -> _Handle:
+        handle = self._handles.get(session)
+        if handle is not None:
+            self._handles.move_to_end(session)
+            return handle
+        for _ in range(3):
+            fd = self._open_existing(session, os.O_RDWR | os.O_APPEND)
+            try:
+                self._lock(session, fd)
+                st = os.fstat(fd)
+                if st.st_nlink == 0:
+                    os.close(fd)  # deleted (maybe created again) before the lock: reopen
+                    continue
+                size = self._repair(session, fd, st.st_size)
+            except BaseException:
+                with suppress(OSError):
+                    os.close(fd)
+                raise
+            handle = _Handle(session, fd, size)
+            self._adopt(handle)
+            return handle
+        raise NotFoundError(session, "deleted while being opened")
+
+    def _adopt(self, handle: _Handle) -> None:
+        self._handles[handle.session] = handle
+        if len(self._handles) > self._max_open:
+            for session, held in list(self._handles.items()):
+                if len(self._handles) <= self._max_open:
+                    break
+                if not held.pinned and held is not handle:
+                    del self._handles[session]
+                    held.close()
+
+    def _forget(self, handle: _Handle) -> None:
+        self._handles.pop(handle.session, None)
+        with suppress(OSError):
+            os.close(handle.fd)
+        handle.fd = -1
+
+    def _lock(self, session: str, fd: int) -> None:
+        if self._options.no_lock:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockedError(session) from None
+
+    def _repair(self, session: str, fd: int, size: int) -> int:
+        """Truncate a torn final line; return the size of the complete part."""
+        if size == 0:
+            raise CorruptError(session, 1, "", "the file is empty: the header line is missing")
+        if os.pread(fd, 1, size - 1) == b"\n":
+            return size
+        end, window = size, 4096
+        while True:
+            start = max(0, end - window)
+            cut = os.pread(fd, end - start, start).rfind(b"\n")
+            if cut >= 0:
+                cut += start + 1
+                break
+            if start == 0:
+                raise CorruptError(session, 1, "", "the header line is torn")
+            end, window = start, window * 2
+        os.ftruncate(fd, cut)
+        os.fsync(fd)
+        log.warning(
+            "session %s: removed a torn final line (%d bytes) a crashed writer left",
+            session,
+            size - cut,
+        )
+        return cut
+
+    # -- reads (executor threads)
+
+    def _load_sync(self, session: str) -> Loaded:
+        fd = self._open_existing(session, os.O_RDONLY)
+        try:
+            data = _pread_all(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        enabled = gc.isenabled()
+        gc.disable()  # a load makes many young objects and no cycles
+        try:
+            return decode_session(session, data, salvage=self._options.salvage)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _list_sync(self, query: Query) -> Page:
+        if not os.path.isdir(self._root):
+            return Page(sessions=[], total=0)
+        with self._listed_lock:
+            listed = self._scan()
+            rows = [(item.key, item.header) for item in listed.values() if item.header]
+            titles: dict[int, str] = {}
+            if query.title_search:
+                titles = {id(item.header): self._title(sid, item) for sid, item in listed.items()}
+        return page_of(rows, query, lambda h: titles[id(h)])
+
+    def _scan(self) -> dict[str, _Listed]:
+        """Refresh the header cache against the directory: new names read, gone ones dropped."""
+        old = self._listed
+        fresh: dict[str, _Listed] = {}
+        with os.scandir(self._root) as it:
+            for item in it:
+                name = item.name
+                if not name.endswith(SUFFIX) or name.startswith("."):
+                    continue
+                session = name[: -len(SUFFIX)]
+                if not valid_id(session):
+                    continue
+                inode = item.inode()
+                known = old.get(session)
+                if known is None or known.inode != inode:
+                    header = _read_header(item.path)
+                    key = (created_us(header.created), session) if header else (0, session)
+                    known = _Listed(inode=inode, header=header, key=key)
+                fresh[session] = known
+        self._listed = fresh
+        return fresh
+
+    def _title(self, session: str, item: _Listed) -> str:
+        """The session's current title: the last info entry with a non-empty title."""
+        try:
+            with open(self._path(session), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < item.title_offset:
+                    item.title_offset, item.title = 0, ""
+                f.seek(item.title_offset)
+                data = f.read(size - item.title_offset)
+        except FileNotFoundError:
+            return item.title
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].split(b"\n"):
+            if b'"type":"info"' in line and b'"title"' in line:
+                with suppress(orjson.JSONDecodeError, AttributeError):
+                    title = orjson.loads(line).get("title")
+                    if isinstance(title, str) and title:
+                        item.title = title
+        item.title_offset += end
+        return item.title
+
+    async def _read_from(self, session: str, position: int) -> tuple[int, bytes, int]:
+        def read() -> tuple[int, bytes, int]:
+            fd = self._open_existing(session, os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                data = (
+                    _pread_all(fd, st.st_size - position, position)
+                    if st.st_size > position
+                    else b""
+                )
+            finally:
+                os.close(fd)
+            end = data.rfind(b"\n") + 1
+            return st.st_ino, data[:end], position + end
+
+        return await self._off_loop(read)
+
+    async def _key_map(self) -> dict[str, str]:
+        if self._keys is not None:
+            return self._keys
+        if self._keys_loading is None:
+            self._keys_loading = asyncio.Lock()
+        async with self._keys_loading:
+            if self._keys is None:
+                self._keys = await self._off_loop(self._load_keys)
+        return self._keys
+
+    def _load_keys(self) -> dict[str, str]:
+        if not os.path.isdir(self._root):
+            return {}
+        keys = read_journal(self._root, salvage=self._options.salvage)
+        if keys is not None:
+            return keys
+        # No journal: rebuild from the keys the headers carry, newest session winning.
+        with self._listed_lock:
+            listed = self._scan()
+        newest: dict[str, tuple[tuple[int, str], str]] = {}
+        for session, item in listed.items():
+            key = item.header.meta.get("key") if item.header else None
+            if key and (key not in newest or item.key > newest[key][0]):
+                newest[key] = (item.key, session)
+        self._key_seed = {key: session for key, (_, session) in newest.items()}
+        return dict(self._key_seed)
+
+    # -- files
+
+    def _path(self, session: str) -> str:
+        return os.path.join(self._root, session + SUFFIX)
+
+    def _open_existing(self, session: str, flags: int) -> int:
+        try:
+            return os.open(self._path(session), flags | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise NotFoundError(session) from None
+
+    def _must_exist(self, session: str) -> None:
+        if not os.path.exists(self._path(session)):
+            raise NotFoundError(session)
+
+    def _ensure_root(self) -> None:
+        if self._root_ready:
+            return
+        if not os.path.isdir(self._root):
+            os.makedirs(self._root, mode=0o700, exist_ok=True)
+            os.chmod(self._root, 0o700)
+        else:
+            self._sweep_temporaries()
+        self._root_ready = True
+
+    def _sweep_temporaries(self) -> None:
+        """Remove temporary files a create killed mid-way left (old ones only: a
+        create in another process may be using a fresh one)."""
+        cutoff = time.time() - _STALE_TEMP_SECONDS
+        with os.scandir(self._root) as it:
+            for item in it:
+                if item.name.startswith(".") and item.name.endswith(".tmp"):
+                    with suppress(OSError):
+                        if item.stat().st_mtime < cutoff:
+                            os.unlink(item.path)
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _pread_all(fd: int, size: int, offset: int = 0) -> bytes:
+    """Read ``size`` bytes from ``offset`` (fewer if the file is shorter)."""
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, size, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        size -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _read_header(path: str) -> Header | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(4096)
+            while b"\n" not in data:
+                more = f.read(65536)
+                if not more:
+                    return None
+                data += more
+    except FileNotFoundError:
+        return None
+    try:
+        return decode_header(data[: data.index(b"\n")])
+    except (WireError, ValueError, NewerFormatError):
+        return None
