@@ -85,7 +85,7 @@ class Thread:
     def state(self) -> ThreadState:
         if self.session.running is not None:
             return "running"
-        if self.session.pending_count() or self.session.busy:
+        if self.session.pending_count():
             return "pending"
         return "idle"
 

@@ -551,6 +551,13 @@ class Session:
         if active.task is not None:
             active.task.cancel(reason)
 
+    def interrupt(self, reason: str = "stopped by the user") -> bool:
+        """Cancel the running turn now; it is recorded as canceled. False when none runs."""
+        if self._running is None:
+            return False
+        self._cancel_running(reason)
+        return True
+
     def request_stop(self) -> bool:
         """Ask the running turn to end at its next step boundary (a soft stop)."""
         if self._running is None:

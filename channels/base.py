@@ -1,0 +1,87 @@
+"""The channel port: what every adapter implements, and the values that cross it.
+
+An adapter turns platform updates into :class:`Inbound` values, hands them to
+the handler it was given, and delivers outbound messages to an endpoint (a
+chat id on its platform). :class:`ChannelSink` is the sink a wake carries when
+a channel user is its caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from threads.sinks import Delivery, OutboundMessage
+
+ChatType = Literal["direct", "group", "channel"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MediaRef:
+    """A file the user sent, by reference (the platform's file id or a URL)."""
+
+    kind: str
+    ref: str
+    media_type: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inbound:
+    """One message from a channel user, after dedup and access checks."""
+
+    channel: str
+    chat_id: str
+    user_id: str
+    text: str
+    user_name: str = ""
+    message_id: str = ""
+    reply_to: str = ""
+    chat_type: ChatType = "direct"
+    mentioned: bool = False
+    media: tuple[MediaRef, ...] = ()
+
+
+InboundHandler = Callable[[Inbound], Awaitable[None]]
+
+
+@runtime_checkable
+class Channel(Protocol):
+    """A channel adapter."""
+
+    name: str
+
+    async def start(self, handler: InboundHandler) -> None:
+        """Start receiving; every inbound message goes to ``handler``."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop receiving and release connections."""
+        ...
+
+    async def deliver(self, chat_id: str, message: OutboundMessage) -> Delivery:
+        """Send a message to a chat; chunked and retried as the platform needs."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelSink:
+    """Replies to a chat on a channel."""
+
+    channel: Channel
+    chat_id: str
+    label: str = field(default="")
+
+    @property
+    def drops(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return f"Caller is the {self.channel.name} user — reply with dispatch(to=caller:user)"
+
+    def to_wire(self) -> dict[str, str]:
+        return {"kind": "channel", "channel": self.channel.name, "chat": self.chat_id}
+
+    async def deliver(self, message: OutboundMessage) -> Delivery:
+        return await self.channel.deliver(self.chat_id, message)

@@ -1,0 +1,25 @@
+"""Errors of the channels package.
+
+ChannelError
+├── DeliveryError     a message could not be delivered (after retries)
+└── InboundError      a platform update that cannot be turned into a message
+"""
+
+from __future__ import annotations
+
+
+class ChannelError(Exception):
+    """Root of the channel errors."""
+
+
+class DeliveryError(ChannelError):
+    """A message could not be delivered to a chat."""
+
+    def __init__(self, channel: str, chat_id: str, reason: str) -> None:
+        self.channel = channel
+        self.chat_id = chat_id
+        super().__init__(f"{channel}: delivery to chat {chat_id} failed: {reason}")
+
+
+class InboundError(ChannelError, ValueError):
+    """A malformed platform update; the message names what was wrong."""

@@ -1,0 +1,210 @@
+"""The composition root: one :class:`Gateway` owns every lifetime.
+
+    async with Gateway(config) as gw:
+        await gw.serve_forever()
+
+Start-up builds the store, the models, the tools, the agent loop, the thread
+manager, the router, the channels and the control socket, in that order; a
+failure part way tears down what started, in reverse. Close does the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from channels.base import Channel, ChannelSink
+from channels.cli import CliChannel
+from channels.web import WebChannel
+from config.models import GatewayConfig
+from gateway.lifetimes import Lifetimes
+from gateway.router import Router, endpoint_of
+from threads.agent.loop import AgentLoop
+from threads.agent.models import Models
+from threads.agent.tools import Tool, ToolRegistry
+from threads.dispatch import dispatch_tool
+from threads.keys import SessionKey
+from threads.llm.base import ModelClient
+from threads.manager import ThreadManager
+from threads.ops import check_session_tool, health_tool
+from threads.sinks import DropSink, Sink
+from threads.store import open_store
+from threads.store.base import SessionStore, StoreOptions
+
+log = logging.getLogger(__name__)
+
+
+def default_tools() -> list[Tool[Any]]:
+    """The tools every gateway offers its agents (agents choose among them in config)."""
+    return [dispatch_tool, check_session_tool, health_tool]
+
+
+class Gateway:
+    """The whole gateway: store, threads, channels and control, with one lifetime."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        model_clients: Mapping[str, ModelClient] | None = None,
+        channels: Sequence[Channel] | None = None,
+        store: SessionStore | None = None,
+        control: bool = True,
+    ) -> None:
+        self.config = config
+        self._model_clients = dict(model_clients or {})
+        self._extra_channels = list(channels or [])
+        self._given_store = store
+        self._control_enabled = control
+        self._lifetimes = Lifetimes()
+        self.channels: dict[str, Channel] = {}
+        self.cli: CliChannel | None = None
+        self.web: WebChannel | None = None
+        self._stopped = asyncio.Event()
+        self._store: SessionStore | None = None
+        self._manager: ThreadManager | None = None
+        self._router: Router | None = None
+        self.control_path: Path | None = None
+
+    @property
+    def store(self) -> SessionStore:
+        assert self._store is not None, "the gateway is not started"
+        return self._store
+
+    @property
+    def manager(self) -> ThreadManager:
+        assert self._manager is not None, "the gateway is not started"
+        return self._manager
+
+    @property
+    def router(self) -> Router:
+        assert self._router is not None, "the gateway is not started"
+        return self._router
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self._lifetimes.aclose()
+            raise
+
+    async def _start(self) -> None:
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        if self._given_store is not None:
+            self._store = self._given_store
+        else:
+            options = StoreOptions(salvage=config.store.salvage, fsync=config.store.fsync)
+            self._store = open_store(config.store.url, options)
+            self._lifetimes.push("session store", self._store.close)
+
+        models = Models(config.models, clients=self._model_clients)
+        self._lifetimes.push("model clients", models.close)
+        tools = ToolRegistry(default_tools(), default_timeout=config.threads.tool_timeout_seconds)
+        agent = AgentLoop(config=config, models=models, tools=tools)
+        self._manager = ThreadManager(
+            store=self._store,
+            agent=agent,
+            config=config,
+            channel_sinks=self._channel_sink,
+            user_sinks=self._user_sink,
+            recovery_path=config.data_dir / "state" / "recovery.json",
+        )
+        agent.services = self._manager
+        self._manager.health_sources["channels"] = self._channel_health
+        await self._manager.start()
+        self._lifetimes.push("thread manager", self._manager.close)
+
+        for channel in self._build_channels():
+            self.channels[channel.name] = channel
+        self._router = Router(self._manager, self.channels)
+        for channel in self.channels.values():
+            await channel.start(self._router.handle)
+            self._lifetimes.push(f"{channel.name} channel", channel.stop)
+
+        if self._control_enabled:
+            from gateway.control import ControlServer
+
+            server = ControlServer(self, config.data_dir / "gateway.sock")
+            await server.start()
+            self.control_path = server.path
+            self._lifetimes.push("control socket", server.stop)
+
+    def _build_channels(self) -> list[Channel]:
+        channels: list[Channel] = []
+        given = {c.name for c in self._extra_channels}
+        if self.config.channels.cli.enabled and "cli" not in given:
+            self.cli = CliChannel(user_id=self.config.channels.cli.user_id)
+            channels.append(self.cli)
+        web = self.config.channels.web
+        if web.enabled and "web" not in given:
+            self.web = WebChannel(host=web.host, port=web.port)
+            channels.append(self.web)
+        for channel in self._extra_channels:
+            if isinstance(channel, CliChannel):
+                self.cli = channel
+            if isinstance(channel, WebChannel):
+                self.web = channel
+            channels.append(channel)
+        return channels
+
+    async def close(self) -> None:
+        self._stopped.set()
+        await self._lifetimes.aclose()
+
+    def stop(self) -> None:
+        """Ask :meth:`serve_forever` to return."""
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        await self._stopped.wait()
+
+    # -- sinks the thread manager asks for
+
+    def _channel_sink(self, wire: Mapping[str, str]) -> Sink:
+        channel = self.channels.get(wire.get("channel", ""))
+        if channel is None:
+            return DropSink(reason=f"the {wire.get('channel', '?')} channel, which is not running")
+        return ChannelSink(channel=channel, chat_id=wire.get("chat", ""))
+
+    def _user_sink(self, key: SessionKey) -> Sink | None:
+        endpoint = endpoint_of(key)
+        if endpoint is None:
+            return None
+        channel = self.channels.get(endpoint[0])
+        if channel is None:
+            return None
+        return ChannelSink(channel=channel, chat_id=endpoint[1])
+
+    def _channel_health(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, channel in self.channels.items():
+            entry: dict[str, Any] = {"running": True}
+            if isinstance(channel, WebChannel):
+                entry["url"] = channel.url
+            out[name] = entry
+        return out
+
+    async def wait_idle(self) -> None:
+        """Wait until no thread has a turn running or queued."""
+        while True:
+            busy = [t.session for t in self.manager.threads() if t.session.busy]
+            if not busy:
+                return
+            await asyncio.gather(*(s.wait_idle() for s in busy))

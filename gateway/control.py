@@ -1,0 +1,254 @@
+"""The control socket: how the CLI reaches a running gateway on the same machine.
+
+A Unix socket at ``<data_dir>/gateway.sock`` (mode 0600, so only its owner
+connects) speaking JSON lines. Each request is one object with an ``op`` and
+an optional ``id`` echoed in the answer:
+
+* ``ping`` — ``{"ok": true, "pid": …}``
+* ``chat`` ``{"text"}`` — a line from the attached terminal user; replies to
+  the terminal chat come back on the same connection as ``{"event": "reply"}``
+* ``idle`` — answers once no turn is running or queued
+* ``health``, ``check_session`` ``{"key"}``, ``stop_session`` ``{"key"}``
+
+Errors come back as ``{"ok": false, "error": "…"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from threads.errors import ThreadsError
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+Op = Callable[[dict[str, Any], "_Connection"], Awaitable[dict[str, Any]]]
+
+
+class ControlError(Exception):
+    """The control socket could not be reached or answered with an error."""
+
+
+class _Connection:
+    """One client: everything sent to it goes through one ordered outbox."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.outbox: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def send(self, obj: dict[str, Any]) -> None:
+        self.outbox.put_nowait(orjson.dumps(obj) + b"\n")
+
+    async def pump(self) -> None:
+        while True:
+            self.writer.write(await self.outbox.get())
+            await self.writer.drain()
+
+
+class ControlServer:
+    """Serves the control protocol for one gateway."""
+
+    def __init__(self, gateway: Gateway, path: Path) -> None:
+        self.gateway = gateway
+        self.path = path
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._ops: dict[str, Op] = {
+            "ping": self._ping,
+            "chat": self._chat,
+            "idle": self._idle,
+            "health": self._health,
+            "check_session": self._check_session,
+            "stop_session": self._stop_session,
+        }
+
+    async def start(self) -> None:
+        if await _alive(self.path):
+            raise ControlError(
+                f"another gateway is running here (its control socket {self.path} answers); "
+                "stop it first or use a different data_dir"
+            )
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a stale socket left by a gateway that died
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+        os.chmod(self.path, 0o600)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+            await self._server.wait_closed()
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        connection = _Connection(writer)
+        pump = asyncio.create_task(connection.pump(), name="control outbox")
+
+        def listener(text: str) -> None:
+            connection.send({"event": "reply", "text": text})
+
+        cli = self.gateway.cli
+        if cli is not None:
+            cli.listeners.append(listener)
+        try:
+            while line := await reader.readline():
+                await self._answer(line, connection)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            if cli is not None:
+                cli.listeners.remove(listener)
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await pump
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _answer(self, line: bytes, connection: _Connection) -> None:
+        try:
+            request = orjson.loads(line)
+            if not isinstance(request, dict):
+                raise ValueError("a request is a JSON object")
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            connection.send({"ok": False, "error": f"bad request: {exc}"})
+            return
+        op = self._ops.get(str(request.get("op")))
+        if op is None:
+            answer = {
+                "ok": False,
+                "error": f"unknown op {request.get('op')!r}; ops: {sorted(self._ops)}",
+            }
+        else:
+            try:
+                answer = await op(request, connection)
+            except (ThreadsError, ValueError, LookupError) as exc:
+                answer = {"ok": False, "error": str(exc)}
+        if "id" in request:
+            answer["id"] = request["id"]
+        connection.send(answer)
+
+    async def _ping(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
+        return {"ok": True, "pid": os.getpid()}
+
+    async def _chat(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
+        cli = self.gateway.cli
+        if cli is None:
+            return {"ok": False, "error": "the terminal channel is disabled in this gateway"}
+        await cli.submit(str(request.get("text", "")))
+        return {"ok": True}
+
+    async def _idle(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
+        await self.gateway.wait_idle()
+        return {"ok": True}
+
+    async def _health(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
+        return {"ok": True, "health": await self.gateway.manager.health()}
+
+    async def _check_session(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "session": await self.gateway.manager.check_session(str(request["key"])),
+        }
+
+    async def _stop_session(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        self.gateway.manager.stop_session(str(request["key"]))
+        return {"ok": True, "stopped": str(request["key"])}
+
+
+async def _alive(path: Path) -> bool:
+    try:
+        _reader, writer = await asyncio.open_unix_connection(str(path))
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+    return True
+
+
+class ControlClient:
+    """A connection to a running gateway's control socket."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._next_id = 0
+        self._answers: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.replies: asyncio.Queue[str] = asyncio.Queue()
+        self._pump = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def connect(cls, path: Path) -> ControlClient | None:
+        """A client, or None when no gateway listens at ``path``."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+        except OSError:
+            return None
+        return cls(reader, writer)
+
+    async def _read(self) -> None:
+        while line := await self._reader.readline():
+            message = orjson.loads(line)
+            if message.get("event") == "reply":
+                self.replies.put_nowait(str(message.get("text", "")))
+                continue
+            future = self._answers.pop(message.get("id", -1), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        for future in self._answers.values():
+            if not future.done():
+                future.set_exception(ControlError("the gateway closed the control connection"))
+
+    async def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one request and wait for its answer; raise :class:`ControlError` on failure."""
+        self._next_id += 1
+        request_id = self._next_id
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._answers[request_id] = future
+        self._writer.write(orjson.dumps({"op": op, "id": request_id, **fields}) + b"\n")
+        await self._writer.drain()
+        answer = await future
+        if not answer.get("ok"):
+            raise ControlError(str(answer.get("error", "the gateway refused the request")))
+        return answer
+
+    async def close(self) -> None:
+        self._pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._pump
+        self._writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self._writer.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def connected(path: Path) -> AsyncIterator[ControlClient | None]:
+    client = await ControlClient.connect(path)
+    try:
+        yield client
+    finally:
+        if client is not None:
+            await client.close()

@@ -1,0 +1,136 @@
+"""The router: an inbound channel message becomes a session key and a wake.
+
+Slash commands that must not wait for a turn are answered here, at once and
+without a turn: ``/stop`` (cancel the running turn and drop what is queued),
+``/new`` (start a fresh session for this chat; the old one is kept),
+``/status`` and ``/help``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from channels.base import Channel, ChannelSink, Inbound
+from threads.keys import SessionKey
+from threads.manager import ThreadManager
+from threads.sinks import OutboundMessage
+from threads.wake import UserCaller, Wake, WakeSource
+
+log = logging.getLogger(__name__)
+
+HELP = """Commands:
+/new — start a fresh conversation (the old one is kept)
+/stop — stop the running turn and drop queued messages
+/status — what this conversation's thread is doing
+/help — this list"""
+
+Command = Callable[[Inbound, SessionKey, str], Awaitable[str]]
+
+
+def session_key_of(inbound: Inbound) -> SessionKey:
+    """The session key of the chat an inbound message came from."""
+    channel, chat = inbound.channel, inbound.chat_id
+    if channel == "cli":
+        return SessionKey("cli")
+    if channel == "discord":
+        if inbound.chat_type == "direct":
+            return SessionKey(f"discord:dm:{inbound.user_id}")
+        return SessionKey(f"discord:channel:{chat}")
+    return SessionKey(f"{channel}:{chat}")
+
+
+def endpoint_of(key: SessionKey) -> tuple[str, str] | None:
+    """The (channel, chat id) a user-facing key delivers to; the inverse of the above."""
+    parts = key.parts
+    if key == "cli":
+        return "cli", "cli"
+    if parts[0] == "discord" and len(parts) == 3:
+        return "discord", parts[2] if parts[1] == "channel" else f"dm:{parts[2]}"
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    if len(parts) == 3 and parts[1] == "group":
+        return parts[0], parts[2]
+    return None
+
+
+class Router:
+    """Turns inbound messages into wakes; answers the commands that need no turn."""
+
+    def __init__(self, manager: ThreadManager, channels: Mapping[str, Channel]) -> None:
+        self.manager = manager
+        self.channels = channels
+        self.commands: dict[str, Command] = {
+            "/help": self._help,
+            "/new": self._new,
+            "/stop": self._stop,
+            "/status": self._status,
+        }
+
+    async def handle(self, inbound: Inbound) -> None:
+        """Route one inbound message: a command answered now, or a wake."""
+        key = session_key_of(inbound)
+        text = inbound.text.strip()
+        if text.startswith("/"):
+            name, _, rest = text.partition(" ")
+            command = self.commands.get(name.split("@", 1)[0].lower())
+            if command is not None:
+                answer = await command(inbound, key, rest.strip())
+                await self.reply(inbound, answer)
+                return
+        channel = self.channels[inbound.channel]
+        wake = Wake(
+            source=WakeSource(inbound.channel),
+            body=inbound.text,
+            caller=UserCaller(
+                channel=inbound.channel, user_id=inbound.user_id, name=inbound.user_name
+            ),
+            sink=ChannelSink(channel=channel, chat_id=inbound.chat_id),
+            meta={"message_id": inbound.message_id} if inbound.message_id else {},
+        )
+        await self.manager.wake(key, wake)
+
+    async def reply(self, inbound: Inbound, text: str) -> None:
+        channel = self.channels[inbound.channel]
+        await channel.deliver(
+            inbound.chat_id, OutboundMessage(text=text, reply_to=inbound.message_id)
+        )
+
+    async def _help(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
+        return HELP
+
+    async def _new(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
+        session_id = await self.manager.new_session(key)
+        return f"Started a new conversation ({session_id}). The previous one is kept."
+
+    async def _stop(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
+        thread = self.manager.thread(key)
+        if thread is None:
+            return "Nothing is running."
+        stopped = thread.session.interrupt("stopped by the user with /stop")
+        dropped = await thread.session.clear_queue()
+        parts = ["Stopped the running turn." if stopped else "No turn was running."]
+        if dropped:
+            parts.append(f"Dropped {dropped} queued message{'s' if dropped != 1 else ''}.")
+        return " ".join(parts)
+
+    async def _status(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
+        info = await self.manager.check_session(key)
+        if not info["exists"]:
+            return f"No conversation yet for {key}."
+        lines = [
+            f"session {key} ({info['session_id']})",
+            f"agent: {info['agent']} · messages: {info['message_count']} · turns: {info['turn_count']}",
+        ]
+        if info["thread_active"]:
+            state = info["thread_state"]
+            if state == "running":
+                state += (
+                    f" for {info['thread_elapsed_sec']:.0f} s, step {info['thread_iterations']}"
+                )
+                if info["thread_current_tool"]:
+                    state += f", in {info['thread_current_tool']}"
+            lines.append(f"thread: {state}, {info['thread_pending']} waiting")
+        else:
+            lines.append("thread: not loaded (idle)")
+        return "\n".join(lines)
