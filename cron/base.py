@@ -1,0 +1,152 @@
+"""The ports of the cron package: what it needs from the gateway, and its job store.
+
+* :class:`Waker` — the gateway's thread manager, seen from cron: hand a wake
+  to a session (durable before it returns) and ask whether a session exists.
+* :class:`JobStore` — jobs, their schedule state, the run ledger, run-now
+  requests and the running service's heartbeat, kept in the gateway's state
+  store (``cron.sqlite_store`` by default, ``cron.redis_store`` on Redis).
+* :data:`Clock` — where "now" comes from, so tests can set it.
+
+Nothing here imports APScheduler; ``cron.service`` is the one module that does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from cron.models import Job, JobState, RunRecord
+from threads.keys import SessionKey
+from threads.sinks import Sink
+from threads.wake import Accepted, Wake
+
+Clock = Callable[[], datetime]
+"""Returns the current time, timezone-aware (UTC)."""
+
+SessionSinkFactory = Callable[[SessionKey], Sink]
+"""Builds the sink that turns a reply into a wake of another session (the gateway's)."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Waker(Protocol):
+    """The gateway's thread manager, as cron uses it.
+
+    ``wake`` returns once the wake is durable in the session; a wake with
+    ``source=cron`` arriving during a turn queues behind it (busy policy
+    ``queue``) and never interrupts it.
+    """
+
+    async def wake(self, key: SessionKey, wake: Wake) -> Accepted: ...
+
+    async def session_exists(self, key: SessionKey) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRequest:
+    """An operator's ``run-now``, waiting for the running service to pick it up."""
+
+    job_id: str
+    requested: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Changes:
+    """What changed in the store since a version: jobs set, ids removed, run requests claimed."""
+
+    version: int
+    jobs: tuple[Job, ...] = ()
+    removed: tuple[str, ...] = ()
+    requests: tuple[RunRequest, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Advance:
+    """Move a job's pending fire on, unless the job was set again since ``schedule_rev``."""
+
+    next_fire: datetime | None
+    schedule_rev: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Beat:
+    """The running service's heartbeat: who, and when it last said it was alive."""
+
+    owner: str
+    at: datetime
+
+
+class JobStore(Protocol):
+    """Cron's share of the gateway's state store.
+
+    Every edit is one atomic write of one job (never a rewrite of all jobs), and
+    bumps a store-wide ``version`` so a running service notices edits made by
+    other processes by polling :meth:`version`. Ledger writes and heartbeats do
+    not bump it.
+    """
+
+    url: str
+
+    async def close(self) -> None: ...
+
+    async def version(self) -> int:
+        """The change counter: bumped by every edit and run request."""
+        ...
+
+    async def upsert(self, job: Job, *, next_fire: datetime | None) -> Job:
+        """Store ``job`` by id (keeping ``created`` of an existing one); reset its state.
+
+        Returns the stored job with its new ``revision``.
+        """
+        ...
+
+    async def set_enabled(self, job_id: str, enabled: bool, at: datetime) -> Job | None:
+        """Pause or resume (``updated`` becomes ``at``); the schedule state is kept.
+
+        None when there is no such job."""
+        ...
+
+    async def disable_if_unchanged(self, job_id: str, revision: int) -> Job | None:
+        """Disable a job (a spent ``at`` job) unless it was edited after ``revision``.
+
+        Returns the disabled job, or None when it was edited or removed meanwhile."""
+        ...
+
+    async def remove(self, job_id: str) -> bool:
+        """Delete a job and its state (its ledger stays). False when there was none."""
+        ...
+
+    async def get(self, job_id: str) -> Job | None: ...
+
+    async def jobs(self) -> list[Job]: ...
+
+    async def state(self, job_id: str) -> JobState | None: ...
+
+    async def states(self) -> dict[str, JobState]: ...
+
+    async def changes(self, since: int) -> Changes:
+        """Jobs set and removed after ``since``, and every pending run request (claimed)."""
+        ...
+
+    async def record(
+        self, job_id: str, runs: Sequence[RunRecord], *, advance: Advance | None
+    ) -> list[RunRecord]:
+        """Append ``runs`` to the ledger (numbered), update the job's last status and,
+        when ``advance`` is given, its pending fire. Returns the numbered records."""
+        ...
+
+    async def runs(self, job_id: str, limit: int = 20) -> list[RunRecord]:
+        """The newest ``limit`` ledger records of a job, oldest first."""
+        ...
+
+    async def request_run(self, job_id: str, requested: datetime) -> None: ...
+
+    async def beat(self, owner: str, at: datetime) -> None: ...
+
+    async def last_beat(self) -> Beat | None: ...
+
+    async def clear_beat(self, owner: str) -> None: ...

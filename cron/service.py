@@ -1,0 +1,743 @@
+"""The cron service: APScheduler 3's ``AsyncIOScheduler`` behind a small interface.
+
+This is the only module that imports APScheduler, so moving to 4.x touches
+nothing else. Our :class:`~cron.base.JobStore` is the source of truth; the
+scheduler only computes fire times and wakes us when they come.
+
+How a fire flows: APScheduler finds a job due and hands every due time to
+:class:`_CronExecutor` (APScheduler's own coalescing and grace are off, so no
+due time is dropped unseen). The service's :class:`~cron.misfire.MisfirePolicy`
+sorts them into fired, missed and skipped; a fire builds a cron :class:`Wake`
+and hands it to the :class:`~cron.base.Waker`; the outcome goes to the run
+ledger together with the job's next pending fire, which is what lets a
+restarted service see what came due while it was down.
+
+One :class:`CronService` serves every editor. Not started (the CLI), it
+validates, writes the store and reads it back; started (the gateway), it also
+schedules, polls the store's change counter every ``poll_seconds`` to apply
+edits made by other processes, and beats a heartbeat so ``run-now`` from the
+CLI knows a gateway will pick its request up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES
+from apscheduler.executors.base import BaseExecutor
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from config.models import GatewayConfig
+from cron import crontab
+from cron.base import Advance, Clock, JobStore, SessionSinkFactory, Waker, utc_now
+from cron.errors import (
+    InvalidJobError,
+    JobConflictError,
+    JobNotFoundError,
+    NoGatewayError,
+    NotYourJobError,
+    ServiceStateError,
+    SessionMissingError,
+)
+from cron.misfire import MisfirePolicy, Planned
+from cron.models import Job, JobState, JobView, RunRecord, RunVia, build_job, check_zone
+from threads.keys import SessionKey
+from threads.sinks import DropSink, Sink
+from threads.wake import Accepted, SystemCaller, Wake, WakeSource
+
+log = logging.getLogger(__name__)
+
+EXECUTOR = "cron"
+BEAT_SECONDS = 2.0
+ALIVE_SECONDS = 10.0
+STOP_DEADLINE_SECONDS = 5.0
+CRON_CALLER = SystemCaller(name="cron")
+
+RunListener = Callable[[RunRecord], None]
+
+
+# --- fire times --------------------------------------------------------------------------
+
+
+class _WallClockCron(BaseTrigger):  # type: ignore[misc]
+    """A ``CronTrigger`` that fires a wall-clock time once on a fall-back night.
+
+    When clocks go back, 02:30 happens twice; APScheduler would fire a daily
+    02:30 job at both. For an expression that fixes its hours, the second
+    occurrence is skipped (as classic cron does); an expression with ``*``
+    hours still fires every real hour.
+    """
+
+    __slots__ = ("fixed_hour", "inner")
+
+    def __init__(self, inner: Any, fixed_hour: bool) -> None:
+        self.inner = inner
+        self.fixed_hour = fixed_hour
+
+    def get_next_fire_time(self, previous: datetime | None, now: datetime) -> datetime | None:
+        moment: datetime | None = self.inner.get_next_fire_time(previous, now)
+        while moment is not None and self.fixed_hour and _second_occurrence(moment):
+            moment = self.inner.get_next_fire_time(moment, moment)
+        return moment
+
+    def __str__(self) -> str:
+        return str(self.inner)
+
+
+def _second_occurrence(moment: datetime) -> bool:
+    local = moment.astimezone(UTC).astimezone(moment.tzinfo)
+    return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
+
+
+def build_trigger(job: Job, *, anchor: datetime | None = None) -> Any:
+    """The APScheduler trigger of a job. ``anchor`` starts an ``every`` job's chain."""
+    if job.kind == "cron":
+        return cron_trigger(job.expr or "", job.timezone, job_id=job.id)
+    if job.kind == "at":
+        return DateTrigger(run_date=job.at, timezone=UTC)
+    interval = job.interval or timedelta(seconds=1)
+    start = anchor or (utc_now() + interval)
+    return IntervalTrigger(seconds=int(interval.total_seconds()), start_date=start, timezone=UTC)
+
+
+def cron_trigger(expr: str, timezone: str, *, job_id: str = "") -> Any:
+    """A trigger for a five-field expression in an IANA zone; refusals name the field."""
+    try:
+        tab = crontab.parse(expr)
+    except ValueError as exc:
+        raise InvalidJobError.one("expr", str(exc), job_id) from None
+    try:
+        zone = ZoneInfo(check_zone(timezone))
+    except ValueError as exc:
+        raise InvalidJobError.one("timezone", str(exc), job_id) from None
+    try:
+        inner = CronTrigger.from_crontab(tab.expression(), timezone=zone)
+    except ValueError as exc:
+        raise InvalidJobError.one("expr", f"{expr!r}: {exc}", job_id) from None
+    return _WallClockCron(inner, tab.hour_is_fixed)
+
+
+def fire_times(trigger: Any, after: datetime, n: int) -> list[datetime]:
+    """The next ``n`` fire times of ``trigger`` strictly after ``after``, in UTC."""
+    out: list[datetime] = []
+    previous: datetime | None = None
+    now = after + timedelta(microseconds=1)
+    while len(out) < n:
+        moment = trigger.get_next_fire_time(previous, now)
+        if moment is None:
+            break
+        if moment > after:  # a DateTrigger repeats its one time when asked from scratch
+            out.append(moment.astimezone(UTC))
+        previous = now = moment
+    return out
+
+
+def explain(
+    expr: str, timezone: str, n: int = 5, *, after: datetime | None = None
+) -> list[datetime]:
+    """The next ``n`` fire times of ``expr`` in ``timezone`` after ``after`` (default now), in UTC.
+
+    Raises :class:`InvalidJobError` naming ``expr`` or ``timezone``.
+    """
+    trigger = cron_trigger(expr, timezone)
+    times = fire_times(trigger, after or utc_now(), n)
+    if not times:
+        raise InvalidJobError.one("expr", f"{expr!r} never fires (no such date, e.g. 30 February)")
+    return times
+
+
+def first_fire(job: Job, now: datetime) -> datetime | None:
+    """The first fire of a job being set at ``now``; refuses one that can never fire."""
+    if job.kind == "at":
+        if job.at is None or job.at <= now:
+            at = job.at.isoformat() if job.at else "none"
+            raise InvalidJobError.one(
+                "at",
+                f"{at} is not in the future (now {now.isoformat()}); give a later time",
+                job.id,
+            )
+        return job.at
+    interval = job.interval
+    anchor = now + interval if interval is not None else None
+    times = fire_times(build_trigger(job, anchor=anchor), now, 1)
+    if not times:
+        raise InvalidJobError.one("expr", f"{job.expr!r} never fires (no such date)", job.id)
+    return times[0]
+
+
+# --- the APScheduler side ----------------------------------------------------------------
+
+
+class _CronExecutor(BaseExecutor):  # type: ignore[misc]
+    """Hands APScheduler's due times to the service instead of calling a function."""
+
+    def __init__(self, service: CronService) -> None:
+        super().__init__()
+        self._service = service
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        task = self._service._due(job.id, list(run_times))
+        task.add_done_callback(lambda done: self._finished(job.id, done))
+
+    def _finished(self, job_id: str, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            self._run_job_success(job_id, [])
+        else:
+            error = task.exception()
+            self._run_job_error(job_id, error, error.__traceback__ if error else None)
+
+
+def _never_called() -> None:
+    raise AssertionError("cron jobs are carried out by the cron executor, not called")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Scheduled:
+    """What the service knows of a scheduled job: its trigger and the state revision."""
+
+    trigger: Any
+    schedule_rev: int
+
+
+# --- the service -------------------------------------------------------------------------
+
+
+class CronService:
+    """Cron jobs: edit them (started or not), and fire them (once started).
+
+    ``waker`` is needed to start; ``session_sink`` builds the sink through which
+    an independent job's reply reaches its ``wake_session`` (without it, that
+    reply is dropped and ``report_to`` in the wake's meta names the session).
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        waker: Waker | None = None,
+        *,
+        timezone: str = "UTC",
+        misfire_grace_seconds: float = 60.0,
+        coalesce: bool = True,
+        poll_seconds: float = 0.5,
+        clock: Clock = utc_now,
+        session_sink: SessionSinkFactory | None = None,
+        owner: str | None = None,
+    ) -> None:
+        self.store = store
+        self.timezone = check_zone(timezone)
+        self.policy = MisfirePolicy.of(misfire_grace_seconds, coalesce)
+        self.poll_seconds = poll_seconds
+        self.owner = owner or f"cron-{secrets.token_hex(4)}"
+        self._waker = waker
+        self._clock = clock
+        self._session_sink = session_sink
+        self._scheduler: Any = None
+        self._jobs: dict[str, Job] = {}
+        self._scheduled: dict[str, _Scheduled] = {}
+        self._seen = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._poller: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._listeners: list[RunListener] = []
+        self._last_beat: datetime | None = None
+
+    @classmethod
+    def from_config(
+        cls, config: GatewayConfig, store: JobStore, waker: Waker | None = None, **options: Any
+    ) -> CronService:
+        """A service with the configuration's zone and misfire policy (``[cron]``)."""
+        cron = config.cron
+        return cls(
+            store,
+            waker,
+            timezone=cron.timezone or config.timezone,
+            misfire_grace_seconds=cron.misfire_grace_seconds,
+            coalesce=cron.coalesce,
+            poll_seconds=cron.poll_seconds,
+            **options,
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._scheduler is not None
+
+    def add_listener(self, listener: RunListener) -> None:
+        """Call ``listener`` with every run record once it is in the ledger."""
+        self._listeners.append(listener)
+
+    # --- lifetime ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> CronService:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Load every job, schedule it (catching up on what came due while down), and run."""
+        if self._scheduler is not None:
+            raise ServiceStateError("the cron service is already started")
+        if self._waker is None:
+            raise ServiceStateError("the cron service needs a waker to start (it fires wakes)")
+        self._stopping.clear()
+        self._seen = await self.store.version()
+        jobs = await self.store.jobs()
+        states = await self.store.states()
+        scheduler = AsyncIOScheduler(timezone=UTC)
+        scheduler.add_executor(_CronExecutor(self), alias=EXECUTOR)
+        scheduler.add_listener(self._on_max_instances, EVENT_JOB_MAX_INSTANCES)
+        self._scheduler = scheduler
+        try:
+            for job in jobs:
+                self._schedule(job, states.get(job.id))
+            await self._beat(force=True)
+            scheduler.start()
+        except BaseException:
+            self._scheduler = None
+            self._jobs.clear()
+            self._scheduled.clear()
+            raise
+        self._poller = asyncio.create_task(self._poll(), name="cron-poll")
+        log.info("cron: started with %d job(s) from %s", len(jobs), self.store.url)
+
+    async def stop(self) -> None:
+        """Stop polling and scheduling, let fires in flight finish, clear the heartbeat."""
+        if self._scheduler is None:
+            return
+        self._stopping.set()
+        failures: list[Exception] = []
+        if self._poller is not None:
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
+        self._scheduler.shutdown(wait=False)
+        await _next_turn()  # AsyncIOScheduler shuts down in a loop callback
+        self._scheduler = None
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_DEADLINE_SECONDS)
+            for task in pending:
+                log.warning("cron: a fire was still running at stop; cancelling it")
+                task.cancel()
+            results = await asyncio.gather(*self._tasks, return_exceptions=True)
+            failures += [r for r in results if isinstance(r, Exception)]
+        try:
+            await self.store.clear_beat(self.owner)
+        except Exception as exc:
+            failures.append(exc)
+        self._jobs.clear()
+        self._scheduled.clear()
+        if failures:
+            raise ExceptionGroup("the cron service stopped with errors", failures)
+
+    # --- editing (started or not) --------------------------------------------------------
+
+    def draft(self, **fields: Any) -> Job:
+        """A new job from ``fields``; ``created``/``updated`` are now, the zone the default."""
+        now = self._clock()
+        fields.setdefault("timezone", self.timezone)
+        fields.setdefault("created", now)
+        fields.setdefault("updated", now)
+        return build_job(**fields)
+
+    async def upsert(self, job: Job) -> JobView:
+        """Store ``job`` by id (replacing its definition) and, when running, schedule it.
+
+        Refuses (nothing stored) an expression that never fires or an ``at``
+        time that is not in the future, naming the field.
+        """
+        now = self._clock()
+        next_fire = first_fire(job, now)
+        stored = await self.store.upsert(
+            job.model_copy(update={"updated": now}), next_fire=next_fire
+        )
+        if self.running:
+            await self._apply(stored)
+        return await self.get(stored.id)
+
+    async def remove(self, job_id: str) -> None:
+        if not await self.store.remove(job_id):
+            raise JobNotFoundError(job_id, self.store.url)
+        if self.running:
+            self._unschedule(job_id)
+
+    async def pause(self, job_id: str) -> JobView:
+        """Keep the job but fire nothing: its fires are recorded ``skipped``."""
+        return await self._set_enabled(job_id, False)
+
+    async def resume(self, job_id: str) -> JobView:
+        job = await self._require(job_id)
+        state = await self.store.state(job_id)
+        if job.kind == "at" and (state is None or state.next_fire is None):
+            raise JobConflictError(
+                job_id,
+                f"this `at` job already came due ({job.schedule_text}); give it a new time "
+                f"with `gateway cron set-at --id {job_id} --at <RFC 3339>`",
+            )
+        return await self._set_enabled(job_id, True)
+
+    async def _set_enabled(self, job_id: str, enabled: bool) -> JobView:
+        stored = await self.store.set_enabled(job_id, enabled, self._clock())
+        if stored is None:
+            raise JobNotFoundError(job_id, self.store.url)
+        if self.running:
+            await self._apply(stored)
+        return await self.get(job_id)
+
+    async def run_now(self, job_id: str, *, wait_seconds: float = 0.0) -> RunRecord | None:
+        """Fire a job now, paused or not; the ledger records it ``via: run-now``.
+
+        Started, this fires at once and returns the record. Not started, it
+        leaves a request for the running gateway and, with ``wait_seconds``,
+        polls the ledger that long for the record; :class:`NoGatewayError`
+        when no gateway is running against the store (nothing is requested).
+        """
+        job = await self._require(job_id)
+        now = self._clock()
+        if self.running:
+            return await self._run_request(self._jobs.get(job_id, job), now, now)
+        beat = await self.store.last_beat()
+        if beat is None or (now - beat.at).total_seconds() > ALIVE_SECONDS:
+            raise NoGatewayError(job_id, self.store.url, beat.at.isoformat() if beat else "")
+        await self.store.request_run(job_id, now)
+        deadline = asyncio.get_running_loop().time() + wait_seconds
+        while asyncio.get_running_loop().time() < deadline:
+            for run in reversed(await self.store.runs(job_id, limit=10)):
+                if run.via == "run-now" and run.scheduled == now:
+                    return run
+            await asyncio.sleep(0.05)  # polling the ledger with a deadline
+        return None
+
+    # --- reading -------------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> JobView:
+        job = await self._require(job_id)
+        return self._view(job, await self.store.state(job_id))
+
+    async def list_jobs(self) -> list[JobView]:
+        jobs = await self.store.jobs()
+        states = await self.store.states()
+        return [self._view(job, states.get(job.id)) for job in jobs]
+
+    async def runs(self, job_id: str, limit: int = 20) -> list[RunRecord]:
+        """The job's newest ``limit`` ledger records, oldest first (kept after removal)."""
+        return await self.store.runs(job_id, limit)
+
+    async def next_fires(self, job_id: str, n: int = 5) -> list[datetime]:
+        """The job's next ``n`` fire times in UTC, from its pending fire on."""
+        view = await self.get(job_id)
+        if view.next_fire is None:
+            return []
+        trigger = build_trigger(view.job, anchor=view.next_fire)
+        return [view.next_fire, *fire_times(trigger, view.next_fire, n - 1)] if n > 0 else []
+
+    def explain(
+        self, expr: str, timezone: str | None = None, n: int = 5, *, after: datetime | None = None
+    ) -> list[datetime]:
+        """The next ``n`` fire times of ``expr`` (in ``timezone``, default the gateway's)."""
+        return explain(expr, timezone or self.timezone, n, after=after or self._clock())
+
+    async def gateway_running(self) -> bool:
+        """Whether some service is beating its heartbeat against this store."""
+        if self.running:
+            return True
+        beat = await self.store.last_beat()
+        return beat is not None and (self._clock() - beat.at).total_seconds() <= ALIVE_SECONDS
+
+    # --- the agent's tools: a one-time self check-in, list, remove -----------------------
+
+    async def set_check_in(
+        self, session: str, at: str | datetime, task: str, *, job_id: str | None = None
+    ) -> JobView:
+        """Wake ``session`` once at ``at`` (RFC 3339 with offset) with ``task``.
+
+        A direct-wake ``at`` job (seed 000's ``cron set-at --direct-wake``):
+        the session keeps its agent, and the wake's caller is cron (a drop sink).
+        """
+        key = str(SessionKey(session))
+        job_id = job_id or f"self-checkin-{secrets.token_hex(5)}"
+        existing = await self.store.get(job_id)
+        if existing is not None and existing.wake_session != key:
+            raise NotYourJobError(job_id, existing.wake_session, key)
+        job = self.draft(id=job_id, kind="at", at=at, task=task, wake_session=key, direct_wake=True)
+        return await self.upsert(job)
+
+    async def list_check_ins(self, session: str) -> list[JobView]:
+        """The jobs that wake ``session`` directly (its check-ins, pending and spent)."""
+        key = str(SessionKey(session))
+        return [
+            v for v in await self.list_jobs() if v.job.direct_wake and v.job.wake_session == key
+        ]
+
+    async def remove_check_in(self, session: str, job_id: str) -> None:
+        """Remove one of ``session``'s direct-wake jobs; another session's job is refused."""
+        key = str(SessionKey(session))
+        job = await self._require(job_id)
+        if not job.direct_wake or job.wake_session != key:
+            raise NotYourJobError(job_id, job.wake_session if job.direct_wake else None, key)
+        await self.remove(job_id)
+
+    # --- internals: scheduling -----------------------------------------------------------
+
+    async def _require(self, job_id: str) -> Job:
+        job = await self.store.get(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id, self.store.url)
+        return job
+
+    def _view(self, job: Job, state: JobState | None) -> JobView:
+        next_fire = state.next_fire if state else None
+        if self._scheduler is not None:
+            scheduled = self._scheduler.get_job(job.id)
+            if scheduled is not None and scheduled.next_run_time is not None:
+                next_fire = scheduled.next_run_time.astimezone(UTC)
+        return JobView(
+            job=job,
+            next_fire=next_fire,
+            last_status=state.last_status if state else None,
+            last_fired=state.last_fired if state else None,
+        )
+
+    def _schedule(self, job: Job, state: JobState | None) -> None:
+        """Hand ``job`` to APScheduler from its pending fire (past ones are caught up on)."""
+        self._jobs[job.id] = job
+        if state is not None:
+            next_fire, rev = state.next_fire, state.schedule_rev
+        else:
+            next_fire, rev = first_fire_or_none(job, self._clock()), job.revision
+        try:
+            trigger = build_trigger(job, anchor=next_fire)
+        except InvalidJobError as exc:
+            log.error("cron: stored job %s cannot be scheduled and is left out: %s", job.id, exc)
+            self._drop_from_scheduler(job.id)
+            return
+        self._scheduled[job.id] = _Scheduled(trigger=trigger, schedule_rev=rev)
+        if next_fire is None:
+            self._drop_from_scheduler(job.id)
+            return
+        self._scheduler.add_job(
+            _never_called,
+            trigger=trigger,
+            id=job.id,
+            name=job.id,
+            executor=EXECUTOR,
+            next_run_time=next_fire,
+            coalesce=False,
+            misfire_grace_time=None,
+            max_instances=1,
+            replace_existing=True,
+        )
+
+    def _unschedule(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+        self._scheduled.pop(job_id, None)
+        self._drop_from_scheduler(job_id)
+
+    def _drop_from_scheduler(self, job_id: str) -> None:
+        # Never scheduled, or an `at` job APScheduler already let go of after its fire.
+        with contextlib.suppress(JobLookupError):
+            self._scheduler.remove_job(job_id)
+
+    async def _apply(self, job: Job) -> None:
+        """Bring the scheduler in line with ``job`` (an edit from here or from the store)."""
+        known = self._jobs.get(job.id)
+        if known is not None and known.revision >= job.revision:
+            return
+        if known is not None and known.schedule_signature == job.schedule_signature:
+            self._jobs[job.id] = job  # enabled, task, target: read when the job fires
+            return
+        self._schedule(job, await self.store.state(job.id))
+
+    async def refresh(self) -> None:
+        """Apply what other processes changed in the store since the last look."""
+        changes = await self.store.changes(self._seen)
+        for job_id in changes.removed:
+            self._unschedule(job_id)
+        for job in changes.jobs:
+            await self._apply(job)
+        for request in changes.requests:
+            wanted = self._jobs.get(request.job_id)
+            if wanted is None:
+                log.warning("cron: run-now of job %s dropped: no such job", request.job_id)
+                continue
+            self._spawn(self._run_request(wanted, request.requested, self._clock()))
+        self._seen = max(self._seen, changes.version)
+
+    async def _poll(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=self.poll_seconds)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await self.refresh()
+                await self._beat()
+            except Exception:
+                log.exception(
+                    "cron: reading %s failed; retrying in %g s", self.store.url, self.poll_seconds
+                )
+
+    async def _beat(self, *, force: bool = False) -> None:
+        now = self._clock()
+        if (
+            force
+            or self._last_beat is None
+            or (now - self._last_beat).total_seconds() >= BEAT_SECONDS
+        ):
+            await self.store.beat(self.owner, now)
+            self._last_beat = now
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _on_max_instances(self, event: Any) -> None:
+        job = self._jobs.get(event.job_id)
+        if job is None:
+            return
+        note = "the previous fire of this job was still being handed over"
+        runs = [
+            RunRecord(
+                job_id=job.id,
+                status="skipped",
+                scheduled=t.astimezone(UTC),
+                lateness_ms=_ms(self._clock() - t),
+                session_key=str(job.session_key),
+                note=note,
+            )
+            for t in event.scheduled_run_times
+        ]
+        self._spawn(self._store_runs(job.id, runs, None))
+
+    # --- internals: firing ---------------------------------------------------------------
+
+    def _due(self, job_id: str, run_times: list[datetime]) -> asyncio.Task[None]:
+        """Called by the executor, inside APScheduler's loop pass: snapshot and hand off."""
+        job = self._jobs.get(job_id)
+        scheduled = self._scheduled.get(job_id)
+        return self._spawn(self._handle_due(job, scheduled, run_times))
+
+    async def _handle_due(
+        self, job: Job | None, scheduled: _Scheduled | None, run_times: list[datetime]
+    ) -> None:
+        if job is None or scheduled is None:
+            return
+        now = self._clock()
+        due = [t.astimezone(UTC) for t in run_times]
+        runs = [
+            await self._carry_out(job, p, "schedule")
+            for p in self.policy.plan(due, now, enabled=job.enabled)
+        ]
+        following = scheduled.trigger.get_next_fire_time(run_times[-1], now)
+        advance = Advance(
+            next_fire=following.astimezone(UTC) if following else None,
+            schedule_rev=scheduled.schedule_rev,
+        )
+        await self._store_runs(job.id, runs, advance)
+        if job.kind == "at":
+            spent = await self.store.disable_if_unchanged(job.id, job.revision)
+            if spent is not None and self._jobs.get(job.id) is job:
+                self._jobs[job.id] = spent
+
+    async def _run_request(self, job: Job, requested: datetime, now: datetime) -> RunRecord:
+        plan = self.policy.plan([requested], now, enabled=True)
+        runs = [await self._carry_out(job, p, "run-now") for p in plan]
+        stored = await self._store_runs(job.id, runs, None)
+        return stored[-1]
+
+    async def _store_runs(
+        self, job_id: str, runs: Sequence[RunRecord], advance: Advance | None
+    ) -> list[RunRecord]:
+        stored = await self.store.record(job_id, runs, advance=advance)
+        for run in stored:
+            for listener in self._listeners:
+                listener(run)
+        return stored
+
+    async def _carry_out(self, job: Job, planned: Planned, via: RunVia) -> RunRecord:
+        base = RunRecord(
+            job_id=job.id,
+            status="fired",
+            via=via,
+            scheduled=planned.scheduled,
+            lateness_ms=_ms(planned.lateness),
+            coalesced=planned.coalesced,
+            session_key=str(job.session_key),
+            note=planned.note,
+        )
+        if planned.action != "fire":
+            return base.model_copy(update={"status": planned.action})
+        fired = self._clock()
+        update: dict[str, Any] = {"fired": fired, "lateness_ms": _ms(fired - planned.scheduled)}
+        try:
+            accepted = await self._wake(job, planned.scheduled, via, fired)
+        except Exception as exc:
+            log.warning("cron: job %s failed to wake %s: %s", job.id, job.session_key, exc)
+            return base.model_copy(
+                update={**update, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            )
+        return base.model_copy(
+            update={**update, "session_id": accepted.session_id, "run_id": accepted.run_id}
+        )
+
+    async def _wake(self, job: Job, scheduled: datetime, via: RunVia, fired: datetime) -> Accepted:
+        waker = self._waker
+        if waker is None:
+            raise ServiceStateError("the cron service has no waker")
+        key = job.session_key
+        meta = {"cron_job": job.id, "scheduled": scheduled.isoformat(), "via": via}
+        sink: Sink = DropSink(reason="cron")
+        agent = None
+        if job.direct_wake:
+            if not await waker.session_exists(key):
+                raise SessionMissingError(job.id, str(key))
+        else:
+            agent = job.agent
+            if job.wake_session:
+                meta["report_to"] = job.wake_session
+                if self._session_sink is not None:
+                    sink = self._session_sink(SessionKey(job.wake_session))
+        wake = Wake(
+            source=WakeSource.CRON,
+            body=job.task,
+            caller=CRON_CALLER,
+            sink=sink,
+            agent=agent,
+            meta=meta,
+            created=fired,
+        )
+        return await waker.wake(key, wake)
+
+
+def first_fire_or_none(job: Job, now: datetime) -> datetime | None:
+    """Like :func:`first_fire`, but a job that can no longer fire gets None."""
+    try:
+        return first_fire(job, now)
+    except InvalidJobError:
+        return job.at if job.kind == "at" else None
+
+
+def _ms(delta: timedelta) -> float:
+    return round(max(delta.total_seconds(), 0.0) * 1000.0, 3)
+
+
+async def _next_turn() -> None:
+    """Return after the callbacks already queued on the loop have run."""
+    done = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(done.set_result, None)
+    await done
