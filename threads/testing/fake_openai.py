@@ -177,13 +177,15 @@ class RecordedRequest:
     """One request the server received: method, path, headers and parsed JSON body.
 
     ``headers`` looks keys up case-insensitively. ``body`` is None for a body
-    that was empty or not JSON.
+    that was empty or not JSON. ``peer`` is the client's ``host:port``: the same
+    for requests that shared a kept-alive connection.
     """
 
     method: str
     path: str
     headers: Mapping[str, str]
     body: Any
+    peer: str = ""
 
     @property
     def model(self) -> str:
@@ -402,7 +404,9 @@ class FakeModelServer:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = None
-        recorded = RecordedRequest(request.method, request.path, request.headers, body)
+        recorded = RecordedRequest(
+            request.method, request.path, request.headers, body, _peer(request)
+        )
         self._arrived(recorded)
         return recorded, raw
 
@@ -436,6 +440,11 @@ class FakeModelServer:
             opened.cancel()
             closed.cancel()
         return event.is_set()
+
+
+def _peer(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
 
 
 def json_response(status: int, data: Any, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -572,7 +581,9 @@ class FakeOpenAIServer(FakeModelServer):
         return json_response(401, _openai_error(failure))
 
     async def _models(self, request: web.Request) -> web.Response:
-        recorded = RecordedRequest(request.method, request.path, request.headers, None)
+        recorded = RecordedRequest(
+            request.method, request.path, request.headers, None, _peer(request)
+        )
         self._arrived(recorded)
         refused = self._refuse_key(request)
         if refused is not None:
