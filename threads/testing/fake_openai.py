@@ -24,9 +24,10 @@ client sent. The server checks what the real API would refuse: a body that is
 not JSON, no ``model`` or ``messages``, a ``tool`` message answering no
 earlier tool call, a wrong API key when one is set.
 
-For a benchmark, ``FakeOpenAIServer(record=False)`` with the default
-responder (or a responder of your own) answers at once, with no per-request
-state kept beyond a counter.
+For a benchmark, ``FakeOpenAIServer(record=False)`` answers at once and
+keeps no per-request state beyond a counter; its responder can be the default
+echo, :func:`tool_then` (one tool call, then a final answer, per turn) or one
+of your own. Unpaced streams go out in one write.
 
 The script values (:class:`Reply`, :class:`ToolCall`, :class:`Failure`,
 :class:`RecordedRequest`) are protocol-neutral; the fake Anthropic server in
@@ -57,6 +58,7 @@ __all__ = [
     "Responder",
     "ToolCall",
     "echo",
+    "tool_then",
 ]
 
 _WORDS = re.compile(r"\S+\s*|\s+")
@@ -260,6 +262,21 @@ Responder: TypeAlias = Callable[[RecordedRequest], Answer]
 def echo(request: RecordedRequest) -> Answer:
     """The default responder: the last user text, unchanged."""
     return Reply(text=request.last_user_text())
+
+
+def tool_then(call: ToolCall, final: Answer) -> Responder:
+    """A responder for agent-loop tests and benchmarks: every turn is one tool call, then ``final``.
+
+    A request whose conversation ends with a tool result gets ``final``; any
+    other gets ``call`` (with a fresh id each time). It keeps no state, so any
+    number of concurrent sessions can share it.
+    """
+    first = Reply(tool_calls=[call])
+
+    def respond(request: RecordedRequest) -> Answer:
+        return final if request.after_tool_result() else first
+
+    return respond
 
 
 def estimate_tokens(size: int) -> int:

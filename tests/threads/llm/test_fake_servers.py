@@ -15,6 +15,7 @@ from threads.testing.fake_openai import (
     RecordedRequest,
     Reply,
     ToolCall,
+    tool_then,
 )
 
 
@@ -175,3 +176,22 @@ async def test_anthropic_fake_refuses_a_tool_result_without_its_tool_use(
         async with http.post(f"{server.base_url}/v1/messages", json=body, headers=headers) as resp:
             assert resp.status == 400
             assert "tool_use_id" in (await resp.json())["error"]["message"]
+
+
+async def test_tool_then_calls_the_tool_first_and_answers_after_its_result(
+    http: aiohttp.ClientSession,
+) -> None:
+    final = Reply(text="done")
+    server = FakeOpenAIServer(record=False, default=tool_then(ToolCall(name="t"), final))
+    user = {"role": "user", "content": "x"}
+    async with server:
+        url = f"{server.base_url}/chat/completions"
+        async with http.post(url, json={"model": "m", "messages": [user]}) as resp:
+            call = (await resp.json())["choices"][0]["message"]["tool_calls"][0]
+        assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+        result = {"role": "tool", "tool_call_id": call["id"], "content": "r"}
+        body = {"model": "m", "messages": [user, assistant, result]}
+        async with http.post(url, json=body) as resp:
+            answer = (await resp.json())["choices"][0]["message"]
+    assert call["function"]["name"] == "t"
+    assert answer["content"] == "done"
