@@ -24,7 +24,10 @@ T = TypeVar("T")
 
 
 class Syncable(Protocol):
-    """A file a round wrote to; ``sync`` makes what was written durable."""
+    """What a round wrote to — a file, a transaction; ``sync`` makes it durable.
+
+    Targets are synced in the order the round first registered them.
+    """
 
     def sync(self) -> None: ...
 
@@ -47,7 +50,7 @@ class Round:
         for key, target in self._pending.items():
             try:
                 target.sync()
-            except OSError as exc:
+            except Exception as exc:
                 for op in self._waiting[key]:
                     if op.error is None:
                         op.error = exc

@@ -106,3 +106,27 @@ async def tail(
             raise NotFoundError(session, "deleted while being watched") from None
         if now != identity:
             raise NotFoundError(session, "deleted and created again while being watched")
+
+
+def advance(pieces: list[tuple[int, bytes]], position: int) -> tuple[bytes, int]:
+    """The complete lines in numbered pieces of a stream, and the position after them.
+
+    A backend that stores a session as numbered pieces (rows, list items; the
+    header is piece 0) reads the pieces numbered from ``position >> 32`` on,
+    in order; ``position``'s low 32 bits are the offset already consumed in
+    the first. A line may span pieces (a torn tail completed later); the
+    position never passes an incomplete line.
+    """
+    first, offset = position >> 32, position & 0xFFFFFFFF
+    spans = [(n, offset if n == first else 0, data) for n, data in pieces if n >= first]
+    buffer = b"".join(data[start:] for _, start, data in spans)
+    remaining = buffer.rfind(b"\n") + 1
+    for n, start, data in spans:
+        size = len(data) - start
+        if remaining >= size:
+            remaining -= size
+            position = (n + 1) << 32
+            continue
+        position = (n << 32) + start + remaining
+        break
+    return buffer[: buffer.rfind(b"\n") + 1], position

@@ -1,0 +1,445 @@
+"""The shared backend: sessions in Redis, for several gateway processes (``redis://…``).
+
+Per session, a hash ``<prefix>s:<id>`` holds the header line, its creation
+time and metadata, the current title, the count of complete entry lines, a
+torn flag and a generation number; a list ``<prefix>c:<id>`` holds the
+appended bytes, one item per batch. The sorted set ``<prefix>index`` orders
+the sessions for ``list`` (score: creation time in microseconds; Redis
+orders a tie by member, which is the id). Every write is one Lua script, so
+it is atomic — a batch lands whole or not at all — and a load is one
+MULTI/EXEC, so it never sees part of a session.
+
+The writer lock is ``<prefix>lock:<id>`` holding this store's random token
+with an expiry: taken by the first write, renewed while held by one task per
+store, deleted on release. A crashed writer's lock lapses after ``lock_ttl``
+seconds. Durability is the server's (``appendfsync``); ``flush`` checks the
+session and has nothing of its own to complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from functools import partial
+
+import orjson
+import redis.asyncio as aioredis
+
+from threads.errors import ExistsError, LockedError, NewerFormatError, NotFoundError
+from threads.messages import WireError
+from threads.store.base import Loaded, Page, Query, StoreOptions
+from threads.store.entries import Entry, Header, InfoEntry, decode_header, encode_header
+from threads.store.leases import Leases
+from threads.store.lines import decode_session, encode_batch
+from threads.store.rules import ZERO_TIME, check_header, check_id, created_us, page_of
+from threads.store.watching import Pulse, advance, tail
+
+log = logging.getLogger(__name__)
+
+_NOT_FOUND, _LOCKED, _EXISTS = -1, -2, -3
+
+# KEYS: hash, chunks, lock, index. ARGV: token, ttl_ms, id, created_us, header, meta, gen, listable
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return -3 end
+redis.call('HSET', KEYS[1], 'header', ARGV[5], 'created_us', ARGV[4], 'meta', ARGV[6],
+  'gen', ARGV[7], 'listable', ARGV[8], 'title', '', 'lines', 0, 'torn', 0)
+redis.call('DEL', KEYS[2])
+if ARGV[8] == '1' then redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3]) end
+if ARGV[1] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
+return 1
+"""
+
+# KEYS: hash, chunks, lock. ARGV: token, ttl_ms, data, newlines, title.
+# Takes (or confirms) the lock, repairs a torn tail, appends; returns {1, lines, header}.
+_APPEND = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local owner = redis.call('GET', KEYS[3])
+if owner and owner ~= ARGV[1] then return {-2} end
+if not owner then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
+if redis.call('HGET', KEYS[1], 'torn') == '1' then
+  local last = redis.call('LINDEX', KEYS[2], -1) or ''
+  local cut, at = 0, string.find(last, '\\n', 1, true)
+  while at do cut = at; at = string.find(last, '\\n', at + 1, true) end
+  redis.call('LSET', KEYS[2], -1, string.sub(last, 1, cut))
+  redis.call('HSET', KEYS[1], 'torn', 0)
+end
+if ARGV[3] ~= '' then
+  redis.call('RPUSH', KEYS[2], ARGV[3])
+  redis.call('HINCRBY', KEYS[1], 'lines', ARGV[4])
+  if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'title', ARGV[5]) end
+end
+return {1, tonumber(redis.call('HGET', KEYS[1], 'lines')), redis.call('HGET', KEYS[1], 'header')}
+"""
+
+# KEYS: hash, chunks, lock, index. ARGV: token, id.
+_DELETE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local owner = redis.call('GET', KEYS[3])
+if owner and owner ~= ARGV[1] then return -2 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[2])
+return 1
+"""
+
+# KEYS: hash, lock. ARGV: token.
+_RELEASE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return 1
+"""
+
+# KEYS: the held locks. ARGV: token, ttl_ms. Returns 1/0 per lock: still ours.
+_RENEW = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('PEXPIRE', key, ARGV[2]); out[i] = 1
+  else out[i] = 0 end
+end
+return out
+"""
+
+# KEYS: hash, chunks. ARGV: data, newlines, torn.
+_INJECT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'lines', ARGV[2])
+redis.call('HSET', KEYS[1], 'torn', ARGV[3])
+return 1
+"""
+
+
+class RedisStore:
+    """A Storage, KeyIndex, Watcher, Flusher, Releaser and Leaser over one Redis database."""
+
+    def __init__(
+        self,
+        url: str,
+        options: StoreOptions | None = None,
+        *,
+        prefix: str = "weft:",
+        lock_ttl: float = 30.0,
+        poll_interval: float = 0.05,
+        max_connections: int = 32,
+    ) -> None:
+        # A blocking pool: a burst of concurrent calls waits for a connection
+        # instead of failing with "Too many connections".
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=30
+        )
+        self._redis: aioredis.Redis = aioredis.Redis.from_pool(pool)
+        self._options = options or StoreOptions()
+        self._prefix = prefix
+        self._ttl_ms = int(lock_ttl * 1000)
+        self._poll = poll_interval
+        self._token = secrets.token_hex(12)
+        self._held: set[str] = set()
+        self._renewer: asyncio.Task[None] | None = None
+        self._leases = Leases()
+        self._pulse = Pulse()
+        self._create = self._redis.register_script(_CREATE)
+        self._append = self._redis.register_script(_APPEND)
+        self._delete = self._redis.register_script(_DELETE)
+        self._release = self._redis.register_script(_RELEASE)
+        self._renew = self._redis.register_script(_RENEW)
+        self._inject = self._redis.register_script(_INJECT)
+        self._closed = False
+
+    # -- Storage
+
+    async def create(self, header: Header) -> None:
+        check_header(header)
+        line = encode_header(header)[:-1]
+        await self._create_raw(header.id, line, header, b"")
+
+    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+        check_id(session)
+        data = encode_batch(entries)
+        title = next(
+            (e.title for e in reversed(entries) if isinstance(e, InfoEntry) and e.title), ""
+        )
+        await self._hold(session, data, title)
+        self._pulse.fire()
+
+    async def load(self, session: str) -> Loaded:
+        check_id(session)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hget(self._hash(session), "header")
+            pipe.lrange(self._chunks(session), 0, -1)
+            header, chunks = await pipe.execute()
+        if header is None:
+            raise NotFoundError(session)
+        data = b"".join([header, b"\n", *chunks])
+        return decode_session(session, data, salvage=self._options.salvage)
+
+    async def list(self, query: Query | None = None) -> Page:
+        query = query or Query()
+        index = self._prefix + "index"
+        if query.meta or query.title_search:
+            return await self._list_filtered(query)
+        total = int(await self._redis.zcard(index))
+        ids: list[bytes] = []
+        if query.before is None:
+            ids = await self._redis.zrange(index, 0, query.page_size - 1, desc=True)
+        else:
+            before = created_us(query.before)
+            if query.before_id:
+                tied = await self._redis.zrange(index, before, before, desc=True, byscore=True)
+                ids = [t for t in tied if t.decode() < query.before_id][: query.page_size]
+            if len(ids) < query.page_size:
+                ids += await self._redis.zrange(
+                    index,
+                    f"({before}",
+                    "-inf",
+                    desc=True,
+                    byscore=True,
+                    offset=0,
+                    num=query.page_size - len(ids),
+                )
+        headers = await self._headers([i.decode() for i in ids])
+        return Page(sessions=[h for h in headers if h is not None], total=total)
+
+    async def delete(self, session: str) -> None:
+        check_id(session)
+        keys = [self._hash(session), self._chunks(session), self._lock(session), self._index]
+        result = await self._delete(keys=keys, args=[self._token, session])
+        self._check(session, int(result))
+        self._held.discard(session)
+        self._leases.drop(session)
+        self._pulse.fire()
+
+    async def close(self) -> None:
+        """Release every lock this store holds and close the connection pool."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+        try:
+            for session in list(self._held):
+                await self._release(
+                    keys=[self._hash(session), self._lock(session)], args=[self._token]
+                )
+        finally:
+            self._held.clear()
+            self._leases.clear()
+            await self._redis.aclose()
+
+    # -- KeyIndex
+
+    async def resolve(self, key: str) -> str | None:
+        found = await self._redis.hget(self._prefix + "keys", key)
+        return found.decode() if found is not None else None
+
+    async def point(self, key: str, session_id: str) -> None:
+        check_id(session_id)
+        await self._redis.hset(self._prefix + "keys", key, session_id)
+
+    async def keys(self) -> dict[str, str]:
+        found = await self._redis.hgetall(self._prefix + "keys")
+        return {k.decode(): v.decode() for k, v in found.items()}
+
+    # -- capabilities
+
+    async def flush(self, session: str) -> None:
+        check_id(session)
+        await self._must_exist(session)
+
+    async def release(self, session: str) -> None:
+        check_id(session)
+        result = await self._release(
+            keys=[self._hash(session), self._lock(session)], args=[self._token]
+        )
+        self._check(session, int(result))
+        self._held.discard(session)
+        self._leases.drop(session)
+
+    async def acquire(self, session: str, holder: object) -> tuple[int, datetime]:
+        check_id(session)
+        self._leases.check(session, holder)
+        lines, header = await self._hold(session, b"", "")
+        self._leases.check(session, holder)
+        self._leases.take(session, holder)
+        try:
+            created = decode_header(header).created
+        except (WireError, ValueError, NewerFormatError):
+            created = ZERO_TIME
+        return lines, created
+
+    async def yield_lease(self, session: str, holder: object) -> None:
+        check_id(session)
+        if self._leases.may_yield(session, holder):
+            await self.release(session)
+        else:
+            await self._must_exist(session)
+
+    async def watch(self, session: str, after: str = "") -> AsyncIterator[Entry]:
+        check_id(session)
+        stream = tail(
+            session,
+            after,
+            partial(self._read_from, session),
+            self._pulse,
+            salvage=self._options.salvage,
+            poll_interval=self._poll,
+        )
+        async for entry in stream:
+            yield entry
+
+    # -- test hooks
+
+    async def inject(self, session: str, data: bytes) -> None:
+        """Append raw bytes to a session, as a damaged disk or a crash leaves them."""
+        check_id(session)
+        torn = int(not data.endswith(b"\n"))
+        keys = [self._hash(session), self._chunks(session)]
+        result = await self._inject(keys=keys, args=[data, data.count(b"\n"), torn])
+        self._check(session, int(result))
+        self._pulse.fire()
+
+    async def plant(self, session: str, data: bytes) -> None:
+        """Store raw bytes as a whole session, header line included."""
+        check_id(session)
+        first, _, rest = data.partition(b"\n")
+        try:
+            header: Header | None = decode_header(first)
+        except (WireError, ValueError, NewerFormatError):
+            header = None
+        await self._create_raw(session, first, header, rest, lock=False)
+
+    # -- internals
+
+    @property
+    def _index(self) -> str:
+        return self._prefix + "index"
+
+    def _hash(self, session: str) -> str:
+        return f"{self._prefix}s:{session}"
+
+    def _chunks(self, session: str) -> str:
+        return f"{self._prefix}c:{session}"
+
+    def _lock(self, session: str) -> str:
+        return f"{self._prefix}lock:{session}"
+
+    def _check(self, session: str, code: int) -> None:
+        if code == _NOT_FOUND:
+            raise NotFoundError(session)
+        if code == _LOCKED:
+            raise LockedError(session, "another store")
+        if code == _EXISTS:
+            raise ExistsError(session)
+
+    async def _create_raw(
+        self, session: str, line: bytes, header: Header | None, rest: bytes, *, lock: bool = True
+    ) -> None:
+        keys = [self._hash(session), self._chunks(session), self._lock(session), self._index]
+        args = [
+            self._token if lock else "",
+            self._ttl_ms,
+            session,
+            created_us(header.created) if header else 0,
+            line,
+            orjson.dumps(dict(header.meta) if header else {}),
+            secrets.randbits(62),
+            int(header is not None),
+        ]
+        self._check(session, int(await self._create(keys=keys, args=args)))
+        if lock:
+            self._mark_held(session)
+        if rest:
+            await self.inject(session, rest)
+        self._pulse.fire()
+
+    async def _hold(self, session: str, data: bytes, title: str) -> tuple[int, bytes]:
+        keys = [self._hash(session), self._chunks(session), self._lock(session)]
+        args = [self._token, self._ttl_ms, data, data.count(b"\n"), title]
+        result = await self._append(keys=keys, args=args)
+        self._check(session, int(result[0]))
+        self._mark_held(session)
+        return int(result[1]), bytes(result[2])
+
+    def _mark_held(self, session: str) -> None:
+        self._held.add(session)
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.get_running_loop().create_task(
+                self._renew_forever(), name="redis-store-lock-renewal"
+            )
+
+    async def _renew_forever(self) -> None:
+        """Keep this store's locks alive: renew every held lock a few times per lifetime."""
+        interval = self._ttl_ms / 3000
+        while self._held:
+            await asyncio.sleep(interval)
+            held = sorted(self._held)
+            if not held:
+                break
+            try:
+                still = await self._renew(
+                    keys=[self._lock(s) for s in held], args=[self._token, self._ttl_ms]
+                )
+            except Exception:
+                log.exception("renewing %d session locks failed; retrying", len(held))
+                continue
+            for session, ours in zip(held, still, strict=True):
+                if not ours:
+                    log.warning(
+                        "session %s: this store's lock lapsed; the next write retakes it", session
+                    )
+                    self._held.discard(session)
+
+    async def _headers(self, ids: list[str]) -> list[Header | None]:
+        if not ids:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for session in ids:
+                pipe.hget(self._hash(session), "header")
+            lines = await pipe.execute()
+        out: list[Header | None] = []
+        for line in lines:
+            try:
+                out.append(decode_header(line) if line is not None else None)
+            except (WireError, ValueError, NewerFormatError):
+                out.append(None)
+        return out
+
+    async def _list_filtered(self, query: Query) -> Page:
+        ids = [i.decode() for i in await self._redis.zrange(self._index, 0, -1)]
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for session in ids:
+                pipe.hmget(self._hash(session), ["header", "title"])
+            found = await pipe.execute()
+        rows: list[tuple[tuple[int, str], Header]] = []
+        titles: dict[int, str] = {}
+        for line, title in found:
+            if line is None:
+                continue
+            try:
+                header = decode_header(line)
+            except (WireError, ValueError, NewerFormatError):
+                continue
+            titles[id(header)] = (title or b"").decode()
+            rows.append(((created_us(header.created), header.id), header))
+        return page_of(rows, query, lambda h: titles[id(h)])
+
+    async def _must_exist(self, session: str) -> None:
+        if not await self._redis.exists(self._hash(session)):
+            raise NotFoundError(session)
+
+    async def _read_from(self, session: str, position: int) -> tuple[int, bytes, int]:
+        first = max((position >> 32) - 1, 0)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hmget(self._hash(session), ["gen", "header"])
+            pipe.lrange(self._chunks(session), first, -1)
+            (generation, header), chunks = await pipe.execute()
+        if generation is None:
+            raise NotFoundError(session)
+        pieces = [(0, header + b"\n")] + [(first + 1 + i, c) for i, c in enumerate(chunks)]
+        data, position = advance(pieces, position)
+        return int(generation), data, position
