@@ -18,6 +18,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -156,7 +157,5 @@ class Committer:
             for op in ops:
                 by_loop.setdefault(op.loop, []).append(op)
             for loop, settled in by_loop.items():
-                try:
+                with suppress(RuntimeError):  # the loop closed: nobody is waiting any more
                     loop.call_soon_threadsafe(_settle, settled)
-                except RuntimeError:
-                    pass  # the loop closed; nobody is waiting any more

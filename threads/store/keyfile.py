@@ -153,7 +153,7 @@ def fsync_dir(path: str) -> None:
 
 
 def _read_fd(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     offset = 0
     while True:
         chunk = os.pread(fd, 1 << 20, offset)

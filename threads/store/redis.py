@@ -25,6 +25,7 @@ import secrets
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from functools import partial
+from typing import Any, TypeAlias
 
 import orjson
 import redis.asyncio as aioredis
@@ -39,6 +40,11 @@ from threads.store.rules import ZERO_TIME, check_header, check_id, created_us, p
 from threads.store.watching import Pulse, advance, tail
 
 log = logging.getLogger(__name__)
+
+_Names: TypeAlias = list[str]
+_Headers: TypeAlias = list[Header | None]
+_Rows: TypeAlias = list[tuple[tuple[int, str], Header]]
+_Args: TypeAlias = list[bytes | str | int | float]
 
 _NOT_FOUND, _LOCKED, _EXISTS = -1, -2, -3
 
@@ -182,25 +188,29 @@ class RedisStore:
         if query.meta or query.title_search:
             return await self._list_filtered(query)
         total = int(await self._redis.zcard(index))
-        ids: list[bytes] = []
+        ids: _Names = []
         if query.before is None:
-            ids = await self._redis.zrange(index, 0, query.page_size - 1, desc=True)
+            ids = _names(await self._redis.zrange(index, 0, query.page_size - 1, desc=True))
         else:
             before = created_us(query.before)
             if query.before_id:
-                tied = await self._redis.zrange(index, before, before, desc=True, byscore=True)
-                ids = [t for t in tied if t.decode() < query.before_id][: query.page_size]
-            if len(ids) < query.page_size:
-                ids += await self._redis.zrange(
-                    index,
-                    f"({before}",
-                    "-inf",
-                    desc=True,
-                    byscore=True,
-                    offset=0,
-                    num=query.page_size - len(ids),
+                tied = _names(
+                    await self._redis.zrange(index, before, before, desc=True, byscore=True)
                 )
-        headers = await self._headers([i.decode() for i in ids])
+                ids = [t for t in tied if t < query.before_id][: query.page_size]
+            if len(ids) < query.page_size:
+                ids += _names(
+                    await self._redis.zrange(
+                        index,
+                        f"({before}",
+                        "-inf",
+                        desc=True,
+                        byscore=True,
+                        offset=0,
+                        num=query.page_size - len(ids),
+                    )
+                )
+        headers = await self._headers(ids)
         return Page(sessions=[h for h in headers if h is not None], total=total)
 
     async def delete(self, session: str) -> None:
@@ -235,7 +245,7 @@ class RedisStore:
 
     async def resolve(self, key: str) -> str | None:
         found = await self._redis.hget(self._prefix + "keys", key)
-        return found.decode() if found is not None else None
+        return _text(found) if found is not None else None
 
     async def point(self, key: str, session_id: str) -> None:
         check_id(session_id)
@@ -243,7 +253,7 @@ class RedisStore:
 
     async def keys(self) -> dict[str, str]:
         found = await self._redis.hgetall(self._prefix + "keys")
-        return {k.decode(): v.decode() for k, v in found.items()}
+        return {_text(k): _text(v) for k, v in found.items()}
 
     # -- capabilities
 
@@ -340,7 +350,7 @@ class RedisStore:
         self, session: str, line: bytes, header: Header | None, rest: bytes, *, lock: bool = True
     ) -> None:
         keys = [self._hash(session), self._chunks(session), self._lock(session), self._index]
-        args = [
+        args: _Args = [
             self._token if lock else "",
             self._ttl_ms,
             session,
@@ -359,7 +369,7 @@ class RedisStore:
 
     async def _hold(self, session: str, data: bytes, title: str) -> tuple[int, bytes]:
         keys = [self._hash(session), self._chunks(session), self._lock(session)]
-        args = [self._token, self._ttl_ms, data, data.count(b"\n"), title]
+        args: _Args = [self._token, self._ttl_ms, data, data.count(b"\n"), title]
         result = await self._append(keys=keys, args=args)
         self._check(session, int(result[0]))
         self._mark_held(session)
@@ -394,14 +404,14 @@ class RedisStore:
                     )
                     self._held.discard(session)
 
-    async def _headers(self, ids: list[str]) -> list[Header | None]:
+    async def _headers(self, ids: _Names) -> _Headers:
         if not ids:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
             for session in ids:
                 pipe.hget(self._hash(session), "header")
             lines = await pipe.execute()
-        out: list[Header | None] = []
+        out: _Headers = []
         for line in lines:
             try:
                 out.append(decode_header(line) if line is not None else None)
@@ -410,12 +420,12 @@ class RedisStore:
         return out
 
     async def _list_filtered(self, query: Query) -> Page:
-        ids = [i.decode() for i in await self._redis.zrange(self._index, 0, -1)]
+        ids = _names(await self._redis.zrange(self._index, 0, -1))
         async with self._redis.pipeline(transaction=False) as pipe:
             for session in ids:
                 pipe.hmget(self._hash(session), ["header", "title"])
             found = await pipe.execute()
-        rows: list[tuple[tuple[int, str], Header]] = []
+        rows: _Rows = []
         titles: dict[int, str] = {}
         for line, title in found:
             if line is None:
@@ -443,3 +453,11 @@ class RedisStore:
         pieces = [(0, header + b"\n")] + [(first + 1 + i, c) for i, c in enumerate(chunks)]
         data, position = advance(pieces, position)
         return int(generation), data, position
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _names(values: Any) -> _Names:
+    return [_text(v) for v in values]
