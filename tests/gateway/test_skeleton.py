@@ -1,0 +1,126 @@
+"""The walking skeleton: a terminal message through every real module and back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from config import GatewayConfig
+from gateway.app import Gateway
+
+
+class Replies:
+    """Collects what the terminal channel prints; wait() returns the next one."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self._arrived = asyncio.Event()
+
+    def __call__(self, text: str) -> None:
+        self.items.append(text)
+        self._arrived.set()
+
+    async def wait(self, count: int = 1) -> list[str]:
+        async with asyncio.timeout(10):
+            while len(self.items) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+        return self.items
+
+
+def session_lines(data_dir: Path) -> list[dict[str, object]]:
+    files = list((data_dir / "sessions").glob("s_*.jsonl"))
+    assert len(files) == 1, files
+    return [orjson.loads(line) for line in files[0].read_bytes().splitlines()]
+
+
+async def test_a_terminal_message_is_echoed_and_the_turn_is_stored(config: GatewayConfig) -> None:
+    async with Gateway(config) as gw:
+        assert gw.cli is not None
+        replies = Replies()
+        gw.cli.listeners.append(replies)
+        await gw.cli.submit("hello, gateway")
+        (reply,) = await replies.wait()
+        await gw.wait_idle()
+    assert reply.endswith("hello, gateway")
+    assert "No model is configured" in reply
+    lines = session_lines(config.data_dir)
+    assert lines[0]["type"] == "session"
+    kinds = [line["type"] for line in lines[1:]]
+    assert kinds == ["message", "message", "message", "turn"]
+    prompt = lines[1]
+    assert prompt["run_id"].endswith("-t1")  # type: ignore[union-attr]
+    assert "source: cli" in str(prompt["message"])
+    turn = lines[-1]
+    assert turn["stop_reason"] == "dispatch"
+
+
+async def test_the_notice_is_said_once_per_session(config: GatewayConfig) -> None:
+    async with Gateway(config) as gw:
+        assert gw.cli is not None
+        replies = Replies()
+        gw.cli.listeners.append(replies)
+        await gw.cli.submit("one")
+        await replies.wait(1)
+        await gw.cli.submit("two")
+        items = await replies.wait(2)
+    assert "No model is configured" in items[0]
+    assert items[1] == "two"
+
+
+async def test_the_conversation_survives_a_restart(config: GatewayConfig) -> None:
+    async with Gateway(config) as gw:
+        assert gw.cli is not None
+        replies = Replies()
+        gw.cli.listeners.append(replies)
+        await gw.cli.submit("before")
+        await replies.wait()
+    async with Gateway(config) as gw:
+        assert gw.cli is not None
+        replies = Replies()
+        gw.cli.listeners.append(replies)
+        await gw.cli.submit("after")
+        (reply,) = await replies.wait()
+        thread = gw.manager.thread("cli")
+        assert thread is not None
+        texts = [m.text() for m in thread.session.context()]
+    assert reply == "after"
+    assert any(t.endswith("before") for t in texts)
+
+
+def test_gateway_chat_answers_piped_stdin(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "chat"],
+        input="hello from a pipe\nsecond line\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "hello from a pipe" in result.stdout
+    assert "second line" in result.stdout
+    assert list((tmp_path / "data" / "sessions").glob("s_*.jsonl"))
+
+
+async def test_a_startup_failure_tears_down_what_started(tmp_path: Path) -> None:
+    from tests.gateway.conftest import make_config
+
+    config = make_config(tmp_path)
+    async with Gateway(config):
+        second = Gateway(config)
+        try:
+            await second.start()
+        except Exception as exc:
+            assert "another gateway is running" in str(exc)
+        else:
+            await second.close()
+            raise AssertionError("a second gateway on the same data_dir started")
