@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -235,6 +235,7 @@ class CronService:
         clock: Clock = utc_now,
         session_sink: SessionSinkFactory | None = None,
         owner: str | None = None,
+        known_agents: Collection[str] | None = None,
     ) -> None:
         self.store = store
         self.timezone = check_zone(timezone)
@@ -253,6 +254,7 @@ class CronService:
         self._stopping = asyncio.Event()
         self._listeners: list[RunListener] = []
         self._last_beat: datetime | None = None
+        self._known_agents = frozenset(known_agents) if known_agents is not None else None
 
     @classmethod
     def from_config(
@@ -267,6 +269,7 @@ class CronService:
             misfire_grace_seconds=cron.misfire_grace_seconds,
             coalesce=cron.coalesce,
             poll_seconds=cron.poll_seconds,
+            known_agents=config.agents.keys(),
             **options,
         )
 
@@ -358,6 +361,12 @@ class CronService:
         Refuses (nothing stored) an expression that never fires or an ``at``
         time that is not in the future, naming the field.
         """
+        if job.agent and self._known_agents is not None and job.agent not in self._known_agents:
+            raise InvalidJobError.one(
+                "agent",
+                f"{job.agent!r} is not defined under [agents] (have: {sorted(self._known_agents)})",
+                job.id,
+            )
         now = self._clock()
         next_fire = first_fire(job, now)
         stored = await self.store.upsert(
