@@ -26,7 +26,8 @@ def test_defaults_need_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     config = load_config(env={})
     assert config.store.url == "jsonl://./data/sessions"
     assert config.models.default == "echo"
-    assert config.channels.cli.enabled and config.channels.web.enabled
+    assert config.channels.cli.enabled
+    assert config.channels.web.enabled
 
 
 def test_the_example_file_documents_a_valid_configuration() -> None:

@@ -94,6 +94,16 @@ def messages_to_openai(system: str, messages: Sequence[Message]) -> list[dict[st
     if system:
         out.append({"role": "system", "content": system})
     for message in messages:
+        content = message.content
+        if (
+            len(content) == 1
+            and type(content[0]) is TextPart
+            and content[0].text
+            and message.role != "tool"
+        ):
+            # The usual message, one text part: no need to sort its parts.
+            out.append({"role": message.role, "content": content[0].text})
+            continue
         rest: list[Part] = []
         calls: list[ToolCallPart] = []
         for part in message.content:

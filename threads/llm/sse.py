@@ -4,6 +4,10 @@ Bytes go in as the network delivers them, cut anywhere; whole events come out.
 Only what the providers use is kept: the ``event`` name and the ``data``
 lines (joined with newlines, per the SSE spec). Comments (``: ping``), ``id``
 and ``retry`` fields are skipped. Lines end in ``\\n`` or ``\\r\\n``.
+
+The decoder works an event (a block of lines ending in a blank line) at a
+time, with a fast path for the usual one-line ``data:`` event: streams carry
+many small events and this runs for every one of them.
 """
 
 from __future__ import annotations
@@ -22,49 +26,48 @@ class SSEEvent:
 class SSEDecoder:
     """Turns a byte stream into :class:`SSEEvent` values; one decoder per response."""
 
-    __slots__ = ("_data", "_event", "_tail")
+    __slots__ = ("_tail",)
 
     def __init__(self) -> None:
         self._tail = b""
-        self._event = ""
-        self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """The events completed by ``chunk``, in order."""
-        if self._tail:
-            chunk = self._tail + chunk
-        lines = chunk.split(b"\n")
-        self._tail = lines.pop()
+        buffer = self._tail + chunk if self._tail else chunk
+        if b"\r" in buffer:
+            # A "\r" at the very end may be half of a "\r\n": the tail keeps it.
+            buffer = buffer.replace(b"\r\n", b"\n")
+        blocks = buffer.split(b"\n\n")
+        self._tail = blocks.pop()
         events: list[SSEEvent] = []
-        for line in lines:
-            self._line(line, events)
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:
+                events.append(SSEEvent("message", block[6:]))
+            elif block:
+                _parse_block(block, events)
         return events
 
     def close(self) -> list[SSEEvent]:
         """The events left when the stream ends, even without a final blank line."""
+        tail, self._tail = self._tail.replace(b"\r\n", b"\n").rstrip(b"\n"), b""
         events: list[SSEEvent] = []
-        if self._tail:
-            self._line(self._tail, events)
-            self._tail = b""
-        self._line(b"", events)
+        if tail:
+            _parse_block(tail, events)
         return events
 
-    def _line(self, line: bytes, events: list[SSEEvent]) -> None:
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if not line:
-            if self._data:
-                data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)
-                events.append(SSEEvent(self._event or "message", data))
-                self._data = []
-            self._event = ""
-            return
-        if line[0] == 0x3A:  # ":" starts a comment
-            return
-        name, _, value = line.partition(b":")
+
+def _parse_block(block: bytes, events: list[SSEEvent]) -> None:
+    name = ""
+    data: list[bytes] = []
+    for line in block.split(b"\n"):
+        if not line or line[0] == 0x3A:  # ":" starts a comment
+            continue
+        field, _, value = line.partition(b":")
         if value[:1] == b" ":
             value = value[1:]
-        if name == b"data":
-            self._data.append(value)
-        elif name == b"event":
-            self._event = value.decode("utf-8", "replace")
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
+    if data:
+        events.append(SSEEvent(name or "message", data[0] if len(data) == 1 else b"\n".join(data)))

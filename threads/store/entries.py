@@ -23,6 +23,7 @@ import orjson
 from threads.errors import NewerFormatError
 from threads.messages import (
     Message,
+    TextPart,
     ToolCallPart,
     Usage,
     WireError,
@@ -502,52 +503,121 @@ def entry_to_wire(entry: Entry) -> dict[str, JSON]:
     return out
 
 
+def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    for klass in cls.__mro__:
+        slot = klass.__dict__.get(name)
+        if slot is not None and hasattr(slot, "__set__"):
+            return slot.__set__  # type: ignore[no-any-return]
+    raise TypeError(f"{cls.__name__}.{name} is not a slot")
+
+
+def _fast_message(value: JSON) -> Message:
+    """``message_from_wire`` with a fast path for text parts; errors are the same."""
+    if type(value) is not dict:
+        return message_from_wire(value)
+    role = value.get("role")
+    content = value.get("content")
+    if role not in ("user", "assistant", "tool") or type(content) is not list:
+        return message_from_wire(value)
+    parts: list[Any] = []
+    for index, part in enumerate(content):
+        if type(part) is dict and part.get("type") == "text" and type(part.get("text")) is str:
+            text_part = _new(TextPart)
+            _set_text(text_part, part["text"])
+            parts.append(text_part)
+        else:
+            parts.append(part_from_wire(part, f"message.content[{index}]"))
+    message = _new(Message)
+    _set_role(message, role)
+    _set_content(message, tuple(parts))
+    return message
+
+
+_new = object.__new__
+_set_text = _setter(TextPart, "text")
+_set_role = _setter(Message, "role")
+_set_content = _setter(Message, "content")
+_FAST: dict[Callable[[JSON], Any], Callable[[JSON], Any]] = {message_from_wire: _fast_message}
+
+EntryDecoder: TypeAlias = Callable[[dict[str, JSON], str], Entry]
+
+
+def _compile(cls: type[Entry]) -> EntryDecoder:
+    """A decoder for one kind that sets slots directly (a frozen dataclass's
+    ``__init__`` costs several times more); the checks are ``entry_from_wire``'s."""
+    reads = cls.READS
+    set_id, set_parent, set_created = (_setter(cls, n) for n in ("id", "parent", "created"))
+    plan = []
+    for f in fields(cls):
+        if f.name in ("id", "created", "parent"):
+            continue
+        _encode, decode = _CODECS[str(f.type)]
+        factory = None if f.default_factory is MISSING else f.default_factory
+        required = f.default is MISSING and factory is None
+        default = None if f.default is MISSING else f.default
+        plan.append((f.name, _FAST.get(decode, decode), required, default, factory, _setter(cls, f.name)))
+    steps = tuple(plan)
+
+    def decode_kind(obj: dict[str, JSON], kind: str) -> Entry:
+        version = obj.get("v", 0)
+        if type(version) is not int:
+            raise WireError("'v' must be an integer")
+        if version > reads:
+            raise NewerFormatError(
+                f"{kind} entry has v={version} but this build reads up to v={reads}; "
+                "upgrade to read this session"
+            )
+        entry_id = obj.get("id")
+        if type(entry_id) is not str or not entry_id:
+            raise WireError(f"{kind} entry: 'id' must be a non-empty string")
+        parent = obj.get("parent", "")
+        if type(parent) is not str:
+            raise WireError(f"{kind} entry {entry_id}: 'parent' must be a string")
+        try:
+            created = _time_from_wire(obj.get("created"))
+        except WireError as exc:
+            raise WireError(f"{kind} entry {entry_id}: 'created' {exc}") from None
+        entry = _new(cls)
+        set_id(entry, entry_id)
+        set_parent(entry, parent)
+        set_created(entry, created)
+        for name, decode, required, default, factory, setter in steps:
+            value = obj.get(name)
+            if value is None:
+                if required:
+                    raise WireError(f"{kind} entry {entry_id}: '{name}' is missing")
+                setter(entry, default if factory is None else factory())
+                continue
+            try:
+                setter(entry, decode(value))
+            except WireError as exc:
+                raise WireError(f"{kind} entry {entry_id}: '{name}' {exc}") from None
+        return entry
+
+    return decode_kind
+
+
+_DECODERS: dict[str, EntryDecoder] = {kind: _compile(cls) for kind, cls in ENTRY_KINDS.items()}
+
+
 def entry_from_wire(obj: JSON) -> Entry:
     """Restore an entry from its JSON object.
 
     Raises :class:`NewerFormatError` for an unknown kind or a newer ``v``, and
     :class:`WireError` naming the field for anything malformed.
     """
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise WireError("an entry line must be a JSON object")
     kind = obj.get("type")
-    cls = ENTRY_KINDS.get(kind) if isinstance(kind, str) else None
-    if cls is None:
+    decoder = _DECODERS.get(kind) if type(kind) is str else None
+    if decoder is None:
         if not isinstance(kind, str) or not kind:
             raise WireError("the entry has no 'type'")
         raise NewerFormatError(
             f"entry kind {kind!r} is not known to this build; it was written by a newer "
             "gateway — upgrade to read this session"
         )
-    version = obj.get("v", 0)
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise WireError("'v' must be an integer")
-    if version > cls.READS:
-        raise NewerFormatError(
-            f"{kind} entry has v={version} but this build reads up to v={cls.READS}; "
-            "upgrade to read this session"
-        )
-    entry_id = obj.get("id")
-    if not isinstance(entry_id, str) or not entry_id:
-        raise WireError(f"{kind} entry: 'id' must be a non-empty string")
-    kwargs: dict[str, Any] = {"id": entry_id}
-    parent = obj.get("parent", "")
-    if not isinstance(parent, str):
-        raise WireError(f"{kind} entry {entry_id}: 'parent' must be a string")
-    kwargs["parent"] = parent
-    try:
-        kwargs["created"] = _time_from_wire(obj.get("created"))
-    except WireError as exc:
-        raise WireError(f"{kind} entry {entry_id}: 'created' {exc}") from None
-    for name, _encode, decode, required, _default in _SPECS[cls]:
-        if name in obj and obj[name] is not None:
-            try:
-                kwargs[name] = decode(obj[name])
-            except WireError as exc:
-                raise WireError(f"{kind} entry {entry_id}: '{name}' {exc}") from None
-        elif required:
-            raise WireError(f"{kind} entry {entry_id}: '{name}' is missing")
-    return cls(**kwargs)
+    return decoder(obj, kind)
 
 
 def encode_entry(entry: Entry) -> bytes:
