@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from threads.errors import BusyError, ClosedError, ReservedKeyError, StaleError
+from threads.errors import BusyError, ClosedError, NoEntryError, ReservedKeyError, StaleError
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, ToolResultPart, Usage
 from threads.store.base import Leaser, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
     BranchSummaryEntry,
+    CompactionEntry,
     CustomEntry,
     CustomMessageEntry,
     Entry,
@@ -352,6 +353,39 @@ class Session:
         if self._running is not None:
             raise BusyError(self.id, "append_messages")
         await self._append(*[MessageEntry(id=new_entry_id(), message=m) for m in messages])
+
+    async def apply_compaction(self, entry: CompactionEntry, *, run: Run | None = None) -> None:
+        """Append a compaction entry; its summary then stands in for what precedes ``first_kept``.
+
+        A between-turns write, except for the running turn itself (``run``), which
+        compacts before its next model call; staged step messages land first.
+        """
+        self._tree.require(entry.first_kept)
+        if entry.first_kept not in {e.id for e in self._tree.path()}:
+            raise ValueError(f"first_kept {entry.first_kept} is not on the leaf's path")
+        active = self._running
+        if active is not None and (run is None or active.run is not run):
+            raise BusyError(self.id, "compaction")
+        async with self._lock:
+            staged: list[Message] = []
+            if run is not None:
+                staged, run.staged = run.staged, []
+            batch = [MessageEntry(id=new_entry_id(), message=m) for m in staged]
+            await self._write(self._chain(*batch, entry))
+
+    def latest_compaction(self) -> CompactionEntry | None:
+        """The latest compaction on the leaf's path, if any."""
+        for entry in reversed(self._tree.path()):
+            if isinstance(entry, CompactionEntry):
+                return entry
+        return None
+
+    async def uncompact(self) -> None:
+        """Undo the latest compaction on the path: branch back to the entry before it."""
+        latest = self.latest_compaction()
+        if latest is None:
+            raise NoEntryError(self.id, "(no compaction on the path)")
+        await self.branch(latest.parent)
 
     async def branch(self, entry_id: str, summary: str = "") -> None:
         """Move the leaf to ``entry_id`` ("" for the root) by appending a leaf entry."""
