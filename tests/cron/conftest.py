@@ -1,0 +1,230 @@
+"""Cron test fixtures: the stores (SQLite file, real Redis db 5), a fake waker, run collectors.
+
+The fake :class:`FakeWaker` stands at the gateway's port (``cron.base.Waker``):
+it records wakes, knows which sessions exist, can fail, and can hold a session
+busy with a running turn, applying the configured busy policy the way the
+thread manager does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from config.models import GatewayConfig
+from cron.base import JobStore
+from cron.models import RunRecord
+from cron.service import CronService
+from cron.store import connect_store
+from tests.conftest import require_service
+from threads.keys import SessionKey
+from threads.wake import Accepted, Wake
+
+REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 5
+REDIS_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
+DEADLINE = 5.0
+
+
+async def flush_redis() -> None:
+    client = aioredis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
+    try:
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'data' / 'gateway.db'}"
+
+
+@pytest.fixture
+async def redis_url() -> AsyncIterator[str]:
+    require_service("redis", REDIS_HOST, REDIS_PORT)
+    await flush_redis()
+    yield REDIS_URL
+    await flush_redis()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The URL of an empty cron store, once per backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'data' / 'gateway.db'}"
+        return
+    require_service("redis", REDIS_HOST, REDIS_PORT)
+    await flush_redis()
+    yield REDIS_URL
+    await flush_redis()
+
+
+@dataclass
+class Stores:
+    """Opens store values over one URL (several act like several processes' connections)."""
+
+    url: str
+    opened: list[JobStore] = field(default_factory=list)
+
+    async def open(self) -> JobStore:
+        store = await connect_store(self.url)
+        self.opened.append(store)
+        return store
+
+    async def close_all(self) -> None:
+        for store in reversed(self.opened):
+            await store.close()
+
+
+@pytest.fixture
+async def stores(store_url: str) -> AsyncIterator[Stores]:
+    found = Stores(store_url)
+    try:
+        yield found
+    finally:
+        await found.close_all()
+
+
+@pytest.fixture
+async def store(stores: Stores) -> JobStore:
+    return await stores.open()
+
+
+@pytest.fixture
+async def sqlite_store(sqlite_url: str) -> AsyncIterator[JobStore]:
+    store = await connect_store(sqlite_url)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@dataclass
+class Turn:
+    """A turn running in a fake session; ``interrupted`` says whether a wake cut it short."""
+
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    interrupted: bool = False
+
+
+class FakeWaker:
+    """The gateway's thread manager at cron's port, faked."""
+
+    def __init__(self, sessions: tuple[str, ...] = ("telegram:1",)) -> None:
+        self.sessions = set(sessions)
+        self.wakes: list[tuple[SessionKey, Wake]] = []
+        self.queued: dict[str, list[Wake]] = {}
+        self.running: dict[str, Turn] = {}
+        self.failure: Exception | None = None
+        self.busy_policy = GatewayConfig().threads.busy_policy
+        self._arrived = asyncio.Event()
+
+    def start_turn(self, key: str) -> Turn:
+        """Hold ``key`` busy with a running turn until the test ends it."""
+        self.sessions.add(key)
+        turn = self.running[key] = Turn()
+        return turn
+
+    async def session_exists(self, key: SessionKey) -> bool:
+        return str(key) in self.sessions
+
+    async def wake(self, key: SessionKey, wake: Wake) -> Accepted:
+        if self.failure is not None:
+            raise self.failure
+        created = str(key) not in self.sessions
+        self.sessions.add(str(key))
+        turn = self.running.get(str(key))
+        if turn is not None and not turn.done.is_set():
+            policy = self.busy_policy[wake.source.value]
+            if policy == "queue":
+                self.queued.setdefault(str(key), []).append(wake)
+            elif policy in ("interrupt", "steer", "rollback"):
+                turn.interrupted = True
+        self.wakes.append((key, wake))
+        self._arrived.set()
+        number = len(self.wakes)
+        return Accepted(
+            key=key, session_id=f"s_{key}", run_id=f"s_{key}-t{number}", created=created
+        )
+
+    async def woken(
+        self, count: int = 1, timeout: float = DEADLINE
+    ) -> list[tuple[SessionKey, Wake]]:
+        """Wait (with a deadline) until ``count`` wakes arrived; return them."""
+        return await wait_until(self._arrived, lambda: list(self.wakes), count, timeout)
+
+
+class Runs:
+    """Collects the service's run records as they reach the ledger."""
+
+    def __init__(self, service: CronService) -> None:
+        self.records: list[RunRecord] = []
+        self._arrived = asyncio.Event()
+        service.add_listener(self._add)
+
+    def _add(self, record: RunRecord) -> None:
+        self.records.append(record)
+        self._arrived.set()
+
+    async def wait(
+        self,
+        count: int = 1,
+        timeout: float = DEADLINE,
+        *,
+        where: Callable[[RunRecord], bool] | None = None,
+    ) -> list[RunRecord]:
+        """Wait (with a deadline) until ``count`` matching records arrived; return them."""
+        return await wait_until(
+            self._arrived,
+            lambda: [r for r in self.records if where is None or where(r)],
+            count,
+            timeout,
+        )
+
+
+async def wait_until(
+    event: asyncio.Event, found: Callable[[], list[Any]], count: int, timeout: float
+) -> list[Any]:
+    """Wait on ``event`` until ``found()`` has ``count`` items, or fail at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(items := found()) < count:
+        event.clear()
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise TimeoutError(f"waited {timeout} s for {count}, have {len(items)}: {items}")
+        try:
+            await asyncio.wait_for(event.wait(), remaining)
+        except TimeoutError:
+            continue
+    return items
+
+
+@pytest.fixture
+def waker() -> FakeWaker:
+    return FakeWaker()
+
+
+@pytest.fixture
+async def make_service() -> AsyncIterator[Callable[..., CronService]]:
+    """Builds services and stops every started one at the end of the test."""
+    made: list[CronService] = []
+
+    def make(store: JobStore, waker: Any = None, **options: Any) -> CronService:
+        service = CronService(store, waker, **options)
+        made.append(service)
+        return service
+
+    yield make
+    for service in reversed(made):
+        await service.stop()
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
