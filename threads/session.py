@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -248,6 +248,10 @@ class Session:
 
     def path(self, entry_id: str | None = None) -> list[Entry]:
         return self._tree.path(entry_id)
+
+    def path_reversed(self) -> Iterator[Entry]:
+        """The leaf's path, newest first, without a copy (do not write while iterating)."""
+        return self._tree.path_reversed()
 
     def context(self) -> list[Message]:
         return self._tree.context()

@@ -6,7 +6,7 @@ it every entry it loads or writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from threads.errors import CorruptError, NoEntryError
 from threads.ids import valid_id
@@ -126,6 +126,13 @@ class EntryTree:
         if entry_id is None:
             self._path_cache = list(out)
         return out
+
+    def path_reversed(self) -> Iterator[Entry]:
+        """The leaf's path from the leaf back to the root, without copying it."""
+        if self._path_cache is None:
+            self.path()
+        assert self._path_cache is not None
+        return reversed(self._path_cache)
 
     def title(self) -> str:
         for entry in reversed(self.entries):

@@ -10,19 +10,23 @@ would have been the final answer (which they turn into one more step).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from config.models import AgentConfig, GatewayConfig
+from config.models import AgentConfig, GatewayConfig, ModelSettings
+from threads.agent.compaction import NOTICE as COMPACTION_NOTICE
+from threads.agent.compaction import CompactionError, compact, over_threshold
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolOutput, ToolRegistry
 from threads.keys import SessionKey
-from threads.llm.base import ModelRequest
+from threads.llm.base import ModelClient, ModelRequest
+from threads.llm.errors import ContextOverflowError
 from threads.messages import Message, ToolCallPart, ToolResultPart, Usage
 from threads.sinks import OutboundMessage
 from threads.turns import Run, RunResult, StepFinish, TextDelta, ToolFinish, ToolStart
-from threads.wake import SessionCaller, Wake
+from threads.wake import SessionCaller, UserCaller, Wake
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +91,11 @@ class AgentLoop:
         usage = Usage()
         last_input = 0
         stopping = False
+        overflowed = False
+        if over_threshold(run.session, settings) and await self._compact(
+            run, client, model, settings, "threshold"
+        ):
+            messages = run.session.context()
 
         def on_delta(text: str) -> None:
             run.emit(TextDelta(text=text))
@@ -104,7 +113,15 @@ class AgentLoop:
                 tools=specs,
                 max_output_tokens=settings.max_output_tokens,
             )
-            response = await client.complete(request, on_delta)
+            try:
+                response = await client.complete(request, on_delta)
+            except ContextOverflowError:
+                if overflowed or not await self._compact(run, client, model, settings, "overflow"):
+                    raise
+                overflowed = True
+                messages = run.session.context()
+                request = dataclasses.replace(request, messages=messages)
+                response = await client.complete(request, on_delta)
             usage = usage + response.usage
             last_input = response.usage.input_tokens
             run.steps = step
@@ -183,6 +200,23 @@ class AgentLoop:
         finally:
             run.current_tool = ""
         return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    async def _compact(
+        self, run: Run, client: ModelClient, model: str, settings: ModelSettings, reason: str
+    ) -> bool:
+        """Compact the running turn's session; tell a chat user it happened."""
+        try:
+            await compact(run.session, client, model, settings, reason=reason, run=run)
+        except CompactionError as exc:
+            log.warning("session %s: %s compaction failed: %s", run.session.id, reason, exc)
+            return False
+        wake = run.payload if isinstance(run.payload, Wake) else None
+        if wake is not None and isinstance(wake.caller, UserCaller) and not wake.sink.drops:
+            try:
+                await wake.sink.deliver(OutboundMessage(text=COMPACTION_NOTICE))
+            except Exception:
+                log.exception("session %s: the compaction notice was not delivered", run.session.id)
+        return True
 
     async def _deliver_text(self, text: str, run: Run, key: str) -> None:
         """A final text answer goes to the caller, as a reply would.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from threads.llm.base import ToolSpec
+from threads.llm.base import UNPARSED_ARGS_KEY, ToolSpec
 from threads.messages import ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
@@ -156,6 +156,14 @@ class ToolRegistry:
         return result, output
 
     async def _run(self, t: Tool[Any], call: ToolCallPart, ctx: ToolContext) -> ToolOutput:
+        raw = call.args.get(UNPARSED_ARGS_KEY)
+        if isinstance(raw, str) and len(call.args) == 1:
+            shown = raw if len(raw) <= 200 else raw[:197] + "..."
+            return ToolOutput(
+                content=f"the arguments of {t.name} are not a JSON object: {shown!r}; "
+                "call it again with an object matching its schema",
+                is_error=True,
+            )
         try:
             args = t.args.model_validate(call.args)
         except ValidationError as exc:
