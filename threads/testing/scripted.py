@@ -14,6 +14,7 @@ like the echo model), so long-running tests and benchmarks need no script.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -70,6 +71,7 @@ class ScriptedModel:
         self._echo = EchoModel()
         self.requests: list[ModelRequest] = []
         self.gate: asyncio.Event | None = None
+        self.called = asyncio.Event()
 
     def add(self, *steps: Step) -> None:
         self._steps.extend(steps)
@@ -81,7 +83,9 @@ class ScriptedModel:
     async def complete(
         self, request: ModelRequest, on_delta: DeltaCallback | None = None
     ) -> ModelResponse:
-        self.requests.append(request)
+        # A snapshot: the loop keeps appending to the list it sent.
+        self.requests.append(dataclasses.replace(request, messages=list(request.messages)))
+        self.called.set()
         if self.gate is not None:
             await self.gate.wait()
         step = self._steps.popleft() if self._steps else self._default

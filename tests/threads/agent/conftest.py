@@ -1,0 +1,133 @@
+"""A runtime over the real modules: memory store, manager, agent loop, scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from config import GatewayConfig, validate
+from threads.agent.loop import AgentLoop
+from threads.agent.models import Models
+from threads.agent.tools import Tool, ToolRegistry
+from threads.dispatch import dispatch_tool
+from threads.keys import SessionKey
+from threads.manager import ThreadManager
+from threads.ops import check_session_tool, health_tool
+from threads.sinks import Delivery, OutboundMessage
+from threads.store.memory import MemoryStore
+from threads.testing.scripted import ScriptedModel
+from threads.turns import RunResult, Turn
+from threads.wake import UserCaller, Wake, WakeSource
+
+
+@dataclass
+class Inbox:
+    """A channel user's side of a chat: every message delivered to them."""
+
+    name: str = "user"
+    messages: list[str] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def drops(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return f"Caller is the {self.name} — reply with dispatch(to=caller:user)"
+
+    def to_wire(self) -> dict[str, str]:
+        return {"kind": "channel", "channel": "test", "chat": self.name}
+
+    async def deliver(self, message: OutboundMessage) -> Delivery:
+        self.messages.append(message.text)
+        self.arrived.set()
+        return Delivery(delivered_to=f"test:{self.name}")
+
+    async def wait(self, count: int = 1) -> list[str]:
+        async with asyncio.timeout(10):
+            while len(self.messages) < count:
+                self.arrived.clear()
+                await self.arrived.wait()
+        return self.messages
+
+
+def agent_config(**agents: Mapping[str, Any]) -> GatewayConfig:
+    agents_data: dict[str, Any] = {"default": {"model": "scripted/test"}}
+    agents_data.update(agents)
+    return validate(
+        {
+            "models": {
+                "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}
+            },
+            "agents": agents_data,
+            "threads": {"progress_after_seconds": 0.2, "progress_interval_seconds": 0.2},
+        },
+        "test",
+    )
+
+
+@dataclass
+class Runtime:
+    manager: ThreadManager
+    model: ScriptedModel
+    loop: AgentLoop
+    inboxes: dict[str, Inbox] = field(default_factory=dict)
+
+    def inbox(self, key: str) -> Inbox:
+        return self.inboxes.setdefault(key, Inbox(name=key))
+
+    async def say(self, key: str, text: str, *, agent: str | None = None) -> Turn:
+        """A channel user's message to ``key``; returns the turn it started."""
+        wake = Wake(
+            source=WakeSource.TELEGRAM,
+            body=text,
+            caller=UserCaller(channel="telegram", user_id="7"),
+            sink=self.inbox(key),
+            agent=agent,
+        )
+        _accepted, turn = await self.manager.wake_turn(key, wake)
+        return turn
+
+    async def result(self, turn: Turn) -> RunResult:
+        result = await turn.wait(10)
+        assert result is not None
+        return result
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    return ScriptedModel()
+
+
+async def make_runtime(
+    model: ScriptedModel,
+    config: GatewayConfig | None = None,
+    tools: Iterable[Tool[Any]] = (),
+) -> Runtime:
+    config = config or agent_config()
+    registry = ToolRegistry([dispatch_tool, check_session_tool, health_tool, *tools])
+    loop = AgentLoop(
+        config=config, models=Models(config.models, clients={"scripted": model}), tools=registry
+    )
+    runtime_box: list[Runtime] = []
+
+    def user_sinks(key: SessionKey) -> Inbox | None:
+        return runtime_box[0].inbox(str(key))
+
+    manager = ThreadManager(store=MemoryStore(), agent=loop, config=config, user_sinks=user_sinks)
+    loop.services = manager
+    runtime = Runtime(manager=manager, model=model, loop=loop)
+    runtime_box.append(runtime)
+    await manager.start()
+    return runtime
+
+
+@pytest.fixture
+async def runtime(model: ScriptedModel) -> AsyncIterator[Runtime]:
+    rt = await make_runtime(model)
+    yield rt
+    await rt.manager.close()

@@ -1,0 +1,129 @@
+"""Typed tools: schemas from pydantic models, and every failure as a result the model reads."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from tests.threads.agent.conftest import Runtime
+from threads.agent.tools import ToolContext, ToolOutput, ToolRegistry, tool
+from threads.llm.base import UNPARSED_ARGS_KEY
+from threads.messages import ToolCallPart
+from threads.testing.scripted import call, dispatch, say
+
+
+class Lookup(BaseModel):
+    order: int = Field(description="the order number")
+    verbose: bool = False
+
+
+@tool("lookup", "Look up an order.", Lookup)
+async def lookup(args: Lookup, ctx: ToolContext) -> str:
+    return f"order {args.order} shipped"
+
+
+class Nothing(BaseModel):
+    pass
+
+
+@tool("explode", "Always fails.", Nothing)
+async def explode(args: Nothing, ctx: ToolContext) -> str:
+    raise RuntimeError("the warehouse is on fire")
+
+
+never = asyncio.Event()
+
+
+@tool("slow", "Never finishes.", Nothing, timeout=0.05)
+async def slow(args: Nothing, ctx: ToolContext) -> str:
+    await never.wait()
+    return "unreachable"
+
+
+def test_the_schema_the_model_sees_is_generated_from_the_argument_model() -> None:
+    params = lookup.spec.parameters
+    assert params["type"] == "object"
+    assert params["properties"]["order"]["type"] == "integer"
+    assert params["properties"]["order"]["description"] == "the order number"
+    assert params["required"] == ["order"]
+
+
+def test_a_selection_reuses_the_schemas_generated_at_registration() -> None:
+    registry = ToolRegistry([lookup, explode])
+    _, first = registry.select(["*"])
+    _, second = registry.select(["*"])
+    assert first is second
+    assert first[0] is lookup.spec
+
+
+def test_a_selection_takes_all_removes_by_name_and_always_has_dispatch() -> None:
+    from threads.dispatch import dispatch_tool
+
+    registry = ToolRegistry([lookup, explode, dispatch_tool])
+    chosen, _ = registry.select(["*", "-explode"])
+    assert set(chosen) == {"lookup", "dispatch"}
+    chosen, _ = registry.select(["lookup"])
+    assert set(chosen) == {"lookup", "dispatch"}
+
+
+async def _call(registry: ToolRegistry, name: str, args: dict[str, Any]) -> ToolOutput:
+    tools, _ = registry.select(["*"])
+    _, output = await registry.call(tools, ToolCallPart(id="c1", name=name, args=args), None)  # type: ignore[arg-type]
+    return output
+
+
+async def test_invalid_arguments_come_back_as_an_error_naming_the_field() -> None:
+    output = await _call(ToolRegistry([lookup]), "lookup", {"order": "not a number"})
+    assert output.is_error
+    assert "order" in output.content
+    assert "invalid arguments for lookup" in output.content
+
+
+async def test_a_tool_that_raises_becomes_an_error_result_with_its_message() -> None:
+    output = await _call(ToolRegistry([explode]), "explode", {})
+    assert output.is_error
+    assert "the warehouse is on fire" in output.content
+
+
+async def test_a_tool_past_its_timeout_becomes_a_timeout_error() -> None:
+    output = await _call(ToolRegistry([slow]), "slow", {})
+    assert output.is_error
+    assert "timed out" in output.content
+
+
+async def test_an_unknown_tool_is_an_error_listing_the_known_ones() -> None:
+    output = await _call(ToolRegistry([lookup]), "lokup", {})
+    assert output.is_error
+    assert "lookup" in output.content
+
+
+async def test_arguments_that_were_not_json_are_refused() -> None:
+    output = await _call(ToolRegistry([lookup]), "lookup", {UNPARSED_ARGS_KEY: "{order: 1"})
+    assert output.is_error
+    assert "not a JSON object" in output.content
+
+
+async def test_a_validation_error_does_not_end_the_turn(runtime: Runtime) -> None:
+    runtime.loop.tools.register(lookup)
+    runtime.model.add(
+        call("lookup", order="twelve"),
+        call("lookup", order=12),
+        dispatch(("caller:user", "It shipped.")),
+    )
+    result = await runtime.result(await runtime.say("telegram:1", "where is 12?"))
+    assert result.stop_reason == "dispatch"
+    assert runtime.inbox("telegram:1").messages == ["It shipped."]
+    second_request = runtime.model.requests[1]
+    errors = [p for m in second_request.messages for p in m.tool_results() if p.is_error]
+    assert errors
+    assert "order" in errors[0].content
+
+
+async def test_tool_results_reach_the_model(runtime: Runtime) -> None:
+    runtime.loop.tools.register(lookup)
+    runtime.model.add(call("lookup", order=7), say("done"))
+    await runtime.result(await runtime.say("telegram:1", "where is 7?"))
+    results = [p for m in runtime.model.requests[1].messages for p in m.tool_results()]
+    assert results[-1].content == "order 7 shipped"
