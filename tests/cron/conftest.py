@@ -228,3 +228,14 @@ async def make_service() -> AsyncIterator[Callable[..., CronService]]:
 
 def utc(*args: int) -> datetime:
     return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+
+
+async def eventually(check: Callable[[], bool], within: float, *, step: float = 0.02) -> float:
+    """Poll ``check`` until it holds, failing after ``within`` seconds; return the time taken."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while not check():
+        if loop.time() - start > within:
+            raise TimeoutError(f"still not true after {within} s")
+        await asyncio.sleep(step)  # polling with a deadline
+    return loop.time() - start

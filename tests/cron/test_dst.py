@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -30,8 +31,18 @@ def test_spring_forward_a_daily_time_in_the_missing_hour_fires_once_that_day() -
 
 def test_spring_forward_an_hourly_job_skips_no_real_hour() -> None:
     times = explain("0 * * * *", "Europe/Berlin", 4, after=utc(2025, 3, 29, 22, 30))
-    assert times == [utc(2025, 3, 29, 23), utc(2025, 3, 30, 0), utc(2025, 3, 30, 1), utc(2025, 3, 30, 2)]
-    assert local(times) == ["03-30 00:00 CET", "03-30 01:00 CET", "03-30 03:00 CEST", "03-30 04:00 CEST"]
+    assert times == [
+        utc(2025, 3, 29, 23),
+        utc(2025, 3, 30, 0),
+        utc(2025, 3, 30, 1),
+        utc(2025, 3, 30, 2),
+    ]
+    assert local(times) == [
+        "03-30 00:00 CET",
+        "03-30 01:00 CET",
+        "03-30 03:00 CEST",
+        "03-30 04:00 CEST",
+    ]
 
 
 def test_fall_back_a_daily_wall_clock_time_fires_once_not_twice() -> None:
@@ -47,8 +58,18 @@ def test_fall_back_a_job_fixed_to_the_repeated_hour_runs_through_it_once() -> No
 
 def test_fall_back_an_hourly_job_fires_every_real_hour_including_the_repeated_one() -> None:
     times = explain("0 * * * *", "Europe/Berlin", 4, after=utc(2025, 10, 25, 22, 30))
-    assert times == [utc(2025, 10, 25, 23), utc(2025, 10, 26, 0), utc(2025, 10, 26, 1), utc(2025, 10, 26, 2)]
-    assert local(times) == ["10-26 01:00 CEST", "10-26 02:00 CEST", "10-26 02:00 CET", "10-26 03:00 CET"]
+    assert times == [
+        utc(2025, 10, 25, 23),
+        utc(2025, 10, 26, 0),
+        utc(2025, 10, 26, 1),
+        utc(2025, 10, 26, 2),
+    ]
+    assert local(times) == [
+        "10-26 01:00 CEST",
+        "10-26 02:00 CEST",
+        "10-26 02:00 CET",
+        "10-26 03:00 CET",
+    ]
 
 
 async def test_a_stored_jobs_fire_times_cross_spring_forward(
@@ -81,8 +102,13 @@ async def test_an_every_job_keeps_real_intervals_across_fall_back(
     service = make_service(sqlite_store, clock=lambda: start, timezone="Europe/Berlin")
     await service.upsert(service.draft(id="tick", kind="every", every="1h", task="tick"))
     fires = await service.next_fires("tick", 4)
-    assert [b - a for a, b in zip(fires, fires[1:], strict=False)] == [timedelta(hours=1)] * 3
+    assert [b - a for a, b in itertools.pairwise(fires)] == [timedelta(hours=1)] * 3
     assert fires[0] == start + timedelta(hours=1)
-    assert local(fires) == ["10-26 02:00 CEST", "10-26 02:00 CET", "10-26 03:00 CET", "10-26 04:00 CET"]
+    assert local(fires) == [
+        "10-26 02:00 CEST",
+        "10-26 02:00 CET",
+        "10-26 03:00 CET",
+        "10-26 04:00 CET",
+    ]
     assert all(t.tzinfo is not None and t.utcoffset() == timedelta(0) for t in fires)
     assert fires[0].tzinfo == UTC or fires[0].utcoffset() == timedelta(0)

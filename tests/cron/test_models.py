@@ -60,7 +60,8 @@ def test_an_at_time_without_an_offset_is_refused_naming_at() -> None:
 def test_an_at_time_is_stored_in_utc() -> None:
     made = job(kind="at", expr=None, at="2026-05-01T09:00:00+02:00")
     assert made.at == datetime(2026, 5, 1, 7, 0, tzinfo=UTC)
-    assert made.at is not None and made.at.utcoffset() == timedelta(0)
+    assert made.at is not None
+    assert made.at.utcoffset() == timedelta(0)
 
 
 def test_an_at_time_that_is_not_rfc3339_is_refused() -> None:
@@ -75,7 +76,8 @@ def test_an_unknown_timezone_is_refused_naming_timezone() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("15m", 900), ("1h30m", 5400), ("90s", 90), ("2d", 172800), ("1w", 604800)]
+    ("text", "seconds"),
+    [("15m", 900), ("1h30m", 5400), ("90s", 90), ("2d", 172800), ("1w", 604800)],
 )
 def test_an_interval_is_read_in_weeks_days_hours_minutes_seconds(text: str, seconds: int) -> None:
     assert parse_interval(text) == timedelta(seconds=seconds)

@@ -43,7 +43,8 @@ async def test_setting_a_new_schedule_resets_the_pending_fire_but_the_same_one_k
     await store.upsert(every_job("a"), next_fire=NOW)
     await store.upsert(every_job("a", task="new words"), next_fire=NOW + timedelta(hours=5))
     state = await store.state("a")
-    assert state is not None and state.next_fire == NOW
+    assert state is not None
+    assert state.next_fire == NOW
     changed = await store.upsert(every_job("a", every="1h"), next_fire=NOW + timedelta(hours=1))
     state = await store.state("a")
     assert state is not None
@@ -75,7 +76,8 @@ async def test_a_job_removed_then_set_again_is_not_reported_removed(store: JobSt
 async def test_pause_and_resume_change_only_enabled(store: JobStore) -> None:
     stored = await store.upsert(every_job("a"), next_fire=NOW)
     paused = await store.set_enabled("a", False, NOW + timedelta(minutes=1))
-    assert paused is not None and not paused.enabled
+    assert paused is not None
+    assert not paused.enabled
     assert paused.revision > stored.revision
     assert paused.updated == NOW + timedelta(minutes=1)
     assert paused.model_dump(exclude={"enabled", "revision", "updated"}) == stored.model_dump(
@@ -121,7 +123,13 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
     procs = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-c", script, store_url, prefix, cwd=ROOT, stderr=asyncio.subprocess.PIPE
+            sys.executable,
+            "-c",
+            script,
+            store_url,
+            prefix,
+            cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
         )
         for prefix in ("left", "right")
     ]
@@ -158,7 +166,9 @@ async def test_recording_sets_the_last_status_and_advances_the_pending_fire(
     stored = await store.upsert(every_job("a"), next_fire=NOW)
     later = NOW + timedelta(minutes=15)
     await store.record(
-        "a", [run("a", "missed"), run("a", "fired")], advance=Advance(next_fire=later, schedule_rev=stored.revision)
+        "a",
+        [run("a", "missed"), run("a", "fired")],
+        advance=Advance(next_fire=later, schedule_rev=stored.revision),
     )
     state = await store.state("a")
     assert state is not None
@@ -171,7 +181,8 @@ async def test_a_stale_advance_does_not_overwrite_a_schedule_set_meanwhile(store
     stale = Advance(next_fire=NOW + timedelta(minutes=15), schedule_rev=old.revision)
     await store.record("a", [run("a")], advance=stale)
     state = await store.state("a")
-    assert state is not None and state.next_fire == NOW + timedelta(hours=1)
+    assert state is not None
+    assert state.next_fire == NOW + timedelta(hours=1)
 
 
 async def test_removing_a_job_keeps_its_ledger(store: JobStore) -> None:
@@ -199,9 +210,11 @@ async def test_disable_if_unchanged_leaves_a_job_edited_meanwhile_alone(store: J
     await store.upsert(every_job("a", task="edited"), next_fire=NOW)
     assert await store.disable_if_unchanged("a", first.revision) is None
     current = await store.get("a")
-    assert current is not None and current.enabled
+    assert current is not None
+    assert current.enabled
     disabled = await store.disable_if_unchanged("a", current.revision)
-    assert disabled is not None and not disabled.enabled
+    assert disabled is not None
+    assert not disabled.enabled
 
 
 async def test_the_newest_heartbeat_is_reported_and_cleared(store: JobStore) -> None:
@@ -209,7 +222,9 @@ async def test_the_newest_heartbeat_is_reported_and_cleared(store: JobStore) -> 
     await store.beat("g1", NOW)
     await store.beat("g2", NOW + timedelta(seconds=1))
     beat = await store.last_beat()
-    assert beat is not None and (beat.owner, beat.at) == ("g2", NOW + timedelta(seconds=1))
+    assert beat is not None
+    assert (beat.owner, beat.at) == ("g2", NOW + timedelta(seconds=1))
     await store.clear_beat("g2")
     beat = await store.last_beat()
-    assert beat is not None and beat.owner == "g1"
+    assert beat is not None
+    assert beat.owner == "g1"

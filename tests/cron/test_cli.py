@@ -1,0 +1,294 @@
+"""``gateway cron …``: the operator's commands, in-process and as separate processes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from cron.service import CronService
+from cron.store import connect_store
+from gateway.cron_cli import app
+from tests.conftest import require_service
+from tests.cron.conftest import (
+    REDIS_HOST,
+    REDIS_PORT,
+    REDIS_URL,
+    FakeWaker,
+    eventually,
+    flush_redis,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+Cli = Callable[..., Result]
+
+
+def write_config(tmp_path: Path, state_url: str = "") -> Path:
+    path = tmp_path / "gateway.toml"
+    lines = ['timezone = "Europe/Berlin"', f'data_dir = "{tmp_path / "data"}"']
+    if state_url:
+        lines += ["[store]", f'state_url = "{state_url}"']
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path)
+
+
+@pytest.fixture
+def cli(config: Path) -> Cli:
+    runner = CliRunner()
+
+    def invoke(*args: str) -> Result:
+        return runner.invoke(app, [*args, "--config", str(config)])
+
+    return invoke
+
+
+def later(hours: float = 2) -> str:
+    return (datetime.now(UTC) + timedelta(hours=hours)).isoformat().replace("+00:00", "Z")
+
+
+def test_set_cron_then_list_shows_next_fire_in_local_time_and_utc(cli: Cli) -> None:
+    result = cli("set-cron", "--id", "digest", "--expr", "30 2 * * *", "--task", "digest")
+    assert result.exit_code == 0, result.output
+    listing = cli("list")
+    out = listing.output
+    assert listing.exit_code == 0
+    assert "digest" in out
+    assert "30 2 * * * (Europe/Berlin)" in out
+    assert re.search(r"02:30:00 CES?T", out)  # local
+    assert re.search(r"0[01]:30:00Z", out)  # UTC
+    assert "cron:digest" in out
+    assert "yes" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["set-cron", "--expr", "61 * * * *"], "--expr (expr)"),
+        (["set-cron", "--expr", "0 9 * * *", "--tz", "Mars/Base"], "--tz (timezone)"),
+        (["set-every", "--every", "15 minutes"], "--every (every)"),
+        (["set-at", "--at", "2030-01-01T09:00:00"], "--at (at)"),
+        (["set-at", "--at", "2020-01-01T09:00:00Z"], "--at (at)"),
+        (["set-at", "--at", "next tuesday"], "--at (at)"),
+        (["set-cron", "--expr", "0 9 * * *", "--direct-wake"], "--wake-session (wake_session)"),
+        (
+            [
+                "set-cron",
+                "--expr",
+                "0 9 * * *",
+                "--direct-wake",
+                "--wake-session",
+                "cli",
+                "--agent",
+                "default",
+            ],
+            "--agent (agent)",
+        ),
+        (["set-cron", "--expr", "0 9 * * *", "--agent", "nobody"], "--agent (agent)"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_option_exits_non_zero_and_stores_nothing(
+    cli: Cli, args: list[str], option: str
+) -> None:
+    result = cli(*args, "--id", "bad", "--task", "x")
+    assert result.exit_code == 2, result.output
+    assert f"  {option}: " in result.output
+    assert "nothing was stored" in result.output
+    assert "no cron jobs" in cli("list").output
+
+
+def test_setting_the_same_id_again_replaces_the_job(cli: Cli) -> None:
+    cli("set-every", "--id", "tick", "--every", "15m", "--task", "first")
+    cli("set-every", "--id", "tick", "--every", "1h", "--task", "second")
+    out = cli("show", "tick").output
+    assert "every 1h" in out
+    assert "second" in out
+    assert out.count("tick") >= 1
+    assert "first" not in out
+
+
+def test_show_pause_resume_remove_and_a_missing_id(cli: Cli) -> None:
+    cli(
+        "set-at",
+        "--id",
+        "once",
+        "--at",
+        later(),
+        "--task",
+        "ping",
+        "--wake-session",
+        "cli",
+        "--direct-wake",
+    )
+    assert "cli (direct wake)" in cli("show", "once").output
+    assert cli("pause", "once").exit_code == 0
+    assert "no (paused)" in cli("list").output
+    resumed = cli("resume", "once")
+    assert resumed.exit_code == 0
+    assert "next fire" in resumed.output
+    assert cli("remove", "once").exit_code == 0
+    missing = cli("remove", "once")
+    assert missing.exit_code == 1
+    assert "cron job 'once' not found" in missing.output
+
+
+def test_explain_prints_the_next_five_fire_times_in_the_zone_and_utc(
+    cli: Cli,
+) -> None:
+    result = cli("explain", "0 9 * * 1-5", "--tz", "Europe/Berlin")
+    lines = [line for line in result.output.splitlines() if line.startswith("  ")]
+    assert len(lines) == 5
+    assert all(
+        re.search(r"09:00:00 CES?T  \(\d{4}-\d\d-\d\d 0[78]:00:00Z\)", line) for line in lines
+    )
+
+
+def test_explain_refuses_a_bad_zone_naming_it(cli: Cli) -> None:
+    result = cli("explain", "0 9 * * *", "--tz", "Nowhere/Town")
+    assert result.exit_code == 2
+    assert "--tz (timezone)" in result.output
+
+
+def test_run_now_with_no_gateway_running_says_so_and_exits_non_zero(
+    cli: Cli,
+) -> None:
+    cli("set-cron", "--id", "digest", "--expr", "0 9 * * *", "--task", "digest")
+    result = cli("run-now", "digest")
+    assert result.exit_code == 1
+    assert "no gateway is running" in result.output
+
+
+def test_runs_prints_the_ledger(cli: Cli, config: Path, tmp_path: Path) -> None:
+    from cron.models import RunRecord
+
+    cli("set-cron", "--id", "digest", "--expr", "0 9 * * *", "--task", "digest")
+
+    async def record() -> None:
+        store = await connect_store(f"sqlite:///{tmp_path / 'data' / 'gateway.db'}")
+        at = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+        await store.record(
+            "digest",
+            [
+                RunRecord(job_id="digest", status="missed", scheduled=at, lateness_ms=90_000),
+                RunRecord(
+                    job_id="digest",
+                    status="failed",
+                    scheduled=at,
+                    fired=at,
+                    error="RuntimeError: boom",
+                ),
+            ],
+            advance=None,
+        )
+        await store.close()
+
+    asyncio.run(record())
+    out = cli("runs", "digest").output
+    assert "missed" in out
+    assert "failed" in out
+    assert "RuntimeError: boom" in out
+    assert "2026-01-05 08:00:00Z" in out
+    assert "failed" in cli("list").output
+
+
+# --- as separate processes, against a running service ----------------------------------
+
+
+async def gateway_cron(config: Path, *args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway.cron_cli",
+        *args,
+        "--config",
+        str(config),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    return proc.returncode or 0, out.decode()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def process_config(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Path]:
+    """A config file whose state store is SQLite, or the test Redis (flushed)."""
+    if request.param == "sqlite":
+        yield write_config(tmp_path)
+        return
+    require_service("redis", REDIS_HOST, REDIS_PORT)
+    await flush_redis()
+    yield write_config(tmp_path, REDIS_URL)
+    await flush_redis()
+
+
+async def test_a_cli_edit_is_applied_by_the_running_gateway_within_one_second(
+    process_config: Path, waker: FakeWaker
+) -> None:
+    from config import load_config
+
+    settings = load_config(process_config)
+    store = await connect_store(settings.state_store_url())
+    service = CronService.from_config(settings, store, waker)
+    await service.start()
+    try:
+        due = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+        code, out = await gateway_cron(
+            process_config, "set-at", "--id", "live", "--at", due.isoformat(), "--task", "ping"
+        )
+        assert code == 0, out
+        took = await eventually(lambda: service.scheduled_fire("live") == due, within=1.0)
+        assert took <= 1.0
+        code, out = await gateway_cron(process_config, "remove", "live")
+        assert code == 0, out
+        await eventually(lambda: service.scheduled_fire("live") is None, within=1.0)
+    finally:
+        await service.stop()
+        await store.close()
+
+
+async def test_concurrent_cli_processes_never_lose_each_others_edits(process_config: Path) -> None:
+    codes = await asyncio.gather(
+        *(
+            gateway_cron(
+                process_config, "set-every", "--id", f"job-{i}", "--every", "15m", "--task", f"t{i}"
+            )
+            for i in range(6)
+        )
+    )
+    assert all(code == 0 for code, _ in codes), codes
+    code, out = await gateway_cron(process_config, "list")
+    assert code == 0
+    assert all(f"job-{i}" in out for i in range(6))
+
+
+async def test_cli_run_now_is_fired_by_the_running_gateway(
+    process_config: Path, waker: FakeWaker
+) -> None:
+    from config import load_config
+
+    settings = load_config(process_config)
+    store = await connect_store(settings.state_store_url())
+    service = CronService.from_config(settings, store, waker)
+    await service.start()
+    try:
+        await service.upsert(
+            service.draft(id="digest", kind="cron", expr="0 9 * * *", task="write the digest")
+        )
+        code, out = await gateway_cron(process_config, "run-now", "digest", "--wait", "10")
+        assert code == 0, out
+        assert "cron job digest: fired" in out
+        assert [str(key) for key, _ in waker.wakes] == ["cron:digest"]
+    finally:
+        await service.stop()
+        await store.close()

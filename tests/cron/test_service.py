@@ -1,0 +1,373 @@
+"""The running cron service: real fires, restarts, live edits, the ledger, wakes it builds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cron.base import JobStore
+from cron.errors import JobConflictError, NoGatewayError, ServiceStateError
+from cron.service import CronService
+from tests.cron.conftest import FakeWaker, Runs, Stores, eventually
+from threads.keys import SessionKey
+from threads.sinks import DropSink, Sink
+from threads.wake import SystemCaller, WakeSource
+
+Make = Callable[..., CronService]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def checkin(
+    service: CronService, job_id: str, at: datetime, session: str = "telegram:1"
+) -> None:
+    await service.upsert(
+        service.draft(
+            id=job_id, kind="at", at=at, task="check in", wake_session=session, direct_wake=True
+        )
+    )
+
+
+async def test_a_job_fires_in_real_time_one_second_ahead(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    runs = Runs(service)
+    due = now() + timedelta(seconds=1)
+    await checkin(service, "soon", due)
+    [(key, _)] = await waker.woken(1)
+    [record] = await runs.wait(1)
+    assert key == "telegram:1"
+    assert record.status == "fired"
+    assert record.scheduled == due
+    assert record.fired is not None
+    assert record.fired >= due
+    assert record.lateness_ms == pytest.approx((record.fired - due).total_seconds() * 1000, abs=1)
+    assert record.lateness_ms < 1000
+
+
+async def test_an_at_job_fires_once_then_is_disabled_and_kept(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    runs = Runs(service)
+    await checkin(service, "once", now() + timedelta(seconds=0.3))
+    await runs.wait(1)
+    view = await service.get("once")
+    assert not view.job.enabled
+    assert view.next_fire is None
+    assert view.last_status == "fired"
+    assert service.scheduled_fire("once") is None
+    assert [v.job.id for v in await service.list_jobs()] == ["once"]
+    with pytest.raises(JobConflictError, match="already came due"):
+        await service.resume("once")
+
+
+async def test_a_direct_wake_is_a_cron_wake_with_a_drop_sink_keeping_the_sessions_agent(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    await checkin(service, "direct", now() + timedelta(days=1))
+    record = await service.run_now("direct")
+    [(key, wake)] = waker.wakes
+    assert key == SessionKey("telegram:1")
+    assert wake.source is WakeSource.CRON
+    assert wake.caller == SystemCaller(name="cron")
+    assert isinstance(wake.sink, DropSink)
+    assert wake.sink.drops
+    assert wake.sink.describe() == "Caller is cron — output to caller is dropped"
+    assert wake.agent is None
+    assert wake.body == "check in"
+    assert wake.meta["cron_job"] == "direct"
+    assert record is not None
+    assert record.run_id == "s_telegram:1-t1"
+
+
+async def test_an_independent_job_wakes_its_own_session_with_its_agent_and_reports_back(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    reported: list[SessionKey] = []
+
+    def session_sink(key: SessionKey) -> Sink:
+        reported.append(key)
+        return DropSink(reason=f"test sink for {key}")
+
+    service = make_service(sqlite_store, waker, session_sink=session_sink)
+    await service.start()
+    await service.upsert(
+        service.draft(
+            id="digest",
+            kind="cron",
+            expr="0 9 * * *",
+            task="write the digest",
+            agent="researcher",
+            wake_session="telegram:1",
+        )
+    )
+    record = await service.run_now("digest")
+    [(key, wake)] = waker.wakes
+    assert key == "cron:digest"
+    assert wake.agent == "researcher"
+    assert wake.meta["report_to"] == "telegram:1"
+    assert reported == ["telegram:1"]
+    assert record is not None
+    assert record.status == "fired"
+    assert record.via == "run-now"
+    assert record.session_key == "cron:digest"
+
+
+async def test_restart_with_an_at_job_due_within_grace_fires_it_once(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    due = now() - timedelta(seconds=30)
+    # Set while the time was still ahead (an editor whose clock is before it).
+    editor = make_service(await stores.open(), clock=lambda: due - timedelta(minutes=5))
+    await checkin(editor, "checkin", due)
+
+    service = make_service(await stores.open(), waker)
+    runs = Runs(service)
+    await service.start()
+    [record] = await runs.wait(1)
+    assert (record.status, record.scheduled) == ("fired", due)
+    assert 30_000 <= record.lateness_ms < 60_000
+    assert len(waker.wakes) == 1
+    await service.stop()
+
+    again = make_service(await stores.open(), waker)
+    await again.start()
+    assert again.scheduled_fire("checkin") is None
+    assert len(await again.runs("checkin")) == 1
+    assert not (await again.get("checkin")).job.enabled
+
+
+async def test_restart_with_an_at_job_due_beyond_grace_records_it_missed(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    due = now() - timedelta(hours=2)
+    editor = make_service(await stores.open(), clock=lambda: due - timedelta(minutes=5))
+    await checkin(editor, "checkin", due)
+
+    service = make_service(await stores.open(), waker)
+    runs = Runs(service)
+    await service.start()
+    [record] = await runs.wait(1)
+    assert (record.status, record.scheduled, record.fired) == ("missed", due, None)
+    assert record.lateness_ms >= 2 * 3600 * 1000
+    assert "grace of 60 s" in record.note
+    assert waker.wakes == []
+    view = await service.get("checkin")
+    assert (view.job.enabled, view.next_fire, view.last_status) == (False, None, "missed")
+
+
+async def test_restart_records_the_fires_a_recurring_job_missed_while_down(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    set_at = now() - timedelta(hours=3, minutes=10)
+    editor = make_service(await stores.open(), clock=lambda: set_at)
+    await editor.upsert(editor.draft(id="hourly", kind="every", every="1h", task="tick"))
+
+    service = make_service(await stores.open(), waker)
+    runs = Runs(service)
+    await service.start()
+    [record] = await runs.wait(1)
+    assert record.status == "missed"
+    assert record.coalesced == 2
+    assert record.scheduled == set_at + timedelta(hours=3)
+    assert waker.wakes == []
+    assert service.scheduled_fire("hourly") == set_at + timedelta(hours=4)
+
+
+async def test_without_coalescing_a_restart_records_each_missed_fire_and_fires_the_on_time_one(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    set_at = now() - timedelta(hours=2, seconds=20)
+    editor = make_service(await stores.open(), clock=lambda: set_at)
+    await editor.upsert(editor.draft(id="hourly", kind="every", every="1h", task="tick"))
+
+    service = make_service(await stores.open(), waker, coalesce=False)
+    runs = Runs(service)
+    await service.start()
+    records = await runs.wait(2)
+    assert [(r.status, r.scheduled) for r in records] == [
+        ("missed", set_at + timedelta(hours=1)),
+        ("fired", set_at + timedelta(hours=2)),
+    ]
+    assert len(waker.wakes) == 1
+
+
+async def test_an_edit_from_another_store_value_is_applied_within_one_second(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(await stores.open(), waker)
+    await service.start()
+    runs = Runs(service)
+    editor = make_service(await stores.open())  # another process's view, never started
+    due = now() + timedelta(seconds=1.5)
+    await checkin(editor, "live", due)
+    took = await eventually(lambda: service.scheduled_fire("live") == due, within=1.0)
+    assert took <= 1.0
+    [record] = await runs.wait(1)
+    assert record.status == "fired"
+    assert record.lateness_ms < 500
+
+
+async def test_removing_a_job_elsewhere_unschedules_it_within_one_second(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(await stores.open(), waker)
+    await service.start()
+    await checkin(service, "gone", now() + timedelta(hours=1))
+    editor = make_service(await stores.open())
+    await editor.remove("gone")
+    await eventually(lambda: service.scheduled_fire("gone") is None, within=1.0)
+
+
+async def test_a_job_paused_elsewhere_records_its_fire_as_skipped(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(await stores.open(), waker)
+    await service.start()
+    runs = Runs(service)
+    due = now() + timedelta(seconds=2)
+    await checkin(service, "paused", due)
+    editor = make_service(await stores.open())
+    await editor.pause("paused")
+    [record] = await runs.wait(1)
+    assert (record.status, record.scheduled, record.fired) == ("skipped", due, None)
+    assert "paused" in record.note
+    assert waker.wakes == []
+
+
+async def test_a_failing_waker_records_failed_with_the_error(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    runs = Runs(service)
+    waker.failure = RuntimeError("thread manager is closing")
+    await checkin(service, "broken", now() + timedelta(seconds=0.3))
+    [record] = await runs.wait(1)
+    assert record.status == "failed"
+    assert record.error == "RuntimeError: thread manager is closing"
+    assert record.fired is not None
+    assert record.run_id is None
+    assert (await service.get("broken")).last_status == "failed"
+
+
+async def test_a_direct_wake_into_a_missing_session_fails_naming_the_session(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    await checkin(service, "orphan", now() + timedelta(hours=1), session="telegram:999")
+    record = await service.run_now("orphan")
+    assert record is not None
+    assert record.status == "failed"
+    assert "session telegram:999 does not exist" in record.error
+    assert waker.wakes == []
+
+
+async def test_a_direct_wake_into_a_busy_session_queues_behind_the_running_turn(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    turn = waker.start_turn("telegram:1")
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    await checkin(service, "busy", now() + timedelta(hours=1))
+    record = await service.run_now("busy")
+    assert record is not None
+    assert record.status == "fired"
+    assert [w.body for w in waker.queued["telegram:1"]] == ["check in"]
+    assert not turn.interrupted
+    assert not turn.done.is_set()
+
+
+async def test_the_ledger_holds_scheduled_fired_lateness_status_and_run_id_per_fire(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    runs = Runs(service)
+    due = now() + timedelta(seconds=0.5)
+    await checkin(service, "ledger", due)
+    await runs.wait(1)
+    await service.run_now("ledger")
+    ledger = await service.runs("ledger")
+    assert [(r.status, r.via) for r in ledger] == [("fired", "schedule"), ("fired", "run-now")]
+    first = ledger[0]
+    assert first.scheduled == due
+    assert first.fired is not None
+    assert first.run_id == "s_telegram:1-t1"
+    assert first.session_id == "s_telegram:1"
+    assert first.seq < ledger[1].seq
+
+
+async def test_a_clock_ahead_of_the_scheduler_judges_a_fire_missed(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    editor = make_service(sqlite_store)
+    due = now() + timedelta(seconds=0.5)
+    await checkin(editor, "late", due)
+    service = make_service(sqlite_store, waker, clock=lambda: now() + timedelta(hours=1))
+    runs = Runs(service)
+    await service.start()
+    [record] = await runs.wait(1)
+    assert record.status == "missed"
+    assert record.lateness_ms >= 3600 * 1000
+    assert waker.wakes == []
+
+
+async def test_run_now_without_a_running_gateway_fails_and_requests_nothing(
+    sqlite_store: JobStore, make_service: Make
+) -> None:
+    editor = make_service(sqlite_store)
+    await checkin(editor, "job", now() + timedelta(hours=1))
+    version = await sqlite_store.version()
+    with pytest.raises(NoGatewayError, match="no gateway is running"):
+        await editor.run_now("job")
+    assert await sqlite_store.version() == version
+
+
+async def test_run_now_from_another_process_is_fired_by_the_running_service(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(await stores.open(), waker)
+    await service.start()
+    await checkin(service, "job", now() + timedelta(hours=1))
+    editor = make_service(await stores.open())
+    assert await editor.gateway_running()
+    record = await editor.run_now("job", wait_seconds=3)
+    assert record is not None
+    assert (record.status, record.via) == ("fired", "run-now")
+    assert len(waker.wakes) == 1
+
+
+async def test_stop_clears_the_heartbeat_so_the_cli_knows_no_gateway_runs(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    beat = await sqlite_store.last_beat()
+    assert beat is not None
+    assert beat.owner == service.owner
+    await service.stop()
+    assert await sqlite_store.last_beat() is None
+    assert not await make_service(sqlite_store).gateway_running()
+
+
+async def test_starting_needs_a_waker_and_happens_once(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    with pytest.raises(ServiceStateError, match="needs a waker"):
+        await make_service(sqlite_store).start()
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    with pytest.raises(ServiceStateError, match="already started"):
+        await service.start()
