@@ -122,7 +122,8 @@ async def loop_turns(base_url: str, count: int, concurrency: int) -> tuple[float
         started = time.perf_counter()
         _, turn = await manager.wake_turn(key, wake)
         result = await turn.wait()
-        assert result is not None and result.stop_reason == "dispatch", result
+        assert result is not None
+        assert result.stop_reason == "dispatch", result
         latencies.append((time.perf_counter() - started) * 1000)
 
     async def worker(w: int, n: int) -> None:
@@ -158,7 +159,8 @@ async def main(turns: int) -> dict[str, Any]:
     child = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--serve", stdin=PIPE, stdout=PIPE
     )
-    assert child.stdout is not None and child.stdin is not None
+    assert child.stdout is not None
+    assert child.stdin is not None
     base_url = (await child.stdout.readline()).decode().strip()
     try:
         url = f"{base_url}/chat/completions"
@@ -170,7 +172,7 @@ async def main(turns: int) -> dict[str, Any]:
         child.stdin.close()
         await child.wait()
     lat_1.sort()
-    figures = {
+    return {
         "bare_requests_per_s_c1": round(bare_1, 1),
         "turns_per_s_c1": round(turns_1, 1),
         "turn_ratio_to_bare_requests_c1": round(turns_1 / bare_1, 3),
@@ -182,7 +184,6 @@ async def main(turns: int) -> dict[str, Any]:
         "requests_per_turn": 2,
         "store": "memory",
     }
-    return figures
 
 
 if __name__ == "__main__":
