@@ -39,6 +39,8 @@ STOP_CONTROL = (
     "dispatch({}) with no sends. Do not start new work."
 )
 
+STOP_SKIPPED = "not run: a soft stop ended the turn"
+
 ToolFilter = Callable[[str, AgentConfig, dict[str, Tool[Any]]], dict[str, Tool[Any]]]
 
 
@@ -143,6 +145,16 @@ class AgentLoop:
                     usage=usage,
                     steps=step,
                     last_input=last_input,
+                )
+            if stopping and any(c.name != "dispatch" for c in calls):
+                # Asked to stop, the model went on working: end here without running it.
+                skipped = tuple(
+                    ToolResultPart(call_id=c.id, name=c.name, content=STOP_SKIPPED, is_error=True)
+                    for c in calls
+                )
+                run.stage(Message(role="tool", content=skipped))
+                return RunResult(
+                    stop_reason="stopped", usage=usage, steps=step, last_input=last_input
                 )
             results, outputs = await self._call_tools(tools, calls, ctx, run)
             tool_message = Message(role="tool", content=tuple(results))

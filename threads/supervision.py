@@ -1,0 +1,138 @@
+"""Parents hear about their children: ``child_completed`` and ``progress`` wakes (seed 000).
+
+When a turn of a subagent or fork that its parent woke ends, the parent gets
+one ``child_completed`` wake carrying the child's answer — unless the child
+already replied with ``dispatch(to=caller:session)`` (that reply woke the
+parent) or was ended by a soft stop. While a child has been running longer
+than ``progress_after_seconds``, its parent is woken about every
+``progress_interval_seconds`` with a mechanical snapshot of the child: never
+its result. Both wakes come from the system, with a drop sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from threads.keys import SessionKey
+from threads.manager import ThreadManager
+from threads.runner import Thread
+from threads.sinks import DropSink
+from threads.turns import Outcome, Turn
+from threads.wake import SessionCaller, SystemCaller, Wake, WakeSource
+
+log = logging.getLogger(__name__)
+
+TOOL_HISTORY = 5
+
+
+class Supervisor:
+    """Watches child threads for their parents."""
+
+    def __init__(
+        self, manager: ThreadManager, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.manager = manager
+        self.clock = clock
+        threads = manager.config.threads
+        self.progress_after = threads.progress_after_seconds
+        self.progress_interval = threads.progress_interval_seconds
+        self._last_progress: dict[str, float] = {}
+        self._scanner: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.manager.observe(self._observe)
+        tick = max(min(self.progress_after, self.progress_interval) / 4, 0.01)
+        self._scanner = self.manager.spawn(self._scan_forever(tick), name="progress scanner")
+
+    # -- child completion
+
+    def _observe(self, thread: Thread, wake: Wake, turn: Turn) -> None:
+        parent = thread.key.parent
+        if parent is None or not isinstance(wake.caller, SessionCaller):
+            return
+        if wake.caller.session_key != parent:
+            return
+        turn.add_done_callback(lambda done: self._completed(thread.key, parent, done))
+
+    def _completed(self, child: SessionKey, parent: SessionKey, turn: Turn) -> None:
+        if turn.outcome not in (Outcome.ANSWERED, Outcome.FAILED, Outcome.CANCELED):
+            return  # a steer delivered or deferred: the turn that ran it reports
+        result = turn.result
+        if result is not None and result.stop_reason == "stopped":
+            return  # a soft stop ends silently
+        if result is not None and result.data.get("replied_to_caller_session"):
+            return  # the reply already woke the parent
+        self.manager.spawn(self._tell_parent(child, parent, turn), name=f"child_completed {child}")
+
+    async def _tell_parent(self, child: SessionKey, parent: SessionKey, turn: Turn) -> None:
+        result = turn.result
+        if result is None:
+            status, answer = "canceled", "(the child's turn was canceled before it answered)"
+        elif result.error:
+            status, answer = "failed", result.error
+        else:
+            status = "completed"
+            answer = result.text.strip() or "(the child ended its turn without an answer)"
+        body = f"child: {child}\nstatus: {status}\nrun: {turn.run_id}\n\n{answer}"
+        wake = Wake(
+            source=WakeSource.CHILD_COMPLETED,
+            body=body,
+            caller=SystemCaller(name="child_completed"),
+            sink=DropSink(reason="child_completed"),
+            meta={"child": str(child)},
+        )
+        await self.manager.wake(parent, wake)
+
+    # -- progress
+
+    async def _scan_forever(self, tick: float) -> None:
+        while True:
+            await asyncio.sleep(tick)
+            await self.scan()
+
+    async def scan(self) -> int:
+        """Wake the parent of every child running long enough and not reported lately."""
+        now = self.clock()
+        woken = 0
+        live = set()
+        for thread in self.manager.threads():
+            parent = thread.key.parent
+            run = thread.session.running
+            if parent is None or run is None:
+                continue
+            live.add(run.run_id)
+            if run.elapsed < self.progress_after:
+                continue
+            last = self._last_progress.get(run.run_id)
+            if last is not None and now - last < self.progress_interval:
+                continue
+            self._last_progress[run.run_id] = now
+            await self.manager.wake(parent, self._progress_wake(thread))
+            woken += 1
+        for run_id in set(self._last_progress) - live:
+            del self._last_progress[run_id]
+        return woken
+
+    def _progress_wake(self, thread: Thread) -> Wake:
+        run = thread.session.running
+        assert run is not None
+        recent = ", ".join(run.tool_history[-TOOL_HISTORY:]) or "none yet"
+        body = (
+            f"child: {thread.key}\n"
+            f"elapsed_seconds: {run.elapsed:.0f}\n"
+            f"steps: {run.steps}\n"
+            f"recent_tool_calls: {recent}\n"
+            f"current_tool: {run.current_tool or 'none (waiting for the model)'}\n\n"
+            "This is a progress snapshot, not the child's result; the child keeps running. "
+            "End with dispatch({}) to ignore it, or dispatch(to=user) to tell your user."
+        )
+        return Wake(
+            source=WakeSource.PROGRESS,
+            body=body,
+            caller=SystemCaller(name="progress"),
+            sink=DropSink(reason="progress"),
+            meta={"child": str(thread.key)},
+        )
