@@ -34,6 +34,7 @@ from threads.ops import check_session_tool, health_tool
 from threads.sinks import DropSink, Sink
 from threads.store import open_store
 from threads.store.base import SessionStore, StoreOptions
+from threads.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class Gateway:
         self._manager.health_sources["channels"] = self._channel_health
         await self._manager.start()
         self._lifetimes.push("thread manager", self._manager.close)
+        Supervisor(self._manager).start()
 
         for channel in self._build_channels():
             self.channels[channel.name] = channel

@@ -3,6 +3,9 @@
     gateway run            start the gateway (terminal, web chat, control socket)
     gateway chat           chat in this terminal: attached to a running gateway, else in-process
     gateway config check   validate a configuration file
+    gateway health         every active thread and the gateway's figures
+    gateway check-session  one session by key
+    gateway stop-session   soft-stop a running thread
     gateway cron …         operate scheduled jobs (see ``gateway cron --help``)
 
 Every command takes ``--config PATH`` (else ``GATEWAY_CONFIG``, else
@@ -17,13 +20,17 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import orjson
 import typer
 
 from config import ConfigError, GatewayConfig, load_config
 from gateway.app import Gateway
 from gateway.control import ControlClient, ControlError
+from threads.manager import ThreadManager
+from threads.store import open_store
+from threads.store.base import SessionStore, StoreOptions
 
 app = typer.Typer(
     name="gateway",
@@ -168,6 +175,117 @@ async def _chat_attached(client: ControlClient) -> None:
 async def _print_replies(client: ControlClient) -> None:
     while True:
         _print_reply(await client.replies.get())
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
+
+
+async def _ask(config: GatewayConfig, op: str, **fields: Any) -> dict[str, Any] | None:
+    """The running gateway's answer to ``op``, or None when no gateway is running."""
+    client = await ControlClient.connect(config.data_dir / "gateway.sock")
+    if client is None:
+        return None
+    try:
+        return await client.call(op, **fields)
+    finally:
+        await client.close()
+
+
+async def _offline_manager(config: GatewayConfig) -> tuple[ThreadManager, SessionStore]:
+    """A manager over the store with no threads: answers from disk when no gateway runs."""
+    store = open_store(config.store.url, StoreOptions(salvage=config.store.salvage))
+    return ThreadManager(store=store, agent=_NoAgent(), config=config), store
+
+
+class _NoAgent:
+    async def run(self, run: Any) -> Any:
+        raise RuntimeError("this manager only reads")
+
+
+def _print_json_or(data: dict[str, Any], as_json: bool, text: str) -> None:
+    if as_json:
+        typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    else:
+        typer.echo(text)
+
+
+@app.command("check-session")
+def check_session(
+    key: Annotated[str, typer.Argument(help="the session key, e.g. cli:threads:find-news")],
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Inspect a session by key: on disk, and its live thread when a gateway runs it."""
+    settings = load_or_exit(config)
+
+    async def go() -> dict[str, Any]:
+        answer = await _ask(settings, "check_session", key=key)
+        if answer is not None:
+            return dict(answer["session"])
+        manager, store = await _offline_manager(settings)
+        try:
+            return await manager.check_session(key)
+        finally:
+            await store.close()
+
+    try:
+        info = asyncio.run(go())
+    except (ControlError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    lines = [f"{k}: {v}" for k, v in info.items()]
+    _print_json_or(info, as_json, "\n".join(lines))
+    if not info.get("exists"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def health(config: ConfigOption = None, as_json: JsonOption = False) -> None:
+    """Every active thread, with provider, session, cron, channel and memory figures."""
+    settings = load_or_exit(config)
+    answer = asyncio.run(_ask(settings, "health"))
+    if answer is None:
+        typer.echo(
+            f"no gateway is running (no control socket at {settings.data_dir / 'gateway.sock'})",
+            err=True,
+        )
+        raise typer.Exit(1)
+    info = dict(answer["health"])
+    threads = info.get("all_threads", [])
+    lines = [
+        f"threads: {len(threads)} active",
+        *(
+            f"  {t['session_key']:<40} {t['agent']:<12} {t['state']:<8} pending {t['pending']}"
+            + (f"  tool {t['current_tool']}" if t.get("current_tool") else "")
+            for t in threads
+        ),
+        f"model: {info['provider']['default_model']}",
+        f"sessions: {info['sessions']['keys']} keys in {info['sessions']['store']}",
+        f"memory: {info['process']['rss_bytes'] // 1024 // 1024} MiB resident",
+    ]
+    _print_json_or(info, as_json, "\n".join(lines))
+
+
+@app.command("stop-session")
+def stop_session(
+    key: Annotated[str, typer.Argument(help="the running thread's session key")],
+    config: ConfigOption = None,
+) -> None:
+    """Soft-stop a running thread: its turn ends at the next step boundary (via the control socket)."""
+    settings = load_or_exit(config)
+    try:
+        answer = asyncio.run(_ask(settings, "stop_session", key=key))
+    except ControlError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if answer is None:
+        typer.echo(
+            f"error: no gateway is running (no control socket at "
+            f"{settings.data_dir / 'gateway.sock'}): there is nothing to stop",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"asked {key} to stop at its next step boundary")
 
 
 @config_app.command("check")

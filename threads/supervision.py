@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from threads.errors import ThreadsError
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.runner import Thread
@@ -42,10 +43,12 @@ class Supervisor:
         self._last_progress: dict[str, float] = {}
         self._scanner: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, *, scanning: bool = True) -> None:
+        """Watch children; with ``scanning``, look for long runs in the background."""
         self.manager.observe(self._observe)
-        tick = max(min(self.progress_after, self.progress_interval) / 4, 0.01)
-        self._scanner = self.manager.spawn(self._scan_forever(tick), name="progress scanner")
+        if scanning:
+            tick = max(min(self.progress_after, self.progress_interval) / 4, 0.01)
+            self._scanner = self.manager.spawn(self._scan_forever(tick), name="progress scanner")
 
     # -- child completion
 
@@ -84,7 +87,10 @@ class Supervisor:
             sink=DropSink(reason="child_completed"),
             meta={"child": str(child)},
         )
-        await self.manager.wake(parent, wake)
+        try:
+            await self.manager.wake(parent, wake)
+        except ThreadsError as exc:
+            log.warning("child_completed for %s not delivered to %s: %s", child, parent, exc)
 
     # -- progress
 
@@ -110,7 +116,11 @@ class Supervisor:
             if last is not None and now - last < self.progress_interval:
                 continue
             self._last_progress[run.run_id] = now
-            await self.manager.wake(parent, self._progress_wake(thread))
+            try:
+                await self.manager.wake(parent, self._progress_wake(thread))
+            except ThreadsError as exc:
+                log.warning("progress of %s not delivered to %s: %s", thread.key, parent, exc)
+                continue
             woken += 1
         for run_id in set(self._last_progress) - live:
             del self._last_progress[run_id]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,11 +17,14 @@ from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolRegistry
 from threads.dispatch import dispatch_tool
 from threads.keys import SessionKey
+from threads.llm.base import ModelRequest, ModelResponse
+from threads.llm.echo import split_wake
 from threads.manager import ThreadManager
 from threads.ops import check_session_tool, health_tool
 from threads.sinks import Delivery, OutboundMessage
 from threads.store.memory import MemoryStore
-from threads.testing.scripted import ScriptedModel
+from threads.supervision import Supervisor
+from threads.testing.scripted import ScriptedModel, Step, say
 from threads.turns import RunResult, Turn
 from threads.wake import UserCaller, Wake, WakeSource
 
@@ -107,6 +112,8 @@ async def make_runtime(
     model: ScriptedModel,
     config: GatewayConfig | None = None,
     tools: Iterable[Tool[Any]] = (),
+    *,
+    supervise: bool = True,
 ) -> Runtime:
     config = config or agent_config()
     registry = ToolRegistry([dispatch_tool, check_session_tool, health_tool, *tools])
@@ -123,6 +130,8 @@ async def make_runtime(
     runtime = Runtime(manager=manager, model=model, loop=loop)
     runtime_box.append(runtime)
     await manager.start()
+    if supervise:
+        Supervisor(manager).start()
     return runtime
 
 
@@ -131,3 +140,34 @@ async def runtime(model: ScriptedModel) -> AsyncIterator[Runtime]:
     rt = await make_runtime(model)
     yield rt
     await rt.manager.close()
+
+
+def thread_of(request: ModelRequest) -> str:
+    """The ``thread`` field of the newest wake header the model was shown."""
+    for message in reversed(request.messages):
+        if message.role == "user":
+            fields, _ = split_wake(message.text())
+            if "thread" in fields:
+                return fields["thread"]
+    return ""
+
+
+class KeyedScript:
+    """Per-session scripts for one shared model: each request is answered by its thread's script."""
+
+    def __init__(self) -> None:
+        self.scripts: dict[str, deque[Step]] = defaultdict(deque)
+        self.requests: dict[str, list[ModelRequest]] = defaultdict(list)
+
+    def add(self, key: str, *steps: Step) -> None:
+        self.scripts[key].extend(steps)
+
+    def __call__(self, request: ModelRequest) -> ModelResponse:
+        key = thread_of(request)
+        # A snapshot: the loop keeps appending to the list it sent.
+        self.requests[key].append(dataclasses.replace(request, messages=list(request.messages)))
+        steps = self.scripts[key]
+        if not steps:
+            return say(f"(nothing scripted for {key})")
+        step = steps.popleft()
+        return step(request) if callable(step) else step
