@@ -81,7 +81,9 @@ class AgentLoop:
     async def run(self, run: Run) -> RunResult:
         agent_name = self.agent_for(run)
         agent = self.config.agents[agent_name]
-        client, model, settings = self.models.resolve(agent.model or self.config.models.default)
+        # A session created with a model of its own (sessions_spawn's model) keeps it.
+        ref = run.session.header.meta.get("model") or agent.model or self.config.models.default
+        client, model, settings = self.models.resolve(ref)
         key = run.session.header.meta.get("key", run.session.id)
         tools, specs = self.tools.select(agent.tools)
         if self.tool_filter is not None:
