@@ -54,12 +54,14 @@ class Gateway:
         model_clients: Mapping[str, ModelClient] | None = None,
         channels: Sequence[Channel] | None = None,
         store: SessionStore | None = None,
+        tools: Sequence[Tool[Any]] = (),
         control: bool = True,
     ) -> None:
         self.config = config
         self._model_clients = dict(model_clients or {})
         self._extra_channels = list(channels or [])
         self._given_store = store
+        self._extra_tools = list(tools)
         self._control_enabled = control
         self._lifetimes = Lifetimes()
         self.channels: dict[str, Channel] = {}
@@ -117,7 +119,10 @@ class Gateway:
 
         models = Models(config.models, clients=self._model_clients)
         self._lifetimes.push("model clients", models.close)
-        tools = ToolRegistry(default_tools(), default_timeout=config.threads.tool_timeout_seconds)
+        tools = ToolRegistry(
+            [*default_tools(), *self._extra_tools],
+            default_timeout=config.threads.tool_timeout_seconds,
+        )
         agent = AgentLoop(config=config, models=models, tools=tools)
         self._manager = ThreadManager(
             store=self._store,

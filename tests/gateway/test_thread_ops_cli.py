@@ -1,0 +1,170 @@
+"""health, check-session and stop-session from the CLI, against a running gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from pydantic import BaseModel
+
+from config import GatewayConfig
+from gateway.app import Gateway
+from tests.gateway.conftest import make_config
+from tests.threads.agent.conftest import KeyedScript
+from threads.agent.tools import ToolContext, tool
+from threads.testing.scripted import ScriptedModel, call, dispatch, say
+
+
+class Nothing(BaseModel):
+    pass
+
+
+started = asyncio.Event()
+release = asyncio.Event()
+
+
+@tool("dig", "Digs for a long time.", Nothing)
+async def dig(args: Nothing, ctx: ToolContext) -> str:
+    started.set()
+    await release.wait()
+    return "dug"
+
+
+def scripted_config(tmp_path: Path) -> GatewayConfig:
+    return make_config(
+        tmp_path,
+        models={"providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}},
+        agents={"default": {"model": "scripted/test"}},
+    )
+
+
+async def gateway_cli(config_path: Path, *args: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", *args, "--config", str(config_path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode is not None
+    return child.returncode, out.decode(), err.decode()
+
+
+def write_config(tmp_path: Path, config: GatewayConfig) -> Path:
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        f'data_dir = "{config.data_dir}"\n'
+        f'[store]\nurl = "{config.store.url}"\n'
+        "[channels.web]\nenabled = false\n"
+    )
+    return path
+
+
+@pytest.fixture
+async def running(tmp_path: Path) -> AsyncIterator[tuple[Gateway, KeyedScript, Path]]:
+    started.clear()
+    release.clear()
+    script = KeyedScript()
+    config = scripted_config(tmp_path)
+    gw = Gateway(config, model_clients={"scripted": ScriptedModel(default=script)}, tools=[dig])
+    async with gw:
+        yield gw, script, write_config(tmp_path, config)
+        release.set()
+
+
+async def test_check_session_reports_a_live_thread_as_json(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    gw, script, path = running
+    assert gw.cli is not None
+    script.add("cli", dispatch(("caller:user", "hi")))
+    await gw.cli.submit("hello")
+    await gw.wait_idle()
+    code, out, err = await gateway_cli(path, "check-session", "cli", "--json")
+    assert code == 0, err
+    info = orjson.loads(out)
+    assert info["exists"]
+    assert info["thread_active"]
+    assert info["thread_state"] == "idle"
+
+
+async def test_check_session_of_a_missing_key_says_so_and_fails(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    _, _, path = running
+    code, out, _ = await gateway_cli(path, "check-session", "telegram:404")
+    assert code == 1
+    assert "exists: False" in out
+
+
+async def test_health_lists_the_active_threads(running: tuple[Gateway, KeyedScript, Path]) -> None:
+    gw, script, path = running
+    assert gw.cli is not None
+    script.add("cli", dispatch(("caller:user", "hi")))
+    await gw.cli.submit("hello")
+    await gw.wait_idle()
+    code, out, err = await gateway_cli(path, "health", "--json")
+    assert code == 0, err
+    info = orjson.loads(out)
+    assert [t["session_key"] for t in info["all_threads"]] == ["cli"]
+    assert "cli" in info["channels"]
+    code, text, _ = await gateway_cli(path, "health")
+    assert code == 0
+    assert "threads: 1 active" in text
+
+
+async def test_stop_session_soft_stops_a_running_child(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    gw, script, path = running
+    assert gw.cli is not None
+    child = "cli:threads:dig"
+    script.add("cli", dispatch({"to": "subagent", "params": {"task_id": "dig"}, "body": "dig"}))
+    script.add(child, call("dig"), dispatch(), say("never"))
+    await gw.cli.submit("start digging")
+    await asyncio.wait_for(started.wait(), 10)
+    code, out, err = await gateway_cli(path, "stop-session", child)
+    assert code == 0, err
+    assert "next step boundary" in out
+    release.set()
+    await gw.wait_idle()
+    thread = gw.manager.thread(child)
+    assert thread is not None
+    assert "soft stop" in script.requests[child][1].messages[-1].text()
+
+
+async def test_stop_session_of_a_key_with_no_thread_is_an_error(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    _, _, path = running
+    code, _, err = await gateway_cli(path, "stop-session", "telegram:404")
+    assert code == 1
+    assert "no thread is loaded for session telegram:404" in err
+
+
+async def test_stop_session_without_a_running_gateway_says_so(tmp_path: Path) -> None:
+    path = write_config(tmp_path, scripted_config(tmp_path))
+    code, _, err = await gateway_cli(path, "stop-session", "cli")
+    assert code == 1
+    assert "no gateway is running" in err
+
+
+async def test_check_session_reads_the_store_when_no_gateway_runs(tmp_path: Path) -> None:
+    config = scripted_config(tmp_path)
+    script = KeyedScript()
+    script.add("cli", dispatch(("caller:user", "hi")))
+    async with Gateway(config, model_clients={"scripted": ScriptedModel(default=script)}) as gw:
+        assert gw.cli is not None
+        await gw.cli.submit("hello")
+        await gw.wait_idle()
+    code, out, err = await gateway_cli(
+        write_config(tmp_path, config), "check-session", "cli", "--json"
+    )
+    assert code == 0, err
+    info = orjson.loads(out)
+    assert info["exists"]
+    assert not info["thread_active"]
