@@ -15,11 +15,12 @@ from typing import Any
 
 from threads.keys import SessionKey
 from threads.messages import Message
-from threads.session import Session
+from threads.session import Session, SessionState
+from threads.sinks import Sink
 from threads.turns import Policy, Turn
 from threads.wake import Accepted, Wake, render_prompt, wake_to_wire
 
-ThreadState = str  # "running" | "pending" | "idle"
+ThreadState = SessionState
 
 
 class Thread:
@@ -35,39 +36,53 @@ class Thread:
         policies: Mapping[str, str],
         on_turn: Callable[[Thread, Wake, Turn], None] | None = None,
         created: bool = False,
+        default_sink: Sink | None = None,
     ) -> None:
         self.key = key
         self.session = session
         self.agent = agent
         self.tz = tz
         self.created = created
+        self.default_sink = default_sink
         self._policies = policies
         self._on_turn = on_turn
+        self._accepting = 0
         self.last_activity = time.monotonic()
         self.last_wall = time.time()
 
     def policy_for(self, wake: Wake) -> Policy:
+        """The busy policy configured for the wake's source (``queue`` when none is)."""
         return Policy(self._policies.get(wake.source.value, "queue"))
 
     async def wake(self, wake: Wake, *, policy: Policy | None = None) -> tuple[Accepted, Turn]:
-        """Accept one wake: durable in the session before this returns."""
+        """Accept one wake: durable in the session before this returns.
+
+        The prompt is the wake rendered with its YAML header; a wake steered
+        into a running turn is delivered with ``injected: true`` in its header.
+        """
         policy = policy or self.policy_for(wake)
         session = self.session
         prompt = render_prompt(wake, thread=self.key, session_id=session.id, tz=self.tz)
-        injected = None
-        if policy is Policy.STEER:
-            injected = Message.user(
+
+        def injected() -> Message:
+            return Message.user(
                 render_prompt(
                     wake, thread=self.key, session_id=session.id, tz=self.tz, injected=True
                 )
             )
-        turn = await session.send(
-            Message.user(prompt),
-            policy=policy,
-            payload=wake,
-            wake=wake_to_wire(wake),
-            injected=injected,
-        )
+
+        self._accepting += 1
+        self.touch()
+        try:
+            turn = await session.send(
+                Message.user(prompt),
+                policy=policy,
+                payload=wake,
+                wake=wake_to_wire(wake),
+                injected=injected,
+            )
+        finally:
+            self._accepting -= 1
         self.touch()
         if self._on_turn is not None:
             self._on_turn(self, wake, turn)
@@ -83,11 +98,13 @@ class Thread:
 
     @property
     def state(self) -> ThreadState:
-        if self.session.running is not None:
-            return "running"
-        if self.session.pending_count():
-            return "pending"
-        return "idle"
+        """``running`` (a run executes), ``pending`` (input waits) or ``idle``."""
+        return self.session.state
+
+    @property
+    def evictable(self) -> bool:
+        """Idle, with no wake on its way in: closing it now loses nothing."""
+        return self._accepting == 0 and self.session.state == "idle" and not self.session.busy
 
     def snapshot(self) -> dict[str, Any]:
         """The thread's live state, as ``check_session`` and ``health`` report it."""
@@ -100,6 +117,9 @@ class Thread:
             "pending": self.session.pending_count(),
             "last_activity": self.last_wall,
             "idle_seconds": round(time.monotonic() - self.last_activity, 3),
+            "iterations": 0,
+            "current_tool": "",
+            "elapsed_sec": 0.0,
         }
         if run is not None:
             out["iterations"] = run.steps

@@ -8,7 +8,9 @@ taken; a session whose view fell behind refuses to write (``StaleError``).
 Turns follow seed 003: ``send`` makes the prompt durable before the run
 starts (or, while a turn runs, writes a receipt under the busy policy), the
 run's step messages are appended as they join it, and a ``turn`` entry closes
-the ledger whatever the outcome.
+the ledger whatever the outcome. The session's driver task runs the queue:
+one turn at a time, through the gate its owner gives it (the manager's cap on
+concurrent turns).
 """
 
 from __future__ import annotations
@@ -22,12 +24,19 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from threads.errors import BusyError, ClosedError, NoEntryError, ReservedKeyError, StaleError
+from threads.errors import (
+    BusyError,
+    ClosedError,
+    NoEntryError,
+    NotRunError,
+    ReservedKeyError,
+    StaleError,
+)
 from threads.ids import new_entry_id, new_session_id
-from threads.messages import JSON, Message, ToolResultPart, Usage
-from threads.store.base import Leaser, LoadReport, Releaser, SessionStore
+from threads.messages import JSON, Message, Usage
+from threads.store.base import Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -41,18 +50,28 @@ from threads.store.entries import (
     Lineage,
     MessageEntry,
     ParentRef,
+    PoolReceiptEntry,
     ReceiptEntry,
     TurnEntry,
 )
-from threads.tree import INTERRUPTED, EntryTree, unfinished_runs, unsettled_receipts
+from threads.tree import (
+    EntryTree,
+    interruption_results,
+    still_open,
+    unfinished_runs,
+    unsettled_receipts,
+)
 from threads.turns import Agent, Outcome, Policy, Run, RunFinish, RunResult, Turn
 
 log = logging.getLogger(__name__)
 _POLICIES = frozenset(p.value for p in Policy)
+CRASHED = "interrupted: the gateway stopped during this turn"
 
 Gate = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 PayloadLoader = Callable[[Mapping[str, JSON]], Any]
 Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, JSON]] | None"]
+SessionState = Literal["running", "pending", "idle"]
+Injected = Message | Callable[[], Message]
 
 
 @contextlib.asynccontextmanager
@@ -62,7 +81,15 @@ async def _no_gate() -> AsyncIterator[None]:
 
 @dataclass(slots=True, kw_only=True)
 class SessionOptions:
-    """How a session runs: its turn gate, queue bound, collect window and restore hooks."""
+    """How a session runs.
+
+    ``gate`` is entered around every run (the manager's cap on concurrent
+    turns); ``max_queue`` bounds what may wait (steers and queued sends);
+    ``collect_window`` is the debounce of the ``collect`` policy in seconds:
+    collected messages start their turn once none has arrived for that long.
+    ``load_payload`` rebuilds a restored input's payload from its stored wake;
+    ``resume`` makes the follow-up of a turn a dead writer left running.
+    """
 
     gate: Gate = _no_gate
     max_queue: int = 256
@@ -73,7 +100,11 @@ class SessionOptions:
 
 @dataclass(slots=True, kw_only=True)
 class _Pending:
-    """One accepted input waiting for a turn of its own (or, a steer, for a drain)."""
+    """One accepted input waiting for a turn of its own (or, a steer, for a drain).
+
+    ``started`` marks a send whose prompt is already written: its turn has
+    begun as far as the record goes, and only the driver has yet to pick it up.
+    """
 
     turn: Turn
     message: Message
@@ -83,7 +114,7 @@ class _Pending:
     injected: Message | None = None
     receipt_id: str = ""
     prompt_id: str = ""
-    prompt_written: bool = False
+    started: bool = False
     arrived: float = field(default_factory=time.monotonic)
 
 
@@ -93,6 +124,7 @@ class _Active:
     pendings: list[_Pending]
     prompt_id: str
     task: asyncio.Task[RunResult] | None = None
+    begun: bool = False
     cancel_reason: str = ""
     rollback: bool = False
 
@@ -159,7 +191,9 @@ class Session:
             meta=dict(meta or {}),
         )
         await store.create(header)
-        return cls(store, header, agent, EntryTree(header.id), view=0, options=options)
+        session = cls(store, header, agent, EntryTree(header.id), view=0, options=options)
+        await session._take_lease()
+        return session
 
     @classmethod
     async def open(
@@ -171,13 +205,29 @@ class Session:
         options: SessionOptions | None = None,
     ) -> Session:
         """Load a session: validate its tree and restore its queue. Writes nothing, runs nothing."""
-        loaded = await store.load(session_id)
+        return cls.from_loaded(store, await store.load(session_id), agent, options=options)
+
+    @classmethod
+    def from_loaded(
+        cls,
+        store: SessionStore,
+        loaded: Loaded,
+        agent: Agent,
+        *,
+        options: SessionOptions | None = None,
+    ) -> Session:
+        """A session over what ``store.load`` returned (validated here: ``CorruptError``)."""
         tree = EntryTree(loaded.header.id)
-        salvaged = bool(loaded.report and loaded.report.skipped)
-        tree.load(loaded.entries, salvaged=salvaged)
-        view = len(loaded.entries) + (len(loaded.report.skipped) if loaded.report else 0)
+        skipped = loaded.report.skipped if loaded.report else ()
+        tree.load(loaded.entries, salvaged=bool(skipped))
         return cls(
-            store, loaded.header, agent, tree, view=view, report=loaded.report, options=options
+            store,
+            loaded.header,
+            agent,
+            tree,
+            view=len(loaded.entries) + len(skipped),
+            report=loaded.report,
+            options=options,
         )
 
     def _restore(self) -> None:
@@ -186,12 +236,10 @@ class Session:
             if receipt.msg is None:
                 continue
             payload = load(receipt.wake) if (load and receipt.wake) else None
-            policy = Policy(receipt.policy) if receipt.policy in _POLICIES else Policy.QUEUE
             if receipt.status == "queued":
-                turn = Turn(receipt.id, receipt.run_id, Policy.STEER)
                 self._steers.append(
                     _Pending(
-                        turn=turn,
+                        turn=Turn(receipt.id, receipt.run_id, Policy.STEER),
                         message=receipt.msg,
                         policy=Policy.STEER,
                         payload=payload,
@@ -199,19 +247,19 @@ class Session:
                         receipt_id=receipt.id,
                     )
                 )
-            else:
-                turn = Turn(receipt.turn, receipt.run_id, policy)
-                self._queue.append(
-                    _Pending(
-                        turn=turn,
-                        message=receipt.msg,
-                        policy=policy,
-                        payload=payload,
-                        wake=receipt.wake,
-                        receipt_id=receipt.id,
-                        prompt_id=receipt.turn,
-                    )
+                continue
+            policy = Policy(receipt.policy) if receipt.policy in _POLICIES else Policy.QUEUE
+            self._queue.append(
+                _Pending(
+                    turn=Turn(receipt.turn, receipt.run_id, policy),
+                    message=receipt.msg,
+                    policy=policy,
+                    payload=payload,
+                    wake=receipt.wake,
+                    receipt_id=receipt.id,
+                    prompt_id=receipt.turn,
                 )
+            )
 
     # -- reads
 
@@ -237,7 +285,18 @@ class Session:
 
     @property
     def running(self) -> Run | None:
+        """The turn in flight (also while it waits for the turn gate), or None."""
         return self._running.run if self._running else None
+
+    @property
+    def state(self) -> SessionState:
+        """``running`` while a run executes; ``pending`` while input waits; else ``idle``."""
+        active = self._running
+        if active is not None and active.begun:
+            return "running"
+        if active is not None or self._queue or self._steers:
+            return "pending"
+        return "idle"
 
     @property
     def closed(self) -> bool:
@@ -245,6 +304,10 @@ class Session:
 
     def entries(self) -> list[Entry]:
         return list(self._tree.entries)
+
+    @property
+    def entry_count(self) -> int:
+        return len(self._tree.entries)
 
     def path(self, entry_id: str | None = None) -> list[Entry]:
         return self._tree.path(entry_id)
@@ -272,14 +335,18 @@ class Session:
     def queue(self) -> list[tuple[str, Message, Policy]]:
         """What is accepted and not yet given to a model: steers first, then sends."""
         return [(p.turn.id, p.message, Policy.STEER) for p in self._steers] + [
-            (p.turn.id, p.message, p.policy) for p in self._queue
+            (p.turn.id, p.message, p.policy) for p in self._queue if not p.started
         ]
 
     def has_steers(self) -> bool:
         return bool(self._steers)
 
     def pending_count(self) -> int:
-        return len(self._steers) + len(self._queue)
+        """How many accepted inputs wait (what :meth:`queue` lists)."""
+        waiting = len(self._queue)
+        if waiting and self._queue[0].started:
+            waiting -= 1
+        return len(self._steers) + waiting
 
     @property
     def busy(self) -> bool:
@@ -292,7 +359,7 @@ class Session:
         out: list[Entry] = []
         leaf = self._tree.leaf
         for entry in entries:
-            linked = _relink(entry, leaf)
+            linked = entry if entry.parent == leaf else dataclasses.replace(entry, parent=leaf)
             out.append(linked)
             leaf = linked.entry if isinstance(linked, LeafEntry) else linked.id
         return out
@@ -326,7 +393,7 @@ class Session:
 
     async def label(self, entry_id: str, name: str) -> None:
         if not name:
-            raise ValueError("a label needs a name")
+            raise ValueError(f"a label of entry {entry_id} needs a name")
         self._tree.require(entry_id)
         await self._append(LabelEntry(id=new_entry_id(), entry=entry_id, name=name))
 
@@ -340,14 +407,44 @@ class Session:
             return
         await self._append(InfoEntry(id=new_entry_id(), title=title, meta=meta))
 
+    async def pool_receipt(
+        self,
+        status: str,
+        *,
+        receipt: str = "",
+        child: str = "",
+        prompt: str = "",
+        stop: str = "",
+        usage: Usage | None = None,
+    ) -> PoolReceiptEntry:
+        """Record one step of a delegation's journey (accepted → running → settled).
+
+        The first entry (``accepted``) names the child and the task; later ones
+        link back to it by ``receipt``. Never in the model's context.
+        """
+        entry = PoolReceiptEntry(
+            id=new_entry_id(),
+            status=status,
+            receipt=receipt,
+            child=child,
+            prompt=prompt,
+            stop=stop,
+            usage=usage or Usage(),
+        )
+        (written,) = await self._append(entry)
+        assert isinstance(written, PoolReceiptEntry)
+        return written
+
     async def custom(self, kind: str, data: JSON = None) -> None:
+        """Append application state that never enters the model's context."""
         if not kind:
-            raise ValueError("a custom entry needs a kind")
+            raise ValueError(f"a custom entry in session {self.id} needs a kind")
         await self._append(CustomEntry(id=new_entry_id(), kind=kind, data=data))
 
     async def custom_message(self, kind: str, message: Message) -> None:
+        """Append a message the model sees, not attributed to the user; between turns only."""
         if not kind:
-            raise ValueError("a custom message needs a kind")
+            raise ValueError(f"a custom message in session {self.id} needs a kind")
         if self._running is not None:
             raise BusyError(self.id, "custom_message")
         await self._append(CustomMessageEntry(id=new_entry_id(), kind=kind, message=message))
@@ -414,7 +511,12 @@ class Session:
         agent: Agent | None = None,
         options: SessionOptions | None = None,
     ) -> Session:
-        """Copy the path root → ``entry_id`` into a new session whose header names its origin."""
+        """Copy the path root → ``entry_id`` into a new session whose header names its origin.
+
+        Nothing that would start a run is carried over: input still waiting on
+        the path is recorded as dropped in the fork, and a turn still running
+        on it as canceled there.
+        """
         async with self._lock:
             if entry_id:
                 target = self._tree.require(entry_id)
@@ -430,25 +532,27 @@ class Session:
             options=options or self._options,
         )
         copied = _reparent(path)
-        settle = [
+        settle: list[Entry] = [
             ReceiptEntry(id=new_entry_id(), status="dropped", receipt=r.id)
             for r in unsettled_receipts(copied)
         ]
+        settle += [
+            TurnEntry(
+                id=new_entry_id(),
+                run_id=p.run_id,
+                stop_reason="canceled",
+                canceled=True,
+                err=f"forked from session {self.id} while this turn ran",
+            )
+            for p in unfinished_runs(copied)
+        ]
         async with fork._lock:
-            batch = copied + fork._chain_after(copied, settle)
+            batch = copied + _chain_after(copied, settle)
             await fork._write(batch)
             fork._queue.clear()
             fork._steers.clear()
+            fork._counter = max(fork._counter, fork._tree.highest_turn())
         return fork
-
-    def _chain_after(self, base: Sequence[Entry], entries: Sequence[Entry]) -> list[Entry]:
-        leaf = base[-1].id if base else self._tree.leaf
-        out: list[Entry] = []
-        for entry in entries:
-            linked = _relink(entry, leaf)
-            out.append(linked)
-            leaf = linked.id
-        return out
 
     # -- turns
 
@@ -463,65 +567,89 @@ class Session:
         policy: Policy = Policy.QUEUE,
         payload: Any = None,
         wake: Mapping[str, JSON] | None = None,
-        injected: Message | None = None,
+        injected: Injected | None = None,
     ) -> Turn:
         """Accept one message: durable before this returns, run under the busy policy.
 
         ``payload`` rides with the run (the wake, for the agent); ``wake`` is its
         wire form, stored on the prompt or receipt entry; ``injected`` is the
-        message to deliver instead when it is steered into a running turn.
+        message to deliver instead when it is steered into a running turn (or
+        a function making it, called only then). Raises :class:`BusyError` (nothing written) under ``reject`` while a turn
+        runs, and for any policy when ``max_queue`` inputs already wait.
         """
         async with self._lock:
             if self._closing:
                 raise ClosedError(self.id)
             await self._settle_unfinished()
-            busy = self._running is not None or bool(self._queue)
             wake = dict(wake or {})
-            if not busy and policy is not Policy.COLLECT:
-                turn = Turn(new_entry_id(), self._mint_run_id(), policy)
-                pending = _Pending(
-                    turn=turn,
-                    message=message,
-                    policy=policy,
-                    payload=payload,
-                    wake=wake,
-                    injected=injected,
-                    prompt_id=turn.id,
-                )
-                (prompt,) = self._chain(
-                    MessageEntry(id=turn.id, message=message, run_id=turn.run_id, wake=wake)
-                )
-                await self._write([prompt])
-                pending.prompt_written = True
-                self._queue.appendleft(pending)
-                self._kick()
-                return turn
-            if self.pending_count() >= self._options.max_queue:
-                raise BusyError(self.id, f"inbox full ({self._options.max_queue} waiting)")
+            if self._running is None and not self._queue and policy is not Policy.COLLECT:
+                return await self._start_now(message, policy, payload, wake, injected)
             if policy is Policy.REJECT:
                 raise BusyError(self.id)
-            if policy is Policy.STEER and self._running is not None:
-                return await self._accept_steer(message, payload, wake, injected)
+            if self.pending_count() >= self._options.max_queue:
+                raise BusyError(
+                    self.id, f"send refused: the inbox is full ({self._options.max_queue} waiting)"
+                )
+            target = self._steer_target()
+            if policy is Policy.STEER and target is not None:
+                return await self._accept_steer(message, payload, wake, injected, target)
             return await self._accept_send(message, policy, payload, wake, injected)
 
-    async def _accept_steer(
-        self, message: Message, payload: Any, wake: Mapping[str, JSON], injected: Message | None
+    async def _start_now(
+        self,
+        message: Message,
+        policy: Policy,
+        payload: Any,
+        wake: Mapping[str, JSON],
+        injected: Injected | None,
     ) -> Turn:
-        receipt_id = new_entry_id()
-        running = self._running
-        run_id = running.run.run_id if running else ""
-        (receipt,) = self._chain(
-            ReceiptEntry(
-                id=receipt_id,
-                status="queued",
-                msg=message,
-                run_id=run_id,
-                policy=Policy.STEER.value,
+        """An idle session: the prompt is written now and the driver runs it."""
+        turn = Turn(new_entry_id(), self._mint_run_id(), policy)
+        prompt = MessageEntry(
+            id=turn.id, parent=self._tree.leaf, message=message, run_id=turn.run_id, wake=wake
+        )
+        await self._write([prompt])
+        self._queue.appendleft(
+            _Pending(
+                turn=turn,
+                message=message,
+                policy=policy,
+                payload=payload,
                 wake=wake,
+                prompt_id=turn.id,
+                started=True,
             )
         )
+        self._kick()
+        return turn
+
+    def _steer_target(self) -> str | None:
+        """The run id a steer would be delivered into: the running turn or the one starting."""
+        if self._running is not None:
+            return self._running.run.run_id
+        if self._queue and self._queue[0].started:
+            return self._queue[0].turn.run_id
+        return None
+
+    async def _accept_steer(
+        self,
+        message: Message,
+        payload: Any,
+        wake: Mapping[str, JSON],
+        injected: Injected | None,
+        run_id: str,
+    ) -> Turn:
+        receipt = ReceiptEntry(
+            id=new_entry_id(),
+            parent=self._tree.leaf,
+            status="queued",
+            msg=message,
+            run_id=run_id,
+            policy=Policy.STEER.value,
+            wake=wake,
+        )
         await self._write([receipt])
-        turn = Turn(receipt_id, run_id, Policy.STEER)
+        turn = Turn(receipt.id, run_id, Policy.STEER)
         self._steers.append(
             _Pending(
                 turn=turn,
@@ -529,8 +657,8 @@ class Session:
                 policy=Policy.STEER,
                 payload=payload,
                 wake=wake,
-                injected=injected,
-                receipt_id=receipt_id,
+                injected=injected() if callable(injected) else injected,
+                receipt_id=receipt.id,
             )
         )
         return turn
@@ -541,20 +669,19 @@ class Session:
         policy: Policy,
         payload: Any,
         wake: Mapping[str, JSON],
-        injected: Message | None,
+        injected: Injected | None,
     ) -> Turn:
         prompt_id = new_entry_id()
         run_id = self._mint_run_id()
-        (receipt,) = self._chain(
-            ReceiptEntry(
-                id=new_entry_id(),
-                status="accepted",
-                msg=message,
-                run_id=run_id,
-                turn=prompt_id,
-                policy=policy.value,
-                wake=wake,
-            )
+        receipt = ReceiptEntry(
+            id=new_entry_id(),
+            parent=self._tree.leaf,
+            status="accepted",
+            msg=message,
+            run_id=run_id,
+            turn=prompt_id,
+            policy=policy.value,
+            wake=wake,
         )
         await self._write([receipt])
         turn = Turn(prompt_id, run_id, policy)
@@ -564,12 +691,13 @@ class Session:
             policy=policy,
             payload=payload,
             wake=wake,
-            injected=injected,
             receipt_id=receipt.id,
             prompt_id=prompt_id,
         )
         if policy in (Policy.INTERRUPT, Policy.ROLLBACK) and self._running is not None:
-            self._queue.appendleft(pending)
+            # Runs next: ahead of the queue, behind a turn whose prompt is written.
+            at = 1 if self._queue and self._queue[0].started else 0
+            self._queue.insert(at, pending)
             self._cancel_running(
                 "interrupted by a newer message", rollback=policy is Policy.ROLLBACK
             )
@@ -584,7 +712,7 @@ class Session:
         active = self._running
         if active is None:
             return
-        active.cancel_reason = reason
+        active.cancel_reason = active.cancel_reason or reason
         active.rollback = active.rollback or rollback
         if active.task is not None:
             active.task.cancel(reason)
@@ -604,12 +732,17 @@ class Session:
         return True
 
     async def continue_(self) -> Turn | None:
-        """Run what the session holds but is not running; the first turn that will run."""
+        """Run what the session holds but is not running; the first turn that will run.
+
+        A turn a dead writer left running is recorded as canceled (and its
+        resume queued, when the owner makes one); restored steers become
+        follow-up turns. None when nothing waits.
+        """
         async with self._lock:
             if self._closing:
                 raise ClosedError(self.id)
             await self._settle_unfinished()
-            if self._steers and self._running is None:
+            if self._steers and self._steer_target() is None:
                 await self._defer_steers()
             self._kick()
             return self._queue[0].turn if self._queue else None
@@ -617,7 +750,8 @@ class Session:
     async def clear_queue(self) -> int:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
         async with self._lock:
-            dropped = list(self._steers) + list(self._queue)
+            kept = [p for p in self._queue if p.started]
+            dropped = list(self._steers) + [p for p in self._queue if not p.started]
             if not dropped:
                 return 0
             receipts = [
@@ -627,7 +761,7 @@ class Session:
             ]
             await self._write(self._chain(*receipts))
             self._steers.clear()
-            self._queue.clear()
+            self._queue = deque(kept)
         for pending in dropped:
             pending.turn.drop()
         return len(dropped)
@@ -643,7 +777,8 @@ class Session:
         """Stop new work, let the running turn (and, with ``drain``, the queue) finish, release.
 
         When ``timeout`` passes first the running turn is canceled (recorded as
-        such). Input still queued stays durable for the next open.
+        such). Input still queued stays durable for the next open; its turns
+        end with :class:`ClosedError`.
         """
         self._closing = True
         if not drain:
@@ -669,8 +804,8 @@ class Session:
     async def _release(self) -> None:
         if self._leaser is not None:
             if self._leased:
-                await self._leaser.yield_lease(self.id, self._holder)
                 self._leased = False
+                await self._leaser.yield_lease(self.id, self._holder)
         elif isinstance(self._store, Releaser):
             await self._store.release(self.id)
 
@@ -682,38 +817,56 @@ class Session:
             self._driver = asyncio.create_task(self._drive(), name=f"session {self.id}")
 
     async def _drive(self) -> None:
-        while True:
-            active = await self._next_active()
-            if active is None:
-                return
-            await self._execute(active)
+        try:
+            while True:
+                active = await self._next_active()
+                if active is None:
+                    return
+                await self._execute(active)
+        finally:
+            if self._driver is asyncio.current_task():
+                self._driver = None
+                self._idle.set()
 
     async def _next_active(self) -> _Active | None:
         while True:
             async with self._lock:
-                if not self._queue or self._stop_queue:
+                head = self._queue[0] if self._queue else None
+                if head is None or (self._stop_queue and not head.started):
                     self._driver = None
                     self._idle.set()
                     return None
-                head = self._queue[0]
                 wait = 0.0
                 if head.policy is Policy.COLLECT and not self._closing:
-                    last = max(p.arrived for p in self._queue if p.policy is Policy.COLLECT)
-                    wait = last + self._options.collect_window - time.monotonic()
+                    wait = self._collect_deadline() - time.monotonic()
                 if wait <= 0:
-                    return await self._start_active()
+                    active = await self._start_active()
+                    if active is not None:
+                        return active
+                    continue
                 self._arrival.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._arrival.wait()
 
-    async def _start_active(self) -> _Active:
-        """Take the next turn's input off the queue and write its prompt entries."""
+    def _collect_deadline(self) -> float:
+        """When the collected messages at the head start: one window after the latest."""
+        last = 0.0
+        for pending in self._queue:
+            if pending.policy is not Policy.COLLECT:
+                break
+            last = max(last, pending.arrived)
+        return last + self._options.collect_window
+
+    async def _start_active(self) -> _Active | None:
+        """Take the next turn's input off the queue and write its prompt entries (lock held)."""
         batch = [self._queue.popleft()]
         if batch[0].policy is Policy.COLLECT:
             while self._queue and self._queue[0].policy is Policy.COLLECT:
                 batch.append(self._queue.popleft())
         head = batch[0]
+        for pending in batch[1:]:
+            pending.turn.run_id = head.turn.run_id
         prompts = [
             MessageEntry(
                 id=p.prompt_id,
@@ -722,10 +875,21 @@ class Session:
                 wake=p.wake,
             )
             for p in batch
-            if not p.prompt_written
+            if not p.started
         ]
-        if prompts:
+        try:
             await self._write(self._chain(*prompts))
+        except Exception as exc:
+            log.exception("session %s: the prompt of %s was not written", self.id, head.turn.run_id)
+            for pending in batch:
+                pending.turn.finish(
+                    Outcome.FAILED,
+                    error=NotRunError(
+                        f"turn {head.turn.run_id} of session {self.id} did not start: its "
+                        f"prompt was not written ({exc}); it stays queued for the next open"
+                    ),
+                )
+            return None
         run = Run(
             session=self,
             run_id=head.turn.run_id,
@@ -745,9 +909,11 @@ class Session:
         try:
             async with self._options.gate():
                 if not active.cancel_reason:
+                    active.begun = True
+                    run.started = time.monotonic()
                     active.task = asyncio.create_task(self.agent.run(run), name=run.run_id)
                     await asyncio.wait([active.task])
-                    result = _result_of(active.task, active.cancel_reason)
+                    result = _result_of(active.task)
         except asyncio.CancelledError:
             if active.task is not None and not active.task.done():
                 active.task.cancel("the session is shutting down")
@@ -758,6 +924,7 @@ class Session:
         await asyncio.shield(self._finish(active, result))
 
     async def _finish(self, active: _Active, result: RunResult | None) -> None:
+        """Write the run's unwritten messages and its turn entry; decide its turns."""
         run = active.run
         if result is None:
             result = RunResult(
@@ -775,30 +942,29 @@ class Session:
             policy=run.policy.value,
             last_input=result.last_input,
         )
-        messages = list(run.staged)
-        if canceled:
-            messages.extend(_interruption_results(run.messages + messages))
-        run.staged.clear()
-        deferred: list[tuple[_Pending, _Pending]] = []
+        outcome = Outcome.CANCELED if canceled else Outcome.ANSWERED
+        if result.stop_reason == "error":
+            outcome = Outcome.FAILED
         async with self._lock:
+            messages, run.staged = run.staged, []
+            messages += interruption_results(still_open(self._tree.open_calls(), messages))
             entries: list[Entry] = [MessageEntry(id=new_entry_id(), message=m) for m in messages]
             entries.append(turn_entry)
             if active.rollback:
                 prompt = self._tree.by_id.get(active.prompt_id)
                 entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
+            steers = list(self._steers)
             deferred = self._plan_deferrals()
             entries.extend(_deferral_receipts(deferred))
-            outcome = Outcome.CANCELED if canceled else Outcome.ANSWERED
-            if result.stop_reason == "error":
-                outcome = Outcome.FAILED
             try:
                 await self._write(self._chain(*entries))
             except Exception as exc:
-                log.exception("session %s: turn %s end not persisted", self.id, run.run_id)
+                log.exception("session %s: the end of turn %s was not written", self.id, run.run_id)
                 outcome = Outcome.FAILED
-                result = RunResult(
-                    stop_reason="error", error=f"turn end not persisted: {exc}", steps=result.steps
+                result = dataclasses.replace(
+                    result, stop_reason="error", error=f"turn end not persisted: {exc}"
                 )
+                self._steers.extendleft(reversed(steers))
                 deferred = []
             for _old, new in reversed(deferred):
                 self._queue.appendleft(new)
@@ -811,7 +977,7 @@ class Session:
             old.turn.finish(Outcome.DEFERRED)
 
     def _plan_deferrals(self) -> list[tuple[_Pending, _Pending]]:
-        """Steers the run never drained become follow-up turns (lock held)."""
+        """Steers no run drained become follow-up turns (lock held)."""
         out = []
         while self._steers:
             old = self._steers.popleft()
@@ -841,7 +1007,10 @@ class Session:
         if not self._unfinished:
             return
         unfinished, self._unfinished = self._unfinished, []
-        entries: list[Entry] = []
+        entries: list[Entry] = [
+            MessageEntry(id=new_entry_id(), message=m)
+            for m in interruption_results(self._tree.open_calls())
+        ]
         resumes: list[_Pending] = []
         for prompt in unfinished:
             entries.append(
@@ -850,44 +1019,36 @@ class Session:
                     run_id=prompt.run_id,
                     stop_reason="canceled",
                     canceled=True,
-                    err="interrupted: the gateway stopped during this turn",
+                    err=CRASHED,
                 )
             )
             made = self._options.resume(self, prompt) if self._options.resume else None
-            if made is not None:
-                message, payload, wake = made
-                prompt_id = new_entry_id()
-                run_id = self._mint_run_id()
-                entries.append(
-                    ReceiptEntry(
-                        id=new_entry_id(),
-                        status="accepted",
-                        msg=message,
-                        run_id=run_id,
-                        turn=prompt_id,
-                        policy=Policy.QUEUE.value,
-                        wake=wake,
-                    )
+            if made is None:
+                continue
+            message, payload, wake = made
+            pending = _Pending(
+                turn=Turn(new_entry_id(), self._mint_run_id(), Policy.QUEUE),
+                message=message,
+                policy=Policy.QUEUE,
+                payload=payload,
+                wake=wake,
+                receipt_id=new_entry_id(),
+            )
+            pending.prompt_id = pending.turn.id
+            entries.append(
+                ReceiptEntry(
+                    id=pending.receipt_id,
+                    status="accepted",
+                    msg=message,
+                    run_id=pending.turn.run_id,
+                    turn=pending.prompt_id,
+                    policy=Policy.QUEUE.value,
+                    wake=wake,
                 )
-                resumes.append(
-                    _Pending(
-                        turn=Turn(prompt_id, run_id, Policy.QUEUE),
-                        message=message,
-                        policy=Policy.QUEUE,
-                        payload=payload,
-                        wake=wake,
-                        prompt_id=prompt_id,
-                        receipt_id=entries[-1].id,
-                    )
-                )
-        context = self._tree.context()
-        interrupted = _interruption_results(context)
-        linked = self._chain(
-            *[MessageEntry(id=new_entry_id(), message=m) for m in interrupted], *entries
-        )
-        await self._write(linked)
-        for pending in reversed(resumes):
-            self._queue.appendleft(pending)
+            )
+            resumes.append(pending)
+        await self._write(self._chain(*entries))
+        self._queue.extendleft(reversed(resumes))
 
     async def _flush_run(self, run: Run) -> None:
         async with self._lock:
@@ -915,7 +1076,11 @@ class Session:
                 message = steer.injected or steer.message
                 entries.append(MessageEntry(id=new_entry_id(), message=message))
                 delivered.append(message)
-            await self._write(self._chain(*entries))
+            try:
+                await self._write(self._chain(*entries))
+            except BaseException:
+                self._steers.extendleft(reversed(steers))
+                raise
         for steer in steers:
             steer.turn.run_id = run.run_id
             steer.turn.finish(Outcome.DELIVERED)
@@ -949,7 +1114,7 @@ def _deferral_receipts(deferred: list[tuple[_Pending, _Pending]]) -> list[Entry]
     return out
 
 
-def _result_of(task: asyncio.Task[RunResult], cancel_reason: str) -> RunResult | None:
+def _result_of(task: asyncio.Task[RunResult]) -> RunResult | None:
     if task.cancelled():
         return None
     exc = task.exception()
@@ -959,23 +1124,14 @@ def _result_of(task: asyncio.Task[RunResult], cancel_reason: str) -> RunResult |
     return task.result()
 
 
-def _interruption_results(messages: Sequence[Message]) -> list[Message]:
-    """Tool results for calls that have none: what an interrupted turn leaves open."""
-    answered = {p.call_id for m in messages for p in m.tool_results()}
-    open_calls = [c for m in messages if m.role == "assistant" for c in m.tool_calls()]
-    missing = tuple(
-        ToolResultPart(call_id=c.id, name=c.name, content=INTERRUPTED, is_error=True)
-        for c in open_calls
-        if c.id not in answered
-    )
-    return [Message(role="tool", content=missing)] if missing else []
-
-
-def _relink(entry: Entry, parent: str) -> Entry:
-    """A copy of ``entry`` whose parent is ``parent`` (entries are frozen)."""
-    if entry.parent == parent:
-        return entry
-    return dataclasses.replace(entry, parent=parent)
+def _chain_after(base: Sequence[Entry], entries: Sequence[Entry]) -> list[Entry]:
+    """``entries`` linked one after another onto the last of ``base``."""
+    leaf = base[-1].id if base else ""
+    out: list[Entry] = []
+    for entry in entries:
+        out.append(dataclasses.replace(entry, parent=leaf))
+        leaf = entry.id
+    return out
 
 
 def _reparent(path: list[Entry]) -> list[Entry]:
@@ -983,6 +1139,6 @@ def _reparent(path: list[Entry]) -> list[Entry]:
     out: list[Entry] = []
     parent = ""
     for entry in path:
-        out.append(_relink(entry, parent))
+        out.append(entry if entry.parent == parent else dataclasses.replace(entry, parent=parent))
         parent = entry.id
     return out

@@ -160,9 +160,16 @@ class EntryTree:
 
     def context(self) -> list[Message]:
         """The model's context at the leaf (kept up to date as entries land)."""
+        return self._builder().messages()
+
+    def open_calls(self) -> dict[str, str]:
+        """Tool calls on the leaf's line that have no result yet (call id → tool name)."""
+        return dict(self._builder().open)
+
+    def _builder(self) -> ContextBuilder:
         if self._context is None:
             self._context = context_builder(self.path())
-        return self._context.messages()
+        return self._context
 
 
 def summary_message(text: str) -> Message:
@@ -248,6 +255,11 @@ class ContextBuilder:
                 if isinstance(part, ToolCallPart):
                     self._open[part.id] = part.name
 
+    @property
+    def open(self) -> dict[str, str]:
+        """The calls still waiting for a result, call id → tool name (do not mutate)."""
+        return self._open
+
     def _append_tool(self, message: Message) -> None:
         if self._messages and self._messages[-1].role == "tool":
             last = self._messages[-1]
@@ -273,6 +285,30 @@ def repair(messages: list[Message]) -> list[Message]:
     for message in messages:
         builder.add(message)
     return builder.messages()
+
+
+def still_open(open_calls: dict[str, str], messages: Sequence[Message]) -> dict[str, str]:
+    """The calls left without a result after ``messages`` follow a line whose open calls are given.
+
+    A non-tool message does not close a call here: what is recorded is what
+    was answered, and the caller writes the interruption results.
+    """
+    remaining = dict(open_calls)
+    for message in messages:
+        if message.role == "tool":
+            for part in message.content:
+                if isinstance(part, ToolResultPart):
+                    remaining.pop(part.call_id, None)
+        elif message.role == "assistant":
+            for part in message.content:
+                if isinstance(part, ToolCallPart):
+                    remaining[part.id] = part.name
+    return remaining
+
+
+def interruption_results(calls: dict[str, str]) -> list[Message]:
+    """The tool message answering ``calls`` with :data:`INTERRUPTED` (none when empty)."""
+    return [_interrupted(calls)] if calls else []
 
 
 def _interrupted(calls: dict[str, str]) -> Message:
