@@ -20,17 +20,20 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 
 from config import ConfigError, GatewayConfig, load_config
-from gateway.app import Gateway
 from gateway.control import ControlClient, ControlError
-from threads.manager import ThreadManager
-from threads.store import open_store
-from threads.store.base import SessionStore, StoreOptions
+
+if TYPE_CHECKING:
+    from threads.manager import ThreadManager
+    from threads.store.base import SessionStore
+
+# The gateway itself (aiohttp, the channels, the model clients) is imported by
+# the commands that run it, so that quick commands start quickly.
 
 app = typer.Typer(
     name="gateway",
@@ -81,6 +84,8 @@ def run(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
 
 
 async def _run(config: GatewayConfig) -> None:
+    from gateway.app import Gateway
+
     async with Gateway(config) as gw:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -145,6 +150,8 @@ async def _chat(config: GatewayConfig) -> None:
         update={"web": config.channels.web.model_copy(update={"enabled": False})}
     )
     local = config.model_copy(update={"channels": channels})
+    from gateway.app import Gateway
+
     async with Gateway(local) as gw:
         if gw.cli is None:
             raise ControlError("the terminal channel is disabled ([channels.cli] enabled = false)")
@@ -193,6 +200,10 @@ async def _ask(config: GatewayConfig, op: str, **fields: Any) -> dict[str, Any] 
 
 async def _offline_manager(config: GatewayConfig) -> tuple[ThreadManager, SessionStore]:
     """A manager over the store with no threads: answers from disk when no gateway runs."""
+    from threads.manager import ThreadManager
+    from threads.store import open_store
+    from threads.store.base import StoreOptions
+
     store = open_store(config.store.url, StoreOptions(salvage=config.store.salvage))
     return ThreadManager(store=store, agent=_NoAgent(), config=config), store
 
