@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import resource
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -29,8 +31,8 @@ from threads.messages import JSON, Message
 from threads.runner import Thread
 from threads.session import Session, SessionOptions
 from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
-from threads.store.base import SessionStore
-from threads.store.entries import MessageEntry, ParentRef, TurnEntry, encode_entry
+from threads.store.base import Loaded, SessionStore
+from threads.store.entries import Entry, MessageEntry, ParentRef, TurnEntry, encode_entry
 from threads.tree import unfinished_runs, unsettled_receipts
 from threads.turns import Agent, Turn
 from threads.wake import (
@@ -96,6 +98,31 @@ class SessionSink:
         return Delivery(delivered_to=f"session {self.target}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelSinkRef:
+    """A channel endpoint restored from a stored wake, resolved when it is used.
+
+    A wake restored at start-up may be read before the channels are running;
+    resolving at delivery time reaches the channel once it is.
+    """
+
+    wire: Mapping[str, str]
+    resolve: Callable[[Mapping[str, str]], Sink]
+
+    @property
+    def drops(self) -> bool:
+        return self.resolve(self.wire).drops
+
+    def describe(self) -> str:
+        return self.resolve(self.wire).describe()
+
+    def to_wire(self) -> dict[str, str]:
+        return dict(self.wire)
+
+    async def deliver(self, message: OutboundMessage) -> Delivery:
+        return await self.resolve(self.wire).deliver(message)
+
+
 ChannelSinks = Callable[[Mapping[str, str]], Sink]
 UserSinks = Callable[[SessionKey], Sink | None]
 TurnObserver = Callable[[Thread, Wake, Turn], None]
@@ -123,7 +150,9 @@ class ThreadManager:
         self._recovery = RecoveryLog(recovery_path)
         self._threads: dict[SessionKey, Thread] = {}
         self._starting: dict[SessionKey, asyncio.Future[Thread]] = {}
+        self._evicting: dict[SessionKey, asyncio.Task[None]] = {}
         self._gate = asyncio.Semaphore(config.threads.max_concurrent_turns)
+        self._turns_in_flight = 0
         self._observers: list[TurnObserver] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -134,22 +163,36 @@ class ThreadManager:
     # -- lifetime
 
     async def start(self) -> None:
-        """Start housekeeping and, with ``continue_on_start``, run input left unsettled."""
+        """Start housekeeping and, with ``continue_on_start``, run input left unsettled.
+
+        The keys to look at come from the recovery log: after a clean close,
+        the keys that still held input; after a crash (or a first start), every
+        key. Each session with unsettled input is loaded and continued: a turn
+        the crash cut short is recorded as canceled and resumed, accepted wakes
+        run in acceptance order, each once.
+        """
         self._sweeper = asyncio.create_task(self._sweep(), name="thread eviction")
         keys = await self._recovery.begin(self.store)
-        if self.config.threads.continue_on_start:
-            for key in keys:
-                with contextlib.suppress(NotFoundError):
-                    await self._continue(SessionKey(key))
+        if not self.config.threads.continue_on_start:
+            self._recovery.carry(keys)
+            return
+        for key in keys:
+            try:
+                await self._continue(SessionKey(key))
+            except NotFoundError:
+                log.warning("session key %s names a session that is gone; nothing to continue", key)
 
     async def _continue(self, key: SessionKey) -> None:
+        if key in self._threads:
+            await self._threads[key].session.continue_()
+            return
         session_id = await self.store.resolve(key)
         if session_id is None:
             return
         loaded = await self.store.load(session_id)
         if not _has_unsettled(loaded.entries):
             return
-        thread = await self._thread(key, create=False)
+        thread = await self._thread(key, create=False, loaded=loaded)
         if thread is not None:
             await thread.session.continue_()
 
@@ -160,12 +203,17 @@ class ThreadManager:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        if self._evicting:
+            await asyncio.gather(*self._evicting.values(), return_exceptions=True)
         deadline = self.config.threads.close_deadline_seconds
         threads = list(self._threads.values())
         pending = sorted(str(t.key) for t in threads if t.state != "idle")
-        await asyncio.gather(
+        results = await asyncio.gather(
             *(t.session.close(deadline, drain=False) for t in threads), return_exceptions=True
         )
+        for thread, result in zip(threads, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("closing thread %s failed", thread.key, exc_info=result)
         self._threads.clear()
         for task in list(self._tasks):
             task.cancel()
@@ -199,7 +247,7 @@ class ThreadManager:
     async def wake_turn(self, key: str, wake: Wake) -> tuple[Accepted, Turn]:
         """As :meth:`wake`, also returning the turn handle (to wait for the answer)."""
         if self._closed:
-            raise ThreadsError("the thread manager is closed")
+            raise ThreadsError(f"the thread manager is closed; wake for {key} refused")
         session_key = SessionKey(key)
         thread = await self._thread(session_key, create=True, agent=wake.agent)
         assert thread is not None
@@ -222,7 +270,12 @@ class ThreadManager:
         return await self._thread(SessionKey(key), create=create, agent=agent)
 
     async def _thread(
-        self, key: SessionKey, *, create: bool, agent: str | None = None
+        self,
+        key: SessionKey,
+        *,
+        create: bool,
+        agent: str | None = None,
+        loaded: Loaded | None = None,
     ) -> Thread | None:
         thread = self._threads.get(key)
         if thread is not None:
@@ -233,7 +286,11 @@ class ThreadManager:
         future: asyncio.Future[Thread] = asyncio.get_running_loop().create_future()
         self._starting[key] = future
         try:
-            thread = await self._start_thread(key, create=create, agent=agent)
+            evicting = self._evicting.get(key)
+            if evicting is not None:
+                # The evicted session lets go of its lease before the next one loads.
+                await asyncio.shield(evicting)
+            thread = await self._start_thread(key, create=create, agent=agent, loaded=loaded)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it themselves
@@ -248,12 +305,14 @@ class ThreadManager:
         return thread
 
     async def _start_thread(
-        self, key: SessionKey, *, create: bool, agent: str | None
+        self, key: SessionKey, *, create: bool, agent: str | None, loaded: Loaded | None = None
     ) -> Thread | None:
         options = self.session_options()
-        session_id = await self.store.resolve(key)
+        session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
-        if session_id is not None:
+        if loaded is not None:
+            session = Session.from_loaded(self.store, loaded, self.agent, options=options)
+        elif session_id is not None:
             session = await Session.open(self.store, session_id, self.agent, options=options)
         elif create:
             name = agent or self.config.default_agent
@@ -264,14 +323,28 @@ class ThreadManager:
             created = True
         else:
             return None
-        return Thread(
+        return self._make_thread(
             key,
             session,
             agent=session.header.meta.get("agent", self.config.default_agent),
+            created=created,
+        )
+
+    def _make_thread(
+        self, key: SessionKey, session: Session, *, agent: str, created: bool
+    ) -> Thread:
+        default_sink = None
+        if self._user_sinks is not None and key.is_user_facing:
+            default_sink = self._user_sinks(key)
+        return Thread(
+            key,
+            session,
+            agent=agent,
             tz=self.tz,
             policies=self.config.threads.busy_policy,
             on_turn=self._notify,
             created=created,
+            default_sink=default_sink,
         )
 
     def session_options(self) -> SessionOptions:
@@ -286,7 +359,11 @@ class ThreadManager:
     @contextlib.asynccontextmanager
     async def _turn_gate(self) -> AsyncIterator[None]:
         async with self._gate:
-            yield
+            self._turns_in_flight += 1
+            try:
+                yield
+            finally:
+                self._turns_in_flight -= 1
 
     def _notify(self, thread: Thread, wake: Wake, turn: Turn) -> None:
         for observer in self._observers:
@@ -303,11 +380,14 @@ class ThreadManager:
                 target=SessionKey(wire["target"]), origin=SessionKey(wire["origin"]), manager=self
             )
         if self._channel_sinks is None:
-            return DropSink(reason=f"unavailable channel {wire.get('channel', kind)}")
-        return self._channel_sinks(wire)
+            return DropSink(reason=f"the unavailable channel {wire.get('channel', kind)}")
+        return ChannelSinkRef(wire=dict(wire), resolve=self._channel_sinks)
 
     def user_sink(self, key: SessionKey) -> Sink | None:
-        """The sink of a user-facing key's channel user (``dispatch(to=user)``)."""
+        """The key's default sink: its channel user (``dispatch(to=user)``); None for others."""
+        thread = self._threads.get(key)
+        if thread is not None and thread.default_sink is not None:
+            return thread.default_sink
         if self._user_sinks is None or not key.is_user_facing:
             return None
         return self._user_sinks(key)
@@ -351,15 +431,7 @@ class ThreadManager:
         if history:
             await session.append_messages(history)
         await self.store.point(key, session.id)
-        self._threads[key] = Thread(
-            key,
-            session,
-            agent=name,
-            tz=self.tz,
-            policies=self.config.threads.busy_policy,
-            on_turn=self._notify,
-            created=True,
-        )
+        self._threads[key] = self._make_thread(key, session, agent=name, created=True)
 
     async def new_session(self, key: str) -> str:
         """Point the key at a fresh session (``/new``); the old one is kept."""
@@ -388,41 +460,58 @@ class ThreadManager:
             raise ThreadNotLoadedError(key) from None
 
     async def check_session(self, key: str) -> dict[str, Any]:
-        """Seed 000's three states: on disk or not, and the live thread when loaded."""
+        """Seed 000's three states: on disk or not, and the live thread when loaded.
+
+        ``exists`` and ``thread_active`` tell them apart; a stored session adds
+        its message count, size, last modification and agent; a loaded thread
+        adds ``thread_state`` (running, pending or idle), its iterations,
+        current tool and elapsed seconds.
+        """
         session_key = SessionKey(key)
         thread = self._threads.get(session_key)
-        session_id = thread.session.id if thread else await self.store.resolve(session_key)
-        out: dict[str, Any] = {
-            "session_key": key,
-            "exists": session_id is not None,
-            "thread_active": thread is not None,
-        }
-        if session_id is None:
-            return out
-        try:
-            loaded = await self.store.load(session_id)
-        except NotFoundError:
-            out["exists"] = False
-            return out
-        entries = loaded.entries
-        out["session_id"] = session_id
-        out["message_count"] = sum(isinstance(e, MessageEntry) for e in entries)
-        out["turn_count"] = sum(isinstance(e, TurnEntry) for e in entries)
-        out["size_bytes"] = sum(len(encode_entry(e)) for e in entries)
-        last = entries[-1].created if entries else loaded.header.created
-        out["last_modified"] = last.isoformat()
-        out["agent"] = loaded.header.meta.get("agent", self.config.default_agent)
+        out: dict[str, Any] = {"session_key": key, "exists": False, "thread_active": False}
+        header = thread.session.header if thread else None
+        entries: list[Entry]
+        if thread is not None:
+            entries = thread.session.entries()
+        else:
+            session_id = await self.store.resolve(session_key)
+            if session_id is None:
+                return out
+            try:
+                loaded = await self.store.load(session_id)
+            except NotFoundError:
+                return out
+            header, entries = loaded.header, loaded.entries
+        assert header is not None
+        last = entries[-1].created if entries else header.created
+        out.update(
+            exists=True,
+            session_id=header.id,
+            message_count=sum(isinstance(e, MessageEntry) for e in entries),
+            turn_count=sum(isinstance(e, TurnEntry) for e in entries),
+            size_bytes=sum(len(encode_entry(e)) for e in entries),
+            last_modified=last.isoformat(),
+            agent=header.meta.get("agent", self.config.default_agent),
+        )
         if thread is not None:
             snap = thread.snapshot()
-            out["thread_state"] = snap["state"]
-            out["thread_pending"] = snap["pending"]
-            out["thread_iterations"] = snap.get("iterations", 0)
-            out["thread_current_tool"] = snap.get("current_tool", "")
-            out["thread_elapsed_sec"] = snap.get("elapsed_sec", 0.0)
+            out.update(
+                thread_active=True,
+                thread_state=snap["state"],
+                thread_pending=snap["pending"],
+                thread_iterations=snap["iterations"],
+                thread_current_tool=snap["current_tool"],
+                thread_elapsed_sec=snap["elapsed_sec"],
+            )
         return out
 
     async def health(self) -> dict[str, Any]:
-        """Every active thread, with store, model, channel, cron and process figures."""
+        """Every active thread, with store, model, channel, cron and process figures.
+
+        Channel and cron figures come from :attr:`health_sources`, which the
+        gateway fills (name → a function returning a value or an awaitable).
+        """
         threads = [t.snapshot() for t in self._threads.values()]
         out: dict[str, Any] = {
             "all_threads": threads,
@@ -431,17 +520,22 @@ class ThreadManager:
                 "running": sum(t["state"] == "running" for t in threads),
                 "pending": sum(t["state"] == "pending" for t in threads),
                 "max_concurrent_turns": self.config.threads.max_concurrent_turns,
+                "turns_in_flight": self._turns_in_flight,
             },
             "provider": {
                 "default_model": self.config.models.default,
                 "providers": sorted(self.config.models.providers),
             },
-            "sessions": {"store": self.config.store.url, "keys": len(await self.store.keys())},
+            "sessions": {
+                "store": self.config.store.url,
+                "backend": type(self.store).__name__,
+                "keys": len(await self.store.keys()),
+            },
             "process": process_figures(self.started_at),
         }
         for name, source in self.health_sources.items():
             value = source()
-            out[name] = await value if asyncio.iscoroutine(value) else value
+            out[name] = await value if inspect.isawaitable(value) else value
         return out
 
     # -- eviction
@@ -454,18 +548,31 @@ class ThreadManager:
             await self.evict_idle(idle_after)
 
     async def evict_idle(self, idle_after: float) -> int:
-        """Close threads idle longer than ``idle_after`` seconds; their sessions stay on disk."""
+        """Close threads idle longer than ``idle_after`` seconds; their sessions stay on disk.
+
+        A thread with a wake on its way in, a turn running or input waiting is
+        never evicted. A wake for an evicted key loads the session again.
+        """
         now = time.monotonic()
         victims = [
-            t
-            for t in self._threads.values()
-            if t.state == "idle" and now - t.last_activity >= idle_after
+            t for t in self._threads.values() if t.evictable and now - t.last_activity >= idle_after
         ]
         for thread in victims:
-            if self._threads.get(thread.key) is thread and thread.state == "idle":
-                del self._threads[thread.key]
-                await thread.session.close()
+            del self._threads[thread.key]
+            task = asyncio.create_task(thread.session.close(), name=f"evict {thread.key}")
+            self._evicting[thread.key] = task
+            task.add_done_callback(partial(self._evicted, thread.key))
+        if victims:
+            await asyncio.gather(
+                *(self._evicting[t.key] for t in victims if t.key in self._evicting)
+            )
         return len(victims)
+
+    def _evicted(self, key: SessionKey, task: asyncio.Task[None]) -> None:
+        if self._evicting.get(key) is task:
+            del self._evicting[key]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("closing the evicted thread %s failed", key, exc_info=task.exception())
 
 
 def _has_unsettled(entries: list[Any]) -> bool:
@@ -491,10 +598,16 @@ class RecoveryLog:
 
     A clean close records the keys that still hold queued input; a start that
     finds no clean record (first run, or the process died) scans every key.
+    Keys a start did not continue are carried into the next clean record.
     """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
+        self._carried: list[str] = []
+
+    def carry(self, keys: list[str]) -> None:
+        """Keys this run leaves unexamined: the next clean record keeps them."""
+        self._carried = list(keys)
 
     async def begin(self, store: SessionStore) -> list[str]:
         record: dict[str, Any] = {}
@@ -509,7 +622,7 @@ class RecoveryLog:
         return keys
 
     async def end(self, pending: list[str]) -> None:
-        self._write({"clean": True, "pending": pending})
+        self._write({"clean": True, "pending": sorted({*pending, *self._carried})})
 
     def _write(self, record: dict[str, Any]) -> None:
         if self.path is None:

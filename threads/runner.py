@@ -104,7 +104,7 @@ class Thread:
     @property
     def evictable(self) -> bool:
         """Idle, with no wake on its way in: closing it now loses nothing."""
-        return self._accepting == 0 and self.session.state == "idle" and not self.session.busy
+        return self._accepting == 0 and self.session.state == "idle"
 
     def snapshot(self) -> dict[str, Any]:
         """The thread's live state, as ``check_session`` and ``health`` report it."""
