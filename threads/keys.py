@@ -17,6 +17,10 @@ USER_CHANNELS = frozenset({"telegram", "discord", "cli", "web", "api", "feishu",
 CHILD_MARKERS = ("threads", "fork")
 TASK_ID = re.compile(r"[a-z0-9_-]+")
 _WHITESPACE = re.compile(r"\s")
+# The common case in one match: non-empty parts of printable characters other
+# than whitespace and path separators. Anything else takes the slow path,
+# which names the rule that failed.
+_PLAIN_KEY = re.compile(r"[^\s/\\:\x00-\x1f\x7f]+(?::[^\s/\\:\x00-\x1f\x7f]+)*")
 
 
 class SessionKey(str):
@@ -81,6 +85,13 @@ class SessionKey(str):
 
 
 def _validate(value: object) -> None:
+    if (
+        isinstance(value, str)
+        and len(value) <= MAX_KEY_LENGTH
+        and ".." not in value
+        and _PLAIN_KEY.fullmatch(value)
+    ):
+        return
     if not isinstance(value, str):
         raise InvalidKeyError(repr(value), "a session key is a string")
     if not value:
