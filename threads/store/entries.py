@@ -555,7 +555,9 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
         factory = None if f.default_factory is MISSING else f.default_factory
         required = f.default is MISSING and factory is None
         default = None if f.default is MISSING else f.default
-        plan.append((f.name, _FAST.get(decode, decode), required, default, factory, _setter(cls, f.name)))
+        plan.append(
+            (f.name, _FAST.get(decode, decode), required, default, factory, _setter(cls, f.name))
+        )
     steps = tuple(plan)
 
     def decode_kind(obj: dict[str, JSON], kind: str) -> Entry:
@@ -609,7 +611,7 @@ def entry_from_wire(obj: JSON) -> Entry:
     if type(obj) is not dict:
         raise WireError("an entry line must be a JSON object")
     kind = obj.get("type")
-    decoder = _DECODERS.get(kind) if type(kind) is str else None
+    decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
     if decoder is None:
         if not isinstance(kind, str) or not kind:
             raise WireError("the entry has no 'type'")
@@ -617,7 +619,7 @@ def entry_from_wire(obj: JSON) -> Entry:
             f"entry kind {kind!r} is not known to this build; it was written by a newer "
             "gateway — upgrade to read this session"
         )
-    return decoder(obj, kind)
+    return decoder(obj, str(kind))
 
 
 def encode_entry(entry: Entry) -> bytes:

@@ -46,7 +46,7 @@ from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header, decode_header, encode_header
 from threads.store.keyfile import KeyJournal, encode_point, fsync_dir, read_journal
 from threads.store.leases import Leases
-from threads.store.lines import decode_session, encode_batch
+from threads.store.lines import complete_end, decode_session, encode_batch
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us, page_of
 from threads.store.watching import Pulse, tail
 
@@ -456,27 +456,33 @@ class JsonlStore:
             raise LockedError(session) from None
 
     def _repair(self, session: str, fd: int, size: int) -> int:
-        """Truncate a torn final line; return the size of the complete part."""
+        """Truncate a torn final line or batch; return the size of the complete part."""
         if size == 0:
             raise CorruptError(session, 1, "", "the file is empty: the header line is missing")
-        if os.pread(fd, 1, size - 1) == b"\n":
-            return size
-        end, window = size, 4096
+        window = 65536
         while True:
-            start = max(0, end - window)
-            cut = os.pread(fd, end - start, start).rfind(b"\n")
-            if cut >= 0:
-                cut += start + 1
-                break
-            if start == 0:
-                raise CorruptError(session, 1, "", "the header line is torn")
-            end, window = start, window * 2
+            start = max(0, size - window)
+            tail = os.pread(fd, size - start, start)
+            skip = 0
+            if start > 0:
+                skip = tail.find(b"\n") + 1  # the window's first line may be cut
+                if skip == 0:
+                    window *= 4
+                    continue
+            end = complete_end(tail[skip:])
+            if end == 0 and start > 0:
+                window *= 4  # the incomplete batch reaches further back
+                continue
+            cut = start + skip + end
+            break
+        if cut == size:
+            return size
+        if cut == 0:
+            raise CorruptError(session, 1, "", "the header line is torn")
         os.ftruncate(fd, cut)
         os.fsync(fd)
         log.warning(
-            "session %s: removed a torn final line (%d bytes) a crashed writer left",
-            session,
-            size - cut,
+            "session %s: removed a torn tail (%d bytes) a crashed writer left", session, size - cut
         )
         return cut
 
@@ -562,7 +568,7 @@ class JsonlStore:
                 )
             finally:
                 os.close(fd)
-            end = data.rfind(b"\n") + 1
+            end = complete_end(data)
             return st.st_ino, data[:end], position + end
 
         return await self._off_loop(read)

@@ -1,14 +1,22 @@
 """The line discipline of a stored session: header line, entry lines, torn tail.
 
-Backends that keep a session as bytes (jsonl, memory, redis) decode it here,
-so the rules are one: bytes after the last newline are a torn tail, dropped
-and reported; a malformed line elsewhere is :class:`CorruptError` naming the
-line, or skipped and reported under salvage; data from a newer build is
-always :class:`NewerFormatError`.
+Every backend keeps a session as the bytes a jsonl file would hold and
+decodes them here, so the rules are one: bytes after the last newline are a
+torn tail, dropped and reported; a malformed line elsewhere is
+:class:`CorruptError` naming the line, or skipped and reported under salvage;
+data from a newer build is always :class:`NewerFormatError`.
+
+A batch of several entries is framed so that a crash inside its one write
+cannot leave a prefix of it that decodes: every line of the batch but the
+last carries ``"more": N``, the count of its lines still to come. A run of
+such lines at the end, with the closing line missing, is an incomplete batch
+and is torn like a half line. Readers of the format that do not know the key
+ignore it (unknown keys are additive).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from threads.errors import CorruptError, NewerFormatError
@@ -16,18 +24,40 @@ from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
 from threads.store.entries import Entry, Header, decode_entry, decode_header, encode_entry
 
+_MORE = re.compile(rb',"more":[0-9]+\}$')
+
 
 def encode_batch(entries: Sequence[Entry]) -> bytes:
     """Encode a whole batch before anything is written; raises on any bad entry."""
-    return b"".join(encode_entry(e) for e in entries)
+    if len(entries) == 1:
+        return encode_entry(entries[0])
+    last = len(entries) - 1
+    lines = []
+    for index, entry in enumerate(entries):
+        line = encode_entry(entry)
+        if index < last:
+            line = line[:-2] + b',"more":%d}\n' % (last - index)
+        lines.append(line)
+    return b"".join(lines)
+
+
+def complete_end(data: bytes) -> int:
+    """The length of ``data``'s complete part: whole lines of whole batches."""
+    end = data.rfind(b"\n") + 1
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        if not _MORE.search(data, start, end - 1):
+            break
+        end = start  # a line of a batch whose closing line never landed
+    return end
 
 
 def split_torn(data: bytes) -> tuple[bytes, bool]:
-    """The complete part of ``data`` and whether an incomplete final line followed it."""
-    if not data or data.endswith(b"\n"):
+    """The complete part of ``data`` and whether a torn line or batch followed it."""
+    if not data:
         return data, False
-    cut = data.rfind(b"\n") + 1
-    return data[:cut], True
+    end = complete_end(data)
+    return data[:end], end < len(data)
 
 
 def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loaded:

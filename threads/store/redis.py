@@ -35,7 +35,7 @@ from threads.messages import WireError
 from threads.store.base import Loaded, Page, Query, StoreOptions
 from threads.store.entries import Entry, Header, InfoEntry, decode_header, encode_header
 from threads.store.leases import Leases
-from threads.store.lines import decode_session, encode_batch
+from threads.store.lines import complete_end, decode_session, encode_batch
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us, page_of
 from threads.store.watching import Pulse, advance, tail
 
@@ -52,7 +52,7 @@ _NOT_FOUND, _LOCKED, _EXISTS = -1, -2, -3
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return -3 end
 redis.call('HSET', KEYS[1], 'header', ARGV[5], 'created_us', ARGV[4], 'meta', ARGV[6],
-  'gen', ARGV[7], 'listable', ARGV[8], 'title', '', 'lines', 0, 'torn', 0)
+  'gen', ARGV[7], 'listable', ARGV[8], 'title', '', 'lines', 0, 'torn', -1)
 redis.call('DEL', KEYS[2])
 if ARGV[8] == '1' then redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3]) end
 if ARGV[1] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
@@ -60,18 +60,18 @@ return 1
 """
 
 # KEYS: hash, chunks, lock. ARGV: token, ttl_ms, data, newlines, title.
-# Takes (or confirms) the lock, repairs a torn tail, appends; returns {1, lines, header}.
+# Takes (or confirms) the lock, repairs a torn tail ('torn' is how many bytes of the
+# last chunk are whole, -1 when all are), appends; returns {1, lines, header}.
 _APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local owner = redis.call('GET', KEYS[3])
 if owner and owner ~= ARGV[1] then return {-2} end
 if not owner then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
-if redis.call('HGET', KEYS[1], 'torn') == '1' then
+local keep = tonumber(redis.call('HGET', KEYS[1], 'torn'))
+if keep >= 0 then
   local last = redis.call('LINDEX', KEYS[2], -1) or ''
-  local cut, at = 0, string.find(last, '\\n', 1, true)
-  while at do cut = at; at = string.find(last, '\\n', at + 1, true) end
-  redis.call('LSET', KEYS[2], -1, string.sub(last, 1, cut))
-  redis.call('HSET', KEYS[1], 'torn', 0)
+  redis.call('LSET', KEYS[2], -1, string.sub(last, 1, keep))
+  redis.call('HSET', KEYS[1], 'torn', -1)
 end
 if ARGV[3] ~= '' then
   redis.call('RPUSH', KEYS[2], ARGV[3])
@@ -307,9 +307,10 @@ class RedisStore:
     async def inject(self, session: str, data: bytes) -> None:
         """Append raw bytes to a session, as a damaged disk or a crash leaves them."""
         check_id(session)
-        torn = int(not data.endswith(b"\n"))
+        keep = complete_end(data)
+        torn = keep if keep < len(data) else -1
         keys = [self._hash(session), self._chunks(session)]
-        result = await self._inject(keys=keys, args=[data, data.count(b"\n"), torn])
+        result = await self._inject(keys=keys, args=[data, data[:keep].count(b"\n"), torn])
         self._check(session, int(result))
         self._pulse.fire()
 

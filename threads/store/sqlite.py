@@ -43,7 +43,7 @@ from threads.store.base import Loaded, Page, Query, StoreOptions
 from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header, InfoEntry, decode_header, encode_header
 from threads.store.leases import Leases
-from threads.store.lines import decode_session, encode_batch
+from threads.store.lines import complete_end, decode_session, encode_batch
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us
 from threads.store.watching import Pulse, advance, tail
 
@@ -382,7 +382,7 @@ class SqliteStore:
         )
         conn.execute(
             "UPDATE sessions SET next_seq = next_seq + 1, lines = lines + ?, torn = ? WHERE id = ?",
-            (data.count(b"\n"), int(not data.endswith(b"\n")), session),
+            (data[: complete_end(data)].count(b"\n"), int(complete_end(data) < len(data)), session),
         )
 
     def _w_plant(self, session: str, data: bytes, conn: sqlite3.Connection) -> None:
@@ -400,8 +400,8 @@ class SqliteStore:
                 first.decode("utf-8", "replace"),
                 orjson.dumps(dict(header.meta) if header else {}).decode(),
                 int(header is not None),
-                rest.count(b"\n"),
-                int(bool(rest) and not rest.endswith(b"\n")),
+                rest[: complete_end(rest)].count(b"\n"),
+                int(complete_end(rest) < len(rest)),
                 secrets.randbits(62),
             ),
         )
@@ -450,7 +450,7 @@ class SqliteStore:
         seq, data = conn.execute(
             "SELECT seq, data FROM chunks WHERE session = ? ORDER BY seq DESC LIMIT 1", (session,)
         ).fetchone()
-        cut = bytes(data)[: bytes(data).rfind(b"\n") + 1]
+        cut = bytes(data)[: complete_end(bytes(data))]
         conn.execute(
             "UPDATE chunks SET data = ? WHERE session = ? AND seq = ?", (cut, session, seq)
         )

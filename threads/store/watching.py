@@ -17,6 +17,7 @@ from contextlib import suppress
 from threads.errors import CorruptError, NewerFormatError, NoEntryError, NotFoundError
 from threads.messages import WireError
 from threads.store.entries import Entry, decode_entry, decode_header
+from threads.store.lines import complete_end
 
 ReadFrom = Callable[[int], Awaitable[tuple[Hashable, bytes, int]]]
 
@@ -120,7 +121,8 @@ def advance(pieces: list[tuple[int, bytes]], position: int) -> tuple[bytes, int]
     first, offset = position >> 32, position & 0xFFFFFFFF
     spans = [(n, offset if n == first else 0, data) for n, data in pieces if n >= first]
     buffer = b"".join(data[start:] for _, start, data in spans)
-    remaining = buffer.rfind(b"\n") + 1
+    complete = complete_end(buffer)
+    remaining = complete
     for n, start, data in spans:
         size = len(data) - start
         if remaining >= size:
@@ -129,4 +131,4 @@ def advance(pieces: list[tuple[int, bytes]], position: int) -> tuple[bytes, int]
             continue
         position = (n << 32) + start + remaining
         break
-    return buffer[: buffer.rfind(b"\n") + 1], position
+    return buffer[:complete], position

@@ -454,6 +454,30 @@ async def test_torn_tail_is_repaired_before_the_next_append(backend: Backend) ->
     assert again.report is None
 
 
+async def test_an_incomplete_batch_is_torn_whole_and_repaired_before_the_next_append(
+    backend: Backend,
+) -> None:
+    from threads.store.lines import encode_batch
+
+    store = backend.open()
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("one")])
+    framed = encode_batch([msg("a"), msg("b"), msg("c")])
+    assert framed.count(b'"more":') == 2
+    # A crash inside the batch's write left its first two lines, whole, and no third.
+    await store.inject(h.id, framed[: framed.index(b"\n", framed.index(b"\n") + 1) + 1])
+    loaded = await store.load(h.id)
+    assert texts(loaded.entries) == ["one"]
+    assert loaded.report is not None
+    assert loaded.report.torn == 3
+    assert (await store.acquire(h.id, object()))[0] == 1
+    await store.append(h.id, [msg("two"), msg("three")])
+    again = await store.load(h.id)
+    assert texts(again.entries) == ["one", "two", "three"]
+    assert again.report is None
+
+
 async def test_a_corrupt_header_is_corrupt_at_line_one_and_not_listed(store: Any) -> None:
     await store.plant("s_badhead", b'{"type":"session","weft":1,"id":\n' + entry_line(type="leaf"))
     with pytest.raises(CorruptError) as caught:
