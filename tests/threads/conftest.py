@@ -210,10 +210,11 @@ class Inbox:
         return self.messages
 
 
-def gateway_config(**threads: Any) -> GatewayConfig:
+def gateway_config(*, timezone: str = "UTC", **threads: Any) -> GatewayConfig:
     """A configuration whose default agent talks to the scripted model."""
     return validate(
         {
+            "timezone": timezone,
             "models": {
                 "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}
             },
