@@ -1,0 +1,383 @@
+"""The wire format: golden lines pin every kind; every kind round-trips (hypothesis).
+
+The golden files under ``golden/`` are the committed bytes this build writes
+and must keep reading: one file per kind (and the header), one line each.
+Regenerate them only for a deliberate format change, with
+``python -m tests.threads.store.test_format``.
+"""
+
+from __future__ import annotations
+
+import string
+import sys
+from dataclasses import fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from threads.errors import NewerFormatError
+from threads.messages import (
+    FilePart,
+    Message,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+    WireError,
+)
+from threads.store.entries import (
+    ENTRY_KINDS,
+    ApprovalAuditEntry,
+    ApprovalDecisionEntry,
+    ApprovalRequestEntry,
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomEntry,
+    CustomMessageEntry,
+    Entry,
+    GrantEntry,
+    GrantRevokedEntry,
+    Header,
+    InfoEntry,
+    LabelEntry,
+    LeafEntry,
+    Lineage,
+    MessageEntry,
+    ParentRef,
+    PoolReceiptEntry,
+    ReceiptEntry,
+    TurnEntry,
+    decode_entry,
+    decode_header,
+    encode_entry,
+    encode_header,
+)
+from threads.store.lines import decode_session, encode_batch
+
+GOLDEN = Path(__file__).parent / "golden"
+T = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+CALL = ToolCallPart(id="call_1", name="read_file", args={"path": "README.md"})
+
+
+def golden_entries() -> dict[str, Entry]:
+    """One entry per kind, every field set away from its default where it has one."""
+    usage = Usage(input_tokens=120, output_tokens=30, cached_tokens=100)
+    message = Message(
+        role="assistant",
+        content=(
+            ReasoningPart(text="look first", signature="sig"),
+            TextPart(text="Reading it."),
+            CALL,
+            FilePart(url="file:///tmp/a.png", media_type="image/png", name="a.png"),
+        ),
+    )
+    common: dict[str, Any] = {"created": T, "parent": "e_01JNA0000000000000000000P0"}
+    return {
+        "message": MessageEntry(
+            id="e_01JNA0000000000000000000M1",
+            message=message,
+            run_id="s_1-t1",
+            wake={"source": "telegram", "sink": {"chat": 1}},
+            **common,
+        ),
+        "tool_result": MessageEntry(
+            id="e_01JNA0000000000000000000M2",
+            message=Message(
+                role="tool",
+                content=(ToolResultPart(call_id="call_1", name="read_file", content="# hi", is_error=True),),
+            ),
+            **common,
+        ),
+        "turn": TurnEntry(
+            id="e_01JNA0000000000000000000T1",
+            run_id="s_1-t1",
+            stop_reason="end_turn",
+            usage=usage,
+            steps=3,
+            err="boom",
+            pending=(CALL,),
+            canceled=True,
+            policy="queue",
+            rerun="e_x",
+            last_input=90,
+            late_steps=1,
+            **common,
+        ),
+        "compaction": CompactionEntry(
+            id="e_01JNA0000000000000000000C1",
+            first_kept="e_k",
+            summary="they talked",
+            tokens_before=5000,
+            reason="threshold",
+            summarizer_usage=usage,
+            summarizer_model={"provider": "openai", "model": "gpt"},
+            files_read=("a.py",),
+            files_modified=("b.py",),
+            pinned=("e_p",),
+            range_hash="sha256:ab",
+            trim={"kept": 3},
+            **common,
+        ),
+        "branch_summary": BranchSummaryEntry(
+            id="e_01JNA0000000000000000000B1", summary="left branch", from_entry="e_f", **common
+        ),
+        "leaf": LeafEntry(id="e_01JNA0000000000000000000L1", entry="e_t", **common),
+        "label": LabelEntry(id="e_01JNA0000000000000000000L2", entry="e_t", name="good", **common),
+        "info": InfoEntry(
+            id="e_01JNA0000000000000000000I1", title="Trip", meta={"lang": "en"}, **common
+        ),
+        "custom": CustomEntry(
+            id="e_01JNA0000000000000000000U1", kind="state", data={"n": [1, 2.5, None]}, **common
+        ),
+        "custom_message": CustomMessageEntry(
+            id="e_01JNA0000000000000000000U2", kind="note", message=Message.user("fyi"), **common
+        ),
+        "receipt": ReceiptEntry(
+            id="e_01JNA0000000000000000000R1",
+            status="queued",
+            receipt="e_r0",
+            msg=Message.user("also this"),
+            run_id="s_1-t2",
+            turn="e_turn",
+            unanswered=True,
+            policy="steer",
+            wake={"source": "cli"},
+            **common,
+        ),
+        "pool_receipt": PoolReceiptEntry(
+            id="e_01JNA0000000000000000000R2",
+            status="done",
+            receipt="e_r1",
+            child="s_child",
+            call="call_2",
+            prompt="summarize",
+            stop="end_turn",
+            usage=usage,
+            **common,
+        ),
+        "approval_request": ApprovalRequestEntry(
+            id="e_01JNA0000000000000000000A1",
+            call_id="call_3",
+            tool="shell",
+            args_sha256="ab" * 32,
+            run_id="s_1-t3",
+            args={"cmd": "ls"},
+            reason="shell needs approval",
+            expiry=T,
+            child="s_child",
+            wrapper="call_2",
+            **common,
+        ),
+        "approval_decision": ApprovalDecisionEntry(
+            id="e_01JNA0000000000000000000A2",
+            call_id="call_3",
+            outcome="approve",
+            reason="fine",
+            content="ok",
+            who="admin",
+            via="user",
+            run_id="s_1-t3",
+            nonce="n1",
+            key_id="k1",
+            request_id="e_01JNA0000000000000000000A1",
+            always=True,
+            **common,
+        ),
+        "approval_audit": ApprovalAuditEntry(
+            id="e_01JNA0000000000000000000A3",
+            step="park",
+            call_id="call_3",
+            outcome="parked",
+            detail="waiting",
+            run_id="s_1-t3",
+            grant_id="e_g",
+            grant_shared=True,
+            key_id="k1",
+            decisions=("e_d1",),
+            **common,
+        ),
+        "grant": GrantEntry(
+            id="e_01JNA0000000000000000000G1",
+            tool="shell",
+            args=({"pointer": "/cmd", "prefix": "go test"},),
+            deny=True,
+            reason="tests only",
+            expiry=T,
+            max_uses=5,
+            **common,
+        ),
+        "grant_revoked": GrantRevokedEntry(
+            id="e_01JNA0000000000000000000G2", grant_id="e_01JNA0000000000000000000G1", **common
+        ),
+        "root_message": MessageEntry(
+            id="e_01JNA0000000000000000000M0", created=T, message=Message.user("hello")
+        ),
+    }
+
+
+def golden_header() -> Header:
+    return Header(
+        id="s_01JNA0000000000000000000S1",
+        created=T,
+        parent=ParentRef(session="s_origin", entry="e_cut"),
+        lineage=Lineage(parent_session="s_parent", parent_call_id="call_9"),
+        meta={"key": "telegram:42", "weft.public_id": "pub"},
+    )
+
+
+def write_goldens() -> None:
+    GOLDEN.mkdir(exist_ok=True)
+    (GOLDEN / "header.jsonl").write_bytes(encode_header(golden_header()))
+    for name, entry in golden_entries().items():
+        (GOLDEN / f"{name}.jsonl").write_bytes(encode_entry(entry))
+
+
+def test_every_kind_has_a_golden_line() -> None:
+    kinds = {type(e).TYPE for e in golden_entries().values()}
+    assert kinds == set(ENTRY_KINDS)
+
+
+@pytest.mark.parametrize("name", sorted(golden_entries()))
+def test_each_kind_writes_and_reads_its_golden_line(name: str) -> None:
+    golden = (GOLDEN / f"{name}.jsonl").read_bytes()
+    entry = golden_entries()[name]
+    assert golden.count(b"\n") == 1
+    assert encode_entry(entry) == golden
+    assert decode_entry(golden) == entry
+
+
+def test_the_header_writes_and_reads_its_golden_line() -> None:
+    golden = (GOLDEN / "header.jsonl").read_bytes()
+    assert encode_header(golden_header()) == golden
+    assert decode_header(golden) == golden_header()
+    assert orjson.loads(golden)["type"] == "session"
+    assert orjson.loads(golden)["weft"] == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [("receipt", 3), ("pool_receipt", 4), ("approval_request", 2), ("grant_revoked", 2),
+     ("compaction", 5), ("message", None), ("turn", None)],
+)
+def test_kinds_after_format_one_carry_their_reader_version(name: str, version: int | None) -> None:
+    assert orjson.loads((GOLDEN / f"{name}.jsonl").read_bytes()).get("v") == version
+
+
+def test_a_root_entry_has_no_parent_key_and_times_are_utc_rfc3339() -> None:
+    line = orjson.loads((GOLDEN / "root_message.jsonl").read_bytes())
+    assert "parent" not in line
+    assert line["created"] == "2025-03-01T12:00:00.123456Z"
+
+
+def test_a_whole_golden_session_decodes_in_order() -> None:
+    data = (GOLDEN / "header.jsonl").read_bytes() + b"".join(
+        (GOLDEN / f"{name}.jsonl").read_bytes() for name in sorted(golden_entries())
+    )
+    loaded = decode_session("s_01JNA0000000000000000000S1", data)
+    assert loaded.report is None
+    assert loaded.entries == [golden_entries()[name] for name in sorted(golden_entries())]
+
+
+def test_a_newer_version_of_a_known_kind_fails_loudly() -> None:
+    line = orjson.loads((GOLDEN / "receipt.jsonl").read_bytes())
+    with pytest.raises(NewerFormatError, match="v=4"):
+        decode_entry(orjson.dumps({**line, "v": 4}))
+    with pytest.raises(NewerFormatError, match="hologram"):
+        decode_entry(orjson.dumps({**line, "type": "hologram"}))
+
+
+def test_a_missing_required_field_names_the_kind_entry_and_field() -> None:
+    line = orjson.loads((GOLDEN / "leaf.jsonl").read_bytes())
+    del line["entry"]
+    with pytest.raises(WireError, match="leaf entry e_01JNA0000000000000000000L1: 'entry'"):
+        decode_entry(orjson.dumps(line))
+
+
+# -- hypothesis: every kind round-trips
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
+IDS = st.text(alphabet=string.ascii_letters + string.digits + "_-", min_size=1, max_size=30)
+INTS = st.integers(min_value=-(2**53), max_value=2**53)
+TIMES = st.datetimes(
+    min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
+)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | INTS | st.floats(allow_nan=False, allow_infinity=False) | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+JSON_OBJECTS = st.dictionaries(TEXT, JSON_VALUES, max_size=3)
+PARTS = st.one_of(
+    st.builds(TextPart, text=TEXT),
+    st.builds(ToolCallPart, id=IDS, name=TEXT, args=JSON_OBJECTS),
+    st.builds(ToolResultPart, call_id=IDS, name=TEXT, content=TEXT, is_error=st.booleans()),
+    st.builds(ReasoningPart, text=TEXT, signature=TEXT),
+    st.builds(FilePart, url=TEXT, media_type=TEXT, name=TEXT),
+)
+MESSAGES = st.builds(
+    Message,
+    role=st.sampled_from(["user", "assistant", "tool"]),
+    content=st.lists(PARTS, max_size=4).map(tuple),
+)
+USAGES = st.builds(
+    Usage,
+    input_tokens=st.integers(0, 2**40),
+    output_tokens=st.integers(0, 2**40),
+    cached_tokens=st.integers(0, 2**40),
+)
+BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
+    "str": TEXT,
+    "int": INTS,
+    "bool": st.booleans(),
+    "datetime": TIMES,
+    "datetime | None": st.none() | TIMES,
+    "tuple[str, ...]": st.lists(TEXT, max_size=3).map(tuple),
+    "Mapping[str, str]": st.dictionaries(TEXT, TEXT, max_size=3),
+    "Mapping[str, JSON]": JSON_OBJECTS,
+    "JSON": JSON_VALUES,
+    "Message": MESSAGES,
+    "Message | None": st.none() | MESSAGES,
+    "Usage": USAGES,
+    "tuple[ToolCallPart, ...]": st.lists(
+        st.builds(ToolCallPart, id=IDS, name=TEXT, args=JSON_OBJECTS), max_size=2
+    ).map(tuple),
+    "tuple[Mapping[str, JSON], ...]": st.lists(JSON_OBJECTS, max_size=2).map(tuple),
+}
+
+
+def kind_strategy(cls: type[Entry]) -> st.SearchStrategy[Entry]:
+    kwargs = {f.name: BY_TYPE[str(f.type)] for f in fields(cls)}
+    kwargs["id"] = IDS
+    kwargs["parent"] = st.just("") | IDS
+    return st.builds(cls, **kwargs)
+
+
+ANY_ENTRY = st.one_of(*(kind_strategy(cls) for cls in ENTRY_KINDS.values()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_ENTRY)
+def test_every_kind_round_trips_through_its_line(entry: Entry) -> None:
+    line = encode_entry(entry)
+    assert line.count(b"\n") == 1
+    assert decode_entry(line) == entry
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(ANY_ENTRY, min_size=1, max_size=5))
+def test_a_batch_round_trips_through_a_session(entries: list[Entry]) -> None:
+    data = encode_header(Header(id="s_h", created=T)) + encode_batch(entries)
+    loaded = decode_session("s_h", data)
+    assert loaded.entries == entries
+    assert loaded.report is None
+
+
+if __name__ == "__main__":
+    write_goldens()
+    sys.stdout.write(f"wrote {len(golden_entries()) + 1} golden lines to {GOLDEN}\n")
