@@ -90,7 +90,11 @@ def golden_entries() -> dict[str, Entry]:
             id="e_01JNA0000000000000000000M2",
             message=Message(
                 role="tool",
-                content=(ToolResultPart(call_id="call_1", name="read_file", content="# hi", is_error=True),),
+                content=(
+                    ToolResultPart(
+                        call_id="call_1", name="read_file", content="# hi", is_error=True
+                    ),
+                ),
             ),
             **common,
         ),
@@ -262,8 +266,15 @@ def test_the_header_writes_and_reads_its_golden_line() -> None:
 
 @pytest.mark.parametrize(
     ("name", "version"),
-    [("receipt", 3), ("pool_receipt", 4), ("approval_request", 2), ("grant_revoked", 2),
-     ("compaction", 5), ("message", None), ("turn", None)],
+    [
+        ("receipt", 3),
+        ("pool_receipt", 4),
+        ("approval_request", 2),
+        ("grant_revoked", 2),
+        ("compaction", 5),
+        ("message", None),
+        ("turn", None),
+    ],
 )
 def test_kinds_after_format_one_carry_their_reader_version(name: str, version: int | None) -> None:
     assert orjson.loads((GOLDEN / f"{name}.jsonl").read_bytes()).get("v") == version

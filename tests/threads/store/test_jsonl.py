@@ -1,0 +1,237 @@
+"""What only the jsonl backend promises: its files, its writes, its fsyncs, its key index."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.threads.store.helpers import header, msg, texts
+from threads.errors import LockedError
+from threads.store import open_store
+from threads.store.base import StoreOptions
+from threads.store.jsonl import JsonlStore
+from threads.store.keyfile import JOURNAL
+
+
+class Spy:
+    """Counts calls of an os function (the OS boundary), passing them through."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        real: Callable[..., Any] = getattr(os, name)
+
+        def spy(*args: Any) -> Any:
+            self.calls.append(args)
+            return real(*args)
+
+        monkeypatch.setattr(os, name, spy)
+
+
+async def test_the_directory_is_private_and_each_session_one_private_file(tmp_path: Path) -> None:
+    root = tmp_path / "data" / "sessions"
+    store = JsonlStore(root)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("hi")])
+    await store.close()
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert [p.name for p in root.iterdir()] == [f"{h.id}.jsonl"]
+    path = root / f"{h.id}.jsonl"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    lines = path.read_bytes().splitlines()
+    assert orjson.loads(lines[0])["type"] == "session"
+    assert orjson.loads(lines[1])["message"]["content"][0]["text"] == "hi"
+
+
+async def test_a_batch_is_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("warm")])
+    writes = Spy(monkeypatch, "write")
+    await store.append(h.id, [msg(str(i)) for i in range(50)])
+    assert len(writes.calls) == 1
+    assert writes.calls[0][1].count(b"\n") == 50
+    await store.close()
+
+
+async def test_every_append_is_fsynced_before_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    syncs = Spy(monkeypatch, "fsync")
+    await store.append(h.id, [msg("durable")])
+    assert len(syncs.calls) == 1
+    await store.close()
+
+
+async def test_on_flush_defers_the_fsync_to_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path, StoreOptions(fsync="on_flush"))
+    h = header()
+    await store.create(h)
+    syncs = Spy(monkeypatch, "fsync")
+    await store.append(h.id, [msg("1")])
+    await store.append(h.id, [msg("2")])
+    assert syncs.calls == []
+    await store.flush(h.id)
+    assert len(syncs.calls) == 1
+    await store.flush(h.id)
+    assert len(syncs.calls) == 1  # nothing buffered: nothing to sync
+    await store.close()
+
+
+async def test_concurrent_appends_share_fsyncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    sessions = [header() for _ in range(16)]
+    for h in sessions:
+        await store.create(h)
+    syncs = Spy(monkeypatch, "fsync")
+    appends = [store.append(sessions[i % 16].id, [msg(str(i))]) for i in range(256)]
+    await asyncio.gather(*appends)
+    # Group commit: at most one fsync per touched file per round, so far fewer than 256.
+    assert len(syncs.calls) < 200
+    for h in sessions:
+        assert len((await store.load(h.id)).entries) == 16
+    await store.close()
+
+
+async def test_two_unlocked_writers_never_overwrite_each_others_lines(tmp_path: Path) -> None:
+    # O_APPEND: even without the lock, every write lands at the end of the file.
+    first = JsonlStore(tmp_path, StoreOptions(no_lock=True))
+    second = JsonlStore(tmp_path, StoreOptions(no_lock=True))
+    h = header()
+    await first.create(h)
+    for i in range(20):
+        await first.append(h.id, [msg(f"a{i}")])
+        await second.append(h.id, [msg(f"b{i}")])
+    got = texts((await first.load(h.id)).entries)
+    assert sorted(got) == sorted([f"a{i}" for i in range(20)] + [f"b{i}" for i in range(20)])
+    await first.close()
+    await second.close()
+
+
+async def test_open_descriptors_are_bounded_and_leased_sessions_stay_held(
+    tmp_path: Path,
+) -> None:
+    store = JsonlStore(tmp_path, max_open=4)
+    other = JsonlStore(tmp_path)
+    leased = [header() for _ in range(3)]
+    plain = [header() for _ in range(10)]
+    for h in leased + plain:
+        await store.create(h)
+    for h in leased:
+        await store.acquire(h.id, object())
+    for h in plain:
+        await store.append(h.id, [msg("x")])
+
+    def open_sessions() -> int:
+        count = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(FileNotFoundError):
+                count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path))
+        return count
+
+    assert open_sessions() <= 4
+    for h in leased:  # evicting a leased session would hand it to another writer
+        with pytest.raises(LockedError):
+            await other.append(h.id, [msg("intruder")])
+    # An evicted plain session was released: another store may now take it.
+    await other.append(plain[0].id, [msg("taken over")])
+    await store.close()
+    await other.close()
+
+
+async def test_a_torn_tail_is_truncated_in_the_file_by_the_next_writer(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("one")])
+    await store.close()
+    path = tmp_path / f"{h.id}.jsonl"
+    whole = path.read_bytes()
+    with path.open("ab") as f:
+        f.write(b'{"type":"message","id":"e_cut","crea')
+    writer = JsonlStore(tmp_path)
+    await writer.acquire(h.id, object())
+    assert path.read_bytes() == whole  # repaired when the lock is taken, before any append
+    await writer.append(h.id, [msg("two")])
+    assert path.read_bytes().startswith(whole)
+    assert path.read_bytes().count(b"\n") == 3
+    await writer.close()
+
+
+async def test_the_key_index_is_rebuilt_from_headers_when_its_journal_is_missing(
+    tmp_path: Path,
+) -> None:
+    from tests.threads.store.helpers import at
+
+    store = JsonlStore(tmp_path)
+    old, new, other = (
+        header(created=at(1), key="telegram:1"),
+        header(created=at(2), key="telegram:1"),
+        header(created=at(3), key="cli"),
+    )
+    for h in (old, new, other):
+        await store.create(h)
+    await store.close()
+    assert not (tmp_path / JOURNAL).exists()
+    reopened = JsonlStore(tmp_path)
+    assert await reopened.resolve("telegram:1") == new.id  # the newest session of the key
+    assert await reopened.keys() == {"telegram:1": new.id, "cli": other.id}
+    await reopened.point("telegram:1", old.id)
+    await reopened.close()
+    assert (tmp_path / JOURNAL).exists()
+    assert await JsonlStore(tmp_path).resolve("telegram:1") == old.id
+
+
+async def test_the_key_journal_is_compacted_when_it_bloats(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path, StoreOptions(fsync="on_flush"))
+    h = header()
+    await store.create(h)
+    for _ in range(300):
+        await store.point("cli", h.id)
+    await store.close()
+    assert (tmp_path / JOURNAL).read_bytes().count(b"\n") == 300
+    again = JsonlStore(tmp_path)
+    await again.point("web:1", h.id)  # the writer opens the journal, sees the bloat
+    await again.close()
+    assert (tmp_path / JOURNAL).read_bytes().count(b"\n") == 2
+    assert await JsonlStore(tmp_path).keys() == {"cli": h.id, "web:1": h.id}
+
+
+async def test_a_second_store_cannot_write_the_key_index(tmp_path: Path) -> None:
+    first, second = JsonlStore(tmp_path), JsonlStore(tmp_path)
+    await first.point("cli", "s_1")
+    with pytest.raises(LockedError, match="key index"):
+        await second.point("cli", "s_2")
+    await first.close()
+    await second.close()
+
+
+def test_open_store_picks_the_backend_by_scheme(tmp_path: Path) -> None:
+    from threads.store.memory import MemoryStore
+    from threads.store.redis import RedisStore
+    from threads.store.sqlite import SqliteStore
+
+    assert isinstance(open_store("memory://"), MemoryStore)
+    assert isinstance(open_store(f"jsonl://{tmp_path}"), JsonlStore)
+    assert isinstance(open_store(f"sqlite:///{tmp_path}/g.db"), SqliteStore)
+    assert isinstance(open_store("redis://127.0.0.1:6379/1"), RedisStore)
+    with pytest.raises(ValueError, match="unknown store scheme 'mongodb'"):
+        open_store("mongodb://x")
+    with pytest.raises(ValueError, match="no scheme"):
+        open_store("./data/sessions")
