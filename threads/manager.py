@@ -221,6 +221,11 @@ class ThreadManager:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._recovery.end(pending)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has begun: wakes are refused from then on."""
+        return self._closed
+
     def spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
         """Run a background task the manager supervises and cancels at close."""
         task: asyncio.Task[Any] = asyncio.create_task(coro, name=name)
