@@ -734,16 +734,18 @@ class Session:
     async def continue_(self) -> Turn | None:
         """Run what the session holds but is not running; the first turn that will run.
 
-        A turn a dead writer left running is recorded as canceled (and its
-        resume queued, when the owner makes one); restored steers become
-        follow-up turns. None when nothing waits.
+        A turn a dead writer left running is recorded as canceled and its
+        resume (when the owner makes one) runs first; restored steers become
+        follow-up turns next, then the restored sends in acceptance order.
+        None when nothing waits.
         """
         async with self._lock:
             if self._closing:
                 raise ClosedError(self.id)
-            await self._settle_unfinished()
+            # Steers first, so a resume settled next runs ahead of their follow-ups.
             if self._steers and self._steer_target() is None:
                 await self._defer_steers()
+            await self._settle_unfinished()
             self._kick()
             return self._queue[0].turn if self._queue else None
 
