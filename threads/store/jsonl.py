@@ -26,7 +26,6 @@ import gc
 import logging
 import os
 import secrets
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -36,10 +35,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-import orjson
-
 from threads.errors import CorruptError, ExistsError, LockedError, NewerFormatError, NotFoundError
-from threads.ids import valid_id
 from threads.messages import WireError
 from threads.store.base import Loaded, Page, Query, StoreOptions
 from threads.store.committer import Committer, Op, Round
@@ -47,7 +43,8 @@ from threads.store.entries import Entry, Header, decode_header, encode_header
 from threads.store.keyfile import KeyJournal, encode_point, fsync_dir, read_journal
 from threads.store.leases import Leases
 from threads.store.lines import complete_end, decode_session, encode_batch
-from threads.store.rules import ZERO_TIME, check_header, check_id, created_us, page_of
+from threads.store.listing import DirectoryListing
+from threads.store.rules import ZERO_TIME, check_header, check_id
 from threads.store.watching import Pulse, tail
 
 log = logging.getLogger(__name__)
@@ -84,17 +81,6 @@ class _Handle:
                 self.fd = -1
 
 
-@dataclass(slots=True, eq=False)
-class _Listed:
-    """What ``list`` remembers of one session file between calls."""
-
-    inode: int
-    header: Header | None
-    key: tuple[int, str]
-    title_offset: int = 0
-    title: str = ""
-
-
 class JsonlStore:
     """A Storage, KeyIndex, Watcher, Flusher, Releaser and Leaser over a directory."""
 
@@ -128,8 +114,7 @@ class JsonlStore:
         self._journal: KeyJournal | None = None  # writer thread only
         self._leases = Leases()
         self._pulse = Pulse()
-        self._listed: dict[str, _Listed] = {}
-        self._listed_lock = threading.Lock()
+        self._listing = DirectoryListing(self._root, SUFFIX)
         self._keys: dict[str, str] | None = None
         self._key_seed: dict[str, str] = {}
         self._keys_loading: asyncio.Lock | None = None
@@ -505,56 +490,7 @@ class JsonlStore:
     def _list_sync(self, query: Query) -> Page:
         if not os.path.isdir(self._root):
             return Page(sessions=[], total=0)
-        with self._listed_lock:
-            listed = self._scan()
-            rows = [(item.key, item.header) for item in listed.values() if item.header]
-            titles: dict[int, str] = {}
-            if query.title_search:
-                titles = {id(item.header): self._title(sid, item) for sid, item in listed.items()}
-        return page_of(rows, query, lambda h: titles[id(h)])
-
-    def _scan(self) -> dict[str, _Listed]:
-        """Refresh the header cache against the directory: new names read, gone ones dropped."""
-        old = self._listed
-        fresh: dict[str, _Listed] = {}
-        with os.scandir(self._root) as it:
-            for item in it:
-                name = item.name
-                if not name.endswith(SUFFIX) or name.startswith("."):
-                    continue
-                session = name[: -len(SUFFIX)]
-                if not valid_id(session):
-                    continue
-                inode = item.inode()
-                known = old.get(session)
-                if known is None or known.inode != inode:
-                    header = _read_header(item.path)
-                    key = (created_us(header.created), session) if header else (0, session)
-                    known = _Listed(inode=inode, header=header, key=key)
-                fresh[session] = known
-        self._listed = fresh
-        return fresh
-
-    def _title(self, session: str, item: _Listed) -> str:
-        """The session's current title: the last info entry with a non-empty title."""
-        try:
-            with open(self._path(session), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < item.title_offset:
-                    item.title_offset, item.title = 0, ""
-                f.seek(item.title_offset)
-                data = f.read(size - item.title_offset)
-        except FileNotFoundError:
-            return item.title
-        end = data.rfind(b"\n") + 1
-        for line in data[:end].split(b"\n"):
-            if b'"type":"info"' in line and b'"title"' in line:
-                with suppress(orjson.JSONDecodeError, AttributeError):
-                    title = orjson.loads(line).get("title")
-                    if isinstance(title, str) and title:
-                        item.title = title
-        item.title_offset += end
-        return item.title
+        return self._listing.page(query)
 
     async def _read_from(self, session: str, position: int) -> tuple[int, bytes, int]:
         def read() -> tuple[int, bytes, int]:
@@ -590,13 +526,11 @@ class JsonlStore:
         if keys is not None:
             return keys
         # No journal: rebuild from the keys the headers carry, newest session winning.
-        with self._listed_lock:
-            listed = self._scan()
         newest: dict[str, tuple[tuple[int, str], str]] = {}
-        for session, item in listed.items():
-            key = item.header.meta.get("key") if item.header else None
-            if key and (key not in newest or item.key > newest[key][0]):
-                newest[key] = (item.key, session)
+        for order, header in self._listing.headers():
+            key = header.meta.get("key")
+            if key and (key not in newest or order > newest[key][0]):
+                newest[key] = (order, header.id)
         self._key_seed = {key: session for key, (_, session) in newest.items()}
         return dict(self._key_seed)
 
@@ -657,20 +591,3 @@ def _pread_all(fd: int, size: int, offset: int = 0) -> bytes:
         offset += len(chunk)
         size -= len(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _read_header(path: str) -> Header | None:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(4096)
-            while b"\n" not in data:
-                more = f.read(65536)
-                if not more:
-                    return None
-                data += more
-    except FileNotFoundError:
-        return None
-    try:
-        return decode_header(data[: data.index(b"\n")])
-    except (WireError, ValueError, NewerFormatError):
-        return None

@@ -1,0 +1,128 @@
+"""The jsonl backend's view of its directory for ``list``: a header cache kept fresh.
+
+Headers never change once written, so each file's header is read once and
+remembered with the file's inode; every ``list`` rescans only the directory's
+names (a session created or deleted by another process is seen at once, and
+a session created again under the same id has a new inode). Titles are entry
+state: they are read, only for a query that searches them, from the part of
+each file not yet scanned.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+
+import orjson
+
+from threads.errors import NewerFormatError
+from threads.ids import valid_id
+from threads.messages import WireError
+from threads.store.base import Page, Query
+from threads.store.entries import Header, decode_header
+from threads.store.rules import created_us, page_of
+
+
+@dataclass(slots=True, eq=False)
+class _Listed:
+    """What ``list`` remembers of one session file between calls."""
+
+    inode: int
+    header: Header | None
+    key: tuple[int, str]
+    title_offset: int = 0
+    title: str = ""
+
+
+class DirectoryListing:
+    """Headers (and, on demand, titles) of the session files in one directory.
+
+    Safe to call from several executor threads: one lock guards the cache.
+    """
+
+    def __init__(self, root: str, suffix: str) -> None:
+        self._root = root
+        self._suffix = suffix
+        self._listed: dict[str, _Listed] = {}
+        self._lock = threading.Lock()
+
+    def page(self, query: Query) -> Page:
+        """One list page, by the rules every backend shares."""
+        with self._lock:
+            listed = self._scan()
+            rows = [(item.key, item.header) for item in listed.values() if item.header]
+            titles: dict[int, str] = {}
+            if query.title_search:
+                titles = {id(item.header): self._title(sid, item) for sid, item in listed.items()}
+        return page_of(rows, query, lambda h: titles[id(h)])
+
+    def headers(self) -> Iterator[tuple[tuple[int, str], Header]]:
+        """Every readable header with its list-order key."""
+        with self._lock:
+            listed = self._scan()
+        for item in listed.values():
+            if item.header is not None:
+                yield item.key, item.header
+
+    def _scan(self) -> dict[str, _Listed]:
+        """Refresh the header cache against the directory: new names read, gone ones dropped."""
+        old = self._listed
+        fresh: dict[str, _Listed] = {}
+        with os.scandir(self._root) as it:
+            for item in it:
+                name = item.name
+                if not name.endswith(self._suffix) or name.startswith("."):
+                    continue
+                session = name[: -len(self._suffix)]
+                if not valid_id(session):
+                    continue
+                inode = item.inode()
+                known = old.get(session)
+                if known is None or known.inode != inode:
+                    header = _read_header(item.path)
+                    key = (created_us(header.created), session) if header else (0, session)
+                    known = _Listed(inode=inode, header=header, key=key)
+                fresh[session] = known
+        self._listed = fresh
+        return fresh
+
+    def _title(self, session: str, item: _Listed) -> str:
+        """The session's current title: the last info entry with a non-empty title."""
+        try:
+            with open(os.path.join(self._root, session + self._suffix), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < item.title_offset:
+                    item.title_offset, item.title = 0, ""
+                f.seek(item.title_offset)
+                data = f.read(size - item.title_offset)
+        except FileNotFoundError:
+            return item.title
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].split(b"\n"):
+            if b'"type":"info"' in line and b'"title"' in line:
+                with suppress(orjson.JSONDecodeError, AttributeError):
+                    title = orjson.loads(line).get("title")
+                    if isinstance(title, str) and title:
+                        item.title = title
+        item.title_offset += end
+        return item.title
+
+
+def _read_header(path: str) -> Header | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(4096)
+            while b"\n" not in data:
+                more = f.read(65536)
+                if not more:
+                    return None
+                data += more
+    except FileNotFoundError:
+        return None
+    try:
+        return decode_header(data[: data.index(b"\n")])
+    except (WireError, ValueError, NewerFormatError):
+        return None
