@@ -73,6 +73,15 @@ class Advance:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Recording:
+    """One job's share of a ledger write: its new records and, maybe, its next pending fire."""
+
+    job_id: str
+    runs: tuple[RunRecord, ...]
+    advance: Advance | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Beat:
     """The running service's heartbeat: who, and when it last said it was alive."""
 
@@ -137,6 +146,10 @@ class JobStore(Protocol):
     ) -> list[RunRecord]:
         """Append ``runs`` to the ledger (numbered), update the job's last status and,
         when ``advance`` is given, its pending fire. Returns the numbered records."""
+        ...
+
+    async def record_many(self, batch: Sequence[Recording]) -> list[list[RunRecord]]:
+        """:meth:`record` for several jobs in one write; results in the batch's order."""
         ...
 
     async def runs(self, job_id: str, limit: int = 20) -> list[RunRecord]:

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from cron.base import Advance, Beat, Changes, RunRequest
+from cron.base import Advance, Beat, Changes, Recording, RunRequest
 from cron.errors import StoreError
 from cron.models import Job, JobState, RunRecord
 
@@ -251,10 +251,35 @@ class RedisJobStore:
     async def record(
         self, job_id: str, runs: Sequence[RunRecord], *, advance: Advance | None
     ) -> list[RunRecord]:
-        keys = [self._p + "state", self._p + "runseq", f"{self._p}runs:{job_id}"]
+        [numbered] = await self.record_many(
+            [Recording(job_id=job_id, runs=tuple(runs), advance=advance)]
+        )
+        return numbered
+
+    async def record_many(self, batch: Sequence[Recording]) -> list[list[RunRecord]]:
+        """One round trip: each job's script, pipelined (each script is atomic on its own)."""
+        try:
+            async with self._r.pipeline(transaction=False) as pipe:
+                for item in batch:
+                    keys, args = self._record_call(item)
+                    await self._record(keys=keys, args=args, client=pipe)
+                results = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise StoreError(self.url, f"Redis refused a cron ledger write: {exc}") from exc
+        return [
+            [
+                run.model_copy(update={"seq": int(seq)})
+                for run, seq in zip(item.runs, seqs, strict=True)
+            ]
+            for item, seqs in zip(batch, results, strict=True)
+        ]
+
+    def _record_call(self, item: Recording) -> tuple[list[str], list[Any]]:
+        runs, advance = item.runs, item.advance
+        keys = [self._p + "state", self._p + "runseq", f"{self._p}runs:{item.job_id}"]
         fired = [run.fired for run in runs if run.fired is not None]
         last = runs[-1] if runs else None
-        args: list[Any] = [job_id, len(runs)]
+        args: list[Any] = [item.job_id, len(runs)]
         args += [run.model_dump_json(exclude={"seq"}) for run in runs]
         args += [
             self._keep_runs,
@@ -265,10 +290,7 @@ class RedisJobStore:
             advance.next_fire.isoformat() if advance and advance.next_fire else "",
             advance.schedule_rev if advance else 0,
         ]
-        seqs = await self._run(self._record, keys, args)
-        return [
-            run.model_copy(update={"seq": int(seq)}) for run, seq in zip(runs, seqs, strict=True)
-        ]
+        return keys, args
 
     async def runs(self, job_id: str, limit: int = 20) -> list[RunRecord]:
         raw = await self._r.lrange(f"{self._p}runs:{job_id}", -limit, -1)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import secrets
 from collections.abc import Callable, Collection, Sequence
@@ -42,7 +43,15 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from config.models import GatewayConfig
 from cron import crontab
-from cron.base import Advance, Clock, JobStore, SessionSinkFactory, Waker, utc_now
+from cron.base import (
+    Advance,
+    Clock,
+    JobStore,
+    Recording,
+    SessionSinkFactory,
+    Waker,
+    utc_now,
+)
 from cron.errors import (
     InvalidJobError,
     JobConflictError,
@@ -52,8 +61,18 @@ from cron.errors import (
     ServiceStateError,
     SessionMissingError,
 )
+from cron.ledger import LedgerWriter
 from cron.misfire import MisfirePolicy, Planned
-from cron.models import Job, JobState, JobView, RunRecord, RunVia, build_job, check_zone
+from cron.models import (
+    Job,
+    JobState,
+    JobView,
+    RunRecord,
+    RunStatus,
+    RunVia,
+    build_job,
+    check_zone,
+)
 from threads.keys import SessionKey
 from threads.sinks import DropSink, Sink
 from threads.wake import Accepted, SystemCaller, Wake, WakeSource
@@ -73,25 +92,43 @@ RunListener = Callable[[RunRecord], None]
 
 
 class _WallClockCron(BaseTrigger):  # type: ignore[misc]
-    """A ``CronTrigger`` that fires a wall-clock time once on a fall-back night.
+    r"""A ``CronTrigger`` that fires a wall-clock time once on a fall-back night.
 
     When clocks go back, 02:30 happens twice; APScheduler would fire a daily
     02:30 job at both. For an expression that fixes its hours, the second
     occurrence is skipped (as classic cron does); an expression with ``*``
     hours still fires every real hour.
+
+    It also remembers one answer: once ``now`` is past ``previous``,
+    ``CronTrigger``'s next time depends on ``previous`` alone. The service
+    :meth:`prime`\ s it with the pending fire when it schedules a job and after
+    each fire, so the question APScheduler asks (twice) in the instant a fire
+    is due is already answered — a burst of due jobs is not slowed by cron
+    arithmetic.
     """
 
-    __slots__ = ("fixed_hour", "inner")
+    __slots__ = ("_answer", "_asked", "fixed_hour", "inner")
 
     def __init__(self, inner: Any, fixed_hour: bool) -> None:
         self.inner = inner
         self.fixed_hour = fixed_hour
+        self._asked: datetime | None = None
+        self._answer: datetime | None = None
 
     def get_next_fire_time(self, previous: datetime | None, now: datetime) -> datetime | None:
+        if previous is not None and previous == self._asked and now > previous:
+            return self._answer
         moment: datetime | None = self.inner.get_next_fire_time(previous, now)
         while moment is not None and self.fixed_hour and _second_occurrence(moment):
             moment = self.inner.get_next_fire_time(moment, moment)
+        if previous is not None and now > previous:
+            self._asked, self._answer = previous, moment
         return moment
+
+    def prime(self, previous: datetime | None) -> None:
+        """Answer now what will be asked when ``previous`` fires."""
+        if previous is not None and previous != self._asked:
+            self.get_next_fire_time(previous, previous + timedelta(microseconds=1))
 
     def __str__(self) -> str:
         return str(self.inner)
@@ -102,10 +139,28 @@ def _second_occurrence(moment: datetime) -> bool:
     return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
 
 
-def build_trigger(job: Job, *, anchor: datetime | None = None) -> Any:
-    """The APScheduler trigger of a job. ``anchor`` starts an ``every`` job's chain."""
+CronTriggers = dict[tuple[str, str], tuple[Any, bool]]
+r"""Parsed ``CronTrigger``\ s by (expression, zone), shared by the jobs that use them."""
+
+
+def build_trigger(
+    job: Job, *, anchor: datetime | None = None, shared: CronTriggers | None = None
+) -> Any:
+    """The APScheduler trigger of a job. ``anchor`` starts an ``every`` job's chain.
+
+    With ``shared``, jobs with the same expression and zone share one parsed
+    ``CronTrigger`` (it is read-only once built); each still gets its own wrapper.
+    """
     if job.kind == "cron":
-        return cron_trigger(job.expr or "", job.timezone, job_id=job.id)
+        expr = job.expr or ""
+        if shared is None:
+            return cron_trigger(expr, job.timezone, job_id=job.id)
+        key = (expr, job.timezone)
+        if key not in shared:
+            trigger = cron_trigger(expr, job.timezone, job_id=job.id)
+            shared[key] = (trigger.inner, trigger.fixed_hour)
+        inner, fixed_hour = shared[key]
+        return _WallClockCron(inner, fixed_hour)
     if job.kind == "at":
         return DateTrigger(run_date=job.at, timezone=UTC)
     interval = job.interval or timedelta(seconds=1)
@@ -204,12 +259,49 @@ def _never_called() -> None:
     raise AssertionError("cron jobs are carried out by the cron executor, not called")
 
 
+# APScheduler checks a job's function against its arguments on every add_job, through
+# inspect.signature; a ready signature spares that work for 10 000 jobs at start-up.
+_never_called.__signature__ = inspect.Signature()  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Scheduled:
     """What the service knows of a scheduled job: its trigger and the state revision."""
 
     trigger: Any
     schedule_rev: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Outcome:
+    """What became of one planned fire, before it is a ledger record."""
+
+    planned: Planned
+    via: RunVia
+    fired: datetime | None = None
+    accepted: Accepted | None = None
+    error: str = ""
+
+    def record(self, job: Job) -> RunRecord:
+        planned, fired = self.planned, self.fired
+        if planned.action != "fire":
+            status: RunStatus = planned.action
+        else:
+            status = "failed" if self.error else "fired"
+        return RunRecord(
+            job_id=job.id,
+            status=status,
+            via=self.via,
+            scheduled=planned.scheduled,
+            fired=fired,
+            lateness_ms=_ms(fired - planned.scheduled if fired else planned.lateness),
+            coalesced=planned.coalesced,
+            session_key=str(job.session_key),
+            session_id=self.accepted.session_id if self.accepted else None,
+            run_id=self.accepted.run_id if self.accepted else None,
+            error=self.error,
+            note=planned.note,
+        )
 
 
 # --- the service -------------------------------------------------------------------------
@@ -254,6 +346,8 @@ class CronService:
         self._stopping = asyncio.Event()
         self._listeners: list[RunListener] = []
         self._last_beat: datetime | None = None
+        self._ledger: LedgerWriter | None = None
+        self._cron_triggers: CronTriggers = {}
         self._known_agents = frozenset(known_agents) if known_agents is not None else None
 
     @classmethod
@@ -304,6 +398,8 @@ class CronService:
         scheduler.add_executor(_CronExecutor(self), alias=EXECUTOR)
         scheduler.add_listener(self._on_max_instances, EVENT_JOB_MAX_INSTANCES)
         self._scheduler = scheduler
+        self._ledger = LedgerWriter(self.store)
+        self._ledger.start()
         try:
             for job in jobs:
                 self._schedule(job, states.get(job.id))
@@ -311,10 +407,13 @@ class CronService:
             scheduler.start()
         except BaseException:
             self._scheduler = None
+            await self._ledger.close()
+            self._ledger = None
             self._jobs.clear()
             self._scheduled.clear()
             raise
         self._poller = asyncio.create_task(self._poll(), name="cron-poll")
+        self._spawn(self._prime_all())
         log.info("cron: started with %d job(s) from %s", len(jobs), self.store.url)
 
     async def stop(self) -> None:
@@ -336,6 +435,9 @@ class CronService:
                 task.cancel()
             results = await asyncio.gather(*self._tasks, return_exceptions=True)
             failures += [r for r in results if isinstance(r, Exception)]
+        if self._ledger is not None:
+            await self._ledger.close()
+            self._ledger = None
         try:
             await self.store.clear_beat(self.owner)
         except Exception as exc:
@@ -458,6 +560,15 @@ class CronService:
         """The next ``n`` fire times of ``expr`` (in ``timezone``, default the gateway's)."""
         return explain(expr, timezone or self.timezone, n, after=after or self._clock())
 
+    def scheduled_fire(self, job_id: str) -> datetime | None:
+        """The job's next fire as the running scheduler has it; None when not scheduled."""
+        if self._scheduler is None:
+            return None
+        scheduled = self._scheduler.get_job(job_id)
+        if scheduled is None or scheduled.next_run_time is None:
+            return None
+        return scheduled.next_run_time.astimezone(UTC)  # type: ignore[no-any-return]
+
     async def gateway_running(self) -> bool:
         """Whether some service is beating its heartbeat against this store."""
         if self.running:
@@ -507,11 +618,7 @@ class CronService:
         return job
 
     def _view(self, job: Job, state: JobState | None) -> JobView:
-        next_fire = state.next_fire if state else None
-        if self._scheduler is not None:
-            scheduled = self._scheduler.get_job(job.id)
-            if scheduled is not None and scheduled.next_run_time is not None:
-                next_fire = scheduled.next_run_time.astimezone(UTC)
+        next_fire = self.scheduled_fire(job.id) or (state.next_fire if state else None)
         return JobView(
             job=job,
             next_fire=next_fire,
@@ -527,12 +634,14 @@ class CronService:
         else:
             next_fire, rev = first_fire_or_none(job, self._clock()), job.revision
         try:
-            trigger = build_trigger(job, anchor=next_fire)
+            trigger = build_trigger(job, anchor=next_fire, shared=self._cron_triggers)
         except InvalidJobError as exc:
             log.error("cron: stored job %s cannot be scheduled and is left out: %s", job.id, exc)
             self._drop_from_scheduler(job.id)
             return
         self._scheduled[job.id] = _Scheduled(trigger=trigger, schedule_rev=rev)
+        if isinstance(trigger, _WallClockCron) and self._scheduler.running:
+            trigger.prime(next_fire)  # at start-up, the first fires are primed after start
         if next_fire is None:
             self._drop_from_scheduler(job.id)
             return
@@ -615,6 +724,14 @@ class CronService:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    async def _prime_all(self, chunk: int = 200) -> None:
+        """Prime the cron triggers loaded at start, a chunk per loop turn."""
+        for count, (job_id, scheduled) in enumerate(list(self._scheduled.items()), 1):
+            if isinstance(scheduled.trigger, _WallClockCron):
+                scheduled.trigger.prime(self.scheduled_fire(job_id))
+            if count % chunk == 0:
+                await asyncio.sleep(0)  # let fires and edits through between chunks
+
     def _on_max_instances(self, event: Any) -> None:
         job = self._jobs.get(event.job_id)
         if job is None:
@@ -648,16 +765,19 @@ class CronService:
             return
         now = self._clock()
         due = [t.astimezone(UTC) for t in run_times]
-        runs = [
-            await self._carry_out(job, p, "schedule")
-            for p in self.policy.plan(due, now, enabled=job.enabled)
-        ]
+        plan = self.policy.plan(due, now, enabled=job.enabled)
+        outcomes = [await self._hand_over(job, p, "schedule") for p in plan]
+        # Wakes first, bookkeeping after: let the other fires due in this instant
+        # hand their wakes over before this one builds records and writes them.
+        await asyncio.sleep(0)
         following = scheduled.trigger.get_next_fire_time(run_times[-1], now)
         advance = Advance(
             next_fire=following.astimezone(UTC) if following else None,
             schedule_rev=scheduled.schedule_rev,
         )
-        await self._store_runs(job.id, runs, advance)
+        await self._store_runs(job.id, [o.record(job) for o in outcomes], advance)
+        if isinstance(scheduled.trigger, _WallClockCron):
+            scheduled.trigger.prime(following)
         if job.kind == "at":
             spent = await self.store.disable_if_unchanged(job.id, job.revision)
             if spent is not None and self._jobs.get(job.id) is job:
@@ -665,44 +785,36 @@ class CronService:
 
     async def _run_request(self, job: Job, requested: datetime, now: datetime) -> RunRecord:
         plan = self.policy.plan([requested], now, enabled=True)
-        runs = [await self._carry_out(job, p, "run-now") for p in plan]
-        stored = await self._store_runs(job.id, runs, None)
+        outcomes = [await self._hand_over(job, p, "run-now") for p in plan]
+        stored = await self._store_runs(job.id, [o.record(job) for o in outcomes], None)
         return stored[-1]
 
     async def _store_runs(
         self, job_id: str, runs: Sequence[RunRecord], advance: Advance | None
     ) -> list[RunRecord]:
-        stored = await self.store.record(job_id, runs, advance=advance)
+        if self._ledger is not None:
+            recording = Recording(job_id=job_id, runs=tuple(runs), advance=advance)
+            stored = await self._ledger.write(recording)
+        else:
+            stored = await self.store.record(job_id, runs, advance=advance)
         for run in stored:
             for listener in self._listeners:
                 listener(run)
         return stored
 
-    async def _carry_out(self, job: Job, planned: Planned, via: RunVia) -> RunRecord:
-        base = RunRecord(
-            job_id=job.id,
-            status="fired",
-            via=via,
-            scheduled=planned.scheduled,
-            lateness_ms=_ms(planned.lateness),
-            coalesced=planned.coalesced,
-            session_key=str(job.session_key),
-            note=planned.note,
-        )
+    async def _hand_over(self, job: Job, planned: Planned, via: RunVia) -> _Outcome:
+        """Hand a planned fire's wake to its session (a missed or skipped one: nothing)."""
         if planned.action != "fire":
-            return base.model_copy(update={"status": planned.action})
+            return _Outcome(planned=planned, via=via)
         fired = self._clock()
-        update: dict[str, Any] = {"fired": fired, "lateness_ms": _ms(fired - planned.scheduled)}
         try:
             accepted = await self._wake(job, planned.scheduled, via, fired)
         except Exception as exc:
             log.warning("cron: job %s failed to wake %s: %s", job.id, job.session_key, exc)
-            return base.model_copy(
-                update={**update, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+            return _Outcome(
+                planned=planned, via=via, fired=fired, error=f"{type(exc).__name__}: {exc}"
             )
-        return base.model_copy(
-            update={**update, "session_id": accepted.session_id, "run_id": accepted.run_id}
-        )
+        return _Outcome(planned=planned, via=via, fired=fired, accepted=accepted)
 
     async def _wake(self, job: Job, scheduled: datetime, via: RunVia, fired: datetime) -> Accepted:
         waker = self._waker

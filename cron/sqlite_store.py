@@ -23,7 +23,7 @@ import aiosqlite
 import orjson
 from pydantic import ValidationError
 
-from cron.base import Advance, Beat, Changes, RunRequest
+from cron.base import Advance, Beat, Changes, Recording, RunRequest
 from cron.errors import NewerSchemaError, StoreError
 from cron.models import Job, JobState, RunRecord
 
@@ -261,30 +261,54 @@ class SqliteJobStore:
     async def record(
         self, job_id: str, runs: Sequence[RunRecord], *, advance: Advance | None
     ) -> list[RunRecord]:
-        numbered: list[RunRecord] = []
+        [numbered] = await self.record_many(
+            [Recording(job_id=job_id, runs=tuple(runs), advance=advance)]
+        )
+        return numbered
+
+    async def record_many(self, batch: Sequence[Recording]) -> list[list[RunRecord]]:
+        """One transaction, a fixed handful of statements however large the batch."""
         async with self._write() as db:
-            for run in runs:
-                cursor = await db.execute(
-                    "INSERT INTO cron_runs (job_id, data) VALUES (?, ?)",
-                    (job_id, run.model_dump_json(exclude={"seq"})),
-                )
-                numbered.append(run.model_copy(update={"seq": int(cursor.lastrowid or 0)}))
-            if numbered:
-                last = numbered[-1]
-                await db.execute(
-                    "UPDATE cron_state SET last_status = ?, last_scheduled = ?, "
-                    "last_fired = COALESCE(?, last_fired) WHERE job_id = ?",
-                    (last.status, _iso(last.scheduled), _iso(_last_fired(numbered)), job_id),
-                )
-            if advance is not None:
-                await db.execute(
-                    "UPDATE cron_state SET next_fire = ? WHERE job_id = ? AND schedule_rev = ?",
-                    (_iso(advance.next_fire), job_id, advance.schedule_rev),
-                )
-            await db.execute(
+            rows = await db.execute_fetchall(_LAST_SEQ)
+            seq = int(next(iter(rows))[0])
+            numbered: list[list[RunRecord]] = []
+            inserts: list[tuple[int, str, str]] = []
+            for item in batch:
+                mine = []
+                for run in item.runs:
+                    seq += 1
+                    inserts.append((seq, item.job_id, run.model_dump_json(exclude={"seq"})))
+                    mine.append(run.model_copy(update={"seq": seq}))
+                numbered.append(mine)
+            await db.executemany(
+                "INSERT INTO cron_runs (seq, job_id, data) VALUES (?, ?, ?)", inserts
+            )
+            await db.executemany(
+                "UPDATE cron_state SET last_status = ?, last_scheduled = ?, "
+                "last_fired = COALESCE(?, last_fired) WHERE job_id = ?",
+                [
+                    (
+                        runs[-1].status,
+                        _iso(runs[-1].scheduled),
+                        _iso(_last_fired(runs)),
+                        item.job_id,
+                    )
+                    for item, runs in zip(batch, numbered, strict=True)
+                    if runs
+                ],
+            )
+            await db.executemany(
+                "UPDATE cron_state SET next_fire = ? WHERE job_id = ? AND schedule_rev = ?",
+                [
+                    (_iso(item.advance.next_fire), item.job_id, item.advance.schedule_rev)
+                    for item in batch
+                    if item.advance is not None
+                ],
+            )
+            await db.executemany(
                 "DELETE FROM cron_runs WHERE job_id = ? AND seq < (SELECT seq FROM cron_runs "
                 "WHERE job_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
-                (job_id, job_id, self._keep_runs - 1),
+                [(job_id, job_id, self._keep_runs - 1) for job_id in {i.job_id for i in batch}],
             )
         return numbered
 
@@ -328,6 +352,11 @@ class SqliteJobStore:
             raise StoreError(self.url, f"stored cron job cannot be read: {exc}") from exc
 
 
+# The ledger's last number: AUTOINCREMENT's counter (it survives trimming), else the rows'.
+_LAST_SEQ = (
+    "SELECT COALESCE(MAX(s), 0) FROM (SELECT seq AS s FROM sqlite_sequence "
+    "WHERE name = 'cron_runs' UNION ALL SELECT MAX(seq) FROM cron_runs)"
+)
 _STATE_SELECT = "SELECT job_id, next_fire, schedule_rev, last_status, last_scheduled, last_fired FROM cron_state"
 
 
