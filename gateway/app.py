@@ -31,6 +31,10 @@ from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.manager import ThreadManager
 from threads.ops import check_session_tool, health_tool
+from threads.sessions.access import SubagentToolFilter
+from threads.sessions.delegation import settle_unsettled
+from threads.sessions.policy import SendPolicy, key_of_endpoint, send_command
+from threads.sessions.tools import SESSION_TOOLS
 from threads.sinks import DropSink, Sink
 from threads.store import open_store
 from threads.store.base import SessionStore, StoreOptions
@@ -41,7 +45,7 @@ log = logging.getLogger(__name__)
 
 def default_tools() -> list[Tool[Any]]:
     """The tools every gateway offers its agents (agents choose among them in config)."""
-    return [dispatch_tool, check_session_tool, health_tool]
+    return [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS]
 
 
 class Gateway:
@@ -70,6 +74,7 @@ class Gateway:
         self._stopped = asyncio.Event()
         self._store: SessionStore | None = None
         self._manager: ThreadManager | None = None
+        self.send_policy: SendPolicy | None = None
         self._router: Router | None = None
         self.control_path: Path | None = None
 
@@ -123,7 +128,9 @@ class Gateway:
             [*default_tools(), *self._extra_tools],
             default_timeout=config.threads.tool_timeout_seconds,
         )
-        agent = AgentLoop(config=config, models=models, tools=tools)
+        agent = AgentLoop(
+            config=config, models=models, tools=tools, tool_filter=SubagentToolFilter(config)
+        )
         self._manager = ThreadManager(
             store=self._store,
             agent=agent,
@@ -133,6 +140,7 @@ class Gateway:
             recovery_path=config.data_dir / "state" / "recovery.json",
         )
         agent.services = self._manager
+        self.send_policy = policy = SendPolicy(self._manager)
         self._manager.health_sources["channels"] = self._channel_health
         await self._manager.start()
         self._lifetimes.push("thread manager", self._manager.close)
@@ -141,9 +149,13 @@ class Gateway:
         for channel in self._build_channels():
             self.channels[channel.name] = channel
         self._router = Router(self._manager, self.channels)
+        self._router.wrap_sink = policy.wrap
+        self._router.commands["/send"] = send_command(policy)
         for channel in self.channels.values():
             await channel.start(self._router.handle)
             self._lifetimes.push(f"{channel.name} channel", channel.stop)
+        # Delegations a stopped gateway left open are settled and announced (seed 002).
+        self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
 
         if self._control_enabled:
             from gateway.control import ControlServer
@@ -188,7 +200,9 @@ class Gateway:
         channel = self.channels.get(wire.get("channel", ""))
         if channel is None:
             return DropSink(reason=f"the {wire.get('channel', '?')} channel, which is not running")
-        return ChannelSink(channel=channel, chat_id=wire.get("chat", ""))
+        sink = ChannelSink(channel=channel, chat_id=wire.get("chat", ""))
+        key = wire.get("key") or key_of_endpoint(channel.name, sink.chat_id)
+        return self.send_policy.wrap(key, sink) if self.send_policy else sink
 
     def _user_sink(self, key: SessionKey) -> Sink | None:
         endpoint = endpoint_of(key)
@@ -197,7 +211,8 @@ class Gateway:
         channel = self.channels.get(endpoint[0])
         if channel is None:
             return None
-        return ChannelSink(channel=channel, chat_id=endpoint[1])
+        sink = ChannelSink(channel=channel, chat_id=endpoint[1])
+        return self.send_policy.wrap(key, sink) if self.send_policy else sink
 
     def _channel_health(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -7,6 +7,7 @@
     gateway check-session  one session by key
     gateway stop-session   soft-stop a running thread
     gateway cron …         operate scheduled jobs (see ``gateway cron --help``)
+    gateway sessions …     list sessions, read transcripts, set a send policy
 
 Every command takes ``--config PATH`` (else ``GATEWAY_CONFIG``, else
 ``./gateway.toml`` when present, else the embedded defaults).
@@ -27,6 +28,7 @@ import typer
 
 from config import ConfigError, GatewayConfig, load_config
 from gateway.control import ControlClient, ControlError
+from gateway.sessions_cli import app as sessions_app
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -44,6 +46,7 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(sessions_app, name="sessions")
 
 ConfigOption = Annotated[
     Path | None,

@@ -9,6 +9,8 @@ an optional ``id`` echoed in the answer:
   the terminal chat come back on the same connection as ``{"event": "reply"}``
 * ``idle`` — answers once no turn is running or queued
 * ``health``, ``check_session`` ``{"key"}``, ``stop_session`` ``{"key"}``
+* ``send_policy`` ``{"key", "setting"}`` — a session's send policy override
+  (allow | deny | inherit); answers the policy now in force
 
 Errors come back as ``{"ok": false, "error": "…"}``.
 """
@@ -70,6 +72,7 @@ class ControlServer:
             "health": self._health,
             "check_session": self._check_session,
             "stop_session": self._stop_session,
+            "send_policy": self._send_policy,
         }
 
     async def start(self) -> None:
@@ -176,6 +179,17 @@ class ControlServer:
     ) -> dict[str, Any]:
         self.gateway.manager.stop_session(str(request["key"]))
         return {"ok": True, "stopped": str(request["key"])}
+
+
+    async def _send_policy(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        policy = self.gateway.send_policy
+        if policy is None:
+            return {"ok": False, "error": "the gateway has not started its send policy"}
+        key, setting = str(request["key"]), str(request["setting"])
+        decision = await policy.set(key, setting)
+        return {"ok": True, "key": key, "policy": decision.action, "reason": decision.reason}
 
 
 async def _alive(path: Path) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from channels.base import Channel, ChannelSink, Inbound
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
-from threads.sinks import OutboundMessage
+from threads.sinks import OutboundMessage, Sink
 from threads.wake import UserCaller, Wake, WakeSource
 
 log = logging.getLogger(__name__)
@@ -23,9 +23,15 @@ HELP = """Commands:
 /new — start a fresh conversation (the old one is kept)
 /stop — stop the running turn and drop queued messages
 /status — what this conversation's thread is doing
+/send on|off|inherit — owners: allow, block or inherit replies to this chat
 /help — this list"""
 
 Command = Callable[[Inbound, SessionKey, str], Awaitable[str]]
+SinkWrapper = Callable[[SessionKey, Sink], Sink]
+
+
+def _as_is(key: SessionKey, sink: Sink) -> Sink:
+    return sink
 
 
 def session_key_of(inbound: Inbound) -> SessionKey:
@@ -60,6 +66,8 @@ class Router:
     def __init__(self, manager: ThreadManager, channels: Mapping[str, Channel]) -> None:
         self.manager = manager
         self.channels = channels
+        # The gateway puts the send policy between a wake's replies and the channel.
+        self.wrap_sink: SinkWrapper = _as_is
         self.commands: dict[str, Command] = {
             "/help": self._help,
             "/new": self._new,
@@ -85,7 +93,7 @@ class Router:
             caller=UserCaller(
                 channel=inbound.channel, user_id=inbound.user_id, name=inbound.user_name
             ),
-            sink=ChannelSink(channel=channel, chat_id=inbound.chat_id),
+            sink=self.wrap_sink(key, ChannelSink(channel=channel, chat_id=inbound.chat_id)),
             meta={"message_id": inbound.message_id} if inbound.message_id else {},
         )
         await self.manager.wake(key, wake)

@@ -1,0 +1,254 @@
+"""``gateway sessions …``: the session tools' data for admins.
+
+    list [--kinds main,group] [--active-minutes N] [--limit N] [--archived] [--json]
+    history KEY|ID [--limit N] [--include-tools] [--json]
+    send-policy KEY allow|deny|inherit
+
+``list`` and ``history`` read the session store directly, whether or not a
+gateway runs (store readers never lock). ``send-policy`` writes: with a
+gateway running it goes through the control socket, so the running gateway
+applies it at once; with none it writes the session in the store
+(docs/decisions/0006-sessions-cli-and-send-policy-writes.md).
+
+Keys are accepted in every shape the session tools accept (``main``,
+``agent:<agentId>:<channel>:group:<id>``, a session id ``s_…``; see
+docs/session-keys.md). Exit codes: 0 done; 1 no such session, or the call
+failed; 2 refused input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from config import ConfigError, GatewayConfig, load_config
+from gateway.control import ControlClient, ControlError
+from threads.errors import InvalidKeyError, ThreadsError
+from threads.sessions.catalog import HISTORY_DEFAULT, LIST_DEFAULT, Catalog
+from threads.sessions.errors import ReservedSessionKeyError, UnknownSessionError
+from threads.sessions.keys import KINDS, resolve, translate
+from threads.sessions.policy import SETTINGS, write_override
+from threads.store import open_store
+from threads.store.base import StoreOptions
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="sessions",
+    help="Read sessions and their transcripts; set a session's send policy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="gateway.toml to load (default: $GATEWAY_CONFIG, ./gateway.toml)"
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+KeyArgument = Annotated[
+    str, typer.Argument(help="a session key (main, telegram:123, …) or a session id (s_…)")
+]
+_WIDTH = 160
+
+
+@app.command("list")
+def list_sessions(
+    kinds: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kinds", help="only these kinds (repeat, or comma-separate): " + ", ".join(KINDS)
+        ),
+    ] = None,
+    active_minutes: Annotated[
+        int | None,
+        typer.Option("--active-minutes", min=1, help="only sessions updated in N minutes"),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="most rows (max 500)")
+    ] = LIST_DEFAULT,
+    archived: Annotated[
+        bool, typer.Option("--archived", help="include archived sub-agent sessions")
+    ] = False,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Sessions, newest first: key, kind, channel, agent, last update, tokens, send policy."""
+    settings = _load(config)
+    wanted = _kinds(kinds)
+
+    async def go(catalog: Catalog) -> list[dict[str, Any]]:
+        return await catalog.rows(
+            kinds=wanted, limit=limit, active_minutes=active_minutes, include_archived=archived
+        )
+
+    rows = _read(settings, go)
+    if as_json:
+        _print_json({"count": len(rows), "sessions": rows})
+        return
+    out = Console(width=_WIDTH)
+    if not rows:
+        out.print("no sessions")
+        return
+    table = Table(title=f"sessions ({len(rows)})")
+    for column in ("key", "kind", "channel", "agent", "updated (UTC)", "tokens", "send", "id"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        updated = datetime.fromtimestamp(row["updatedAt"] / 1000, UTC)
+        table.add_row(
+            row["key"],
+            row["kind"],
+            row["channel"],
+            row["agent"],
+            updated.strftime("%Y-%m-%d %H:%M:%S"),
+            "-" if row["totalTokens"] is None else str(row["totalTokens"]),
+            row["sendPolicy"] or "inherit",
+            row["sessionId"],
+        )
+    out.print(table)
+
+
+@app.command()
+def history(
+    ref: KeyArgument,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="most messages (max 500)")
+    ] = HISTORY_DEFAULT,
+    include_tools: Annotated[
+        bool, typer.Option("--include-tools", help="include tool results")
+    ] = False,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One session's transcript, oldest first (tool results only with --include-tools)."""
+    settings = _load(config)
+
+    async def go(catalog: Catalog) -> dict[str, Any]:
+        return await catalog.history(ref, limit=limit, include_tools=include_tools)
+
+    data = _read(settings, go)
+    if as_json:
+        _print_json(data)
+        return
+    out = Console(width=_WIDTH, highlight=False)
+    out.print(f"[bold]{data['sessionKey']}[/bold]  {data['sessionId']}", markup=True)
+    for message in data["messages"]:
+        out.print(f"\n[{message['created']}] {message['role']}", markup=False)
+        for part in message["content"]:
+            out.print(_part_text(part), markup=False)
+
+
+@app.command("send-policy")
+def send_policy(
+    key: KeyArgument,
+    setting: Annotated[str, typer.Argument(help="allow, deny, or inherit (the configured policy)")],
+    config: ConfigOption = None,
+) -> None:
+    """Set a session's send policy: allow or deny its replies to the channel user, or inherit."""
+    settings = _load(config)
+    if setting not in SETTINGS:
+        _fail(f"send policy {setting!r} is not one of allow, deny, inherit", code=2)
+    target = _translate(key, settings)
+
+    async def go() -> dict[str, Any]:
+        store = open_store(settings.store.url, StoreOptions(salvage=settings.store.salvage))
+        try:
+            name = str((await resolve(target, store, settings)).key)
+            client = await ControlClient.connect(settings.data_dir / "gateway.sock")
+            if client is not None:
+                try:
+                    return await client.call("send_policy", key=name, setting=setting)
+                finally:
+                    await client.close()
+            decision = await write_override(store, settings, name, setting)
+        finally:
+            await store.close()
+        return {"key": name, "policy": decision.action, "reason": decision.reason}
+
+    try:
+        answer = asyncio.run(go())
+    except (ControlError, ThreadsError, ValueError, LookupError) as exc:
+        _fail(str(exc))
+    typer.echo(f"send policy for {answer['key']}: {answer['policy']} ({answer['reason']})")
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _load(path: Path | None) -> GatewayConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        _fail(str(exc), code=2)
+
+
+def _fail(message: str, *, code: int = 1) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _kinds(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    kinds = [k.strip() for value in values for k in value.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        _fail(f"--kinds {', '.join(unknown)}: a kind is one of {', '.join(KINDS)}", code=2)
+    return kinds
+
+
+def _translate(key: str, settings: GatewayConfig) -> str:
+    if key.startswith("s_"):
+        return key  # a session id: resolved against the store
+    try:
+        return str(translate(key, settings))
+    except (InvalidKeyError, ReservedSessionKeyError) as exc:
+        _fail(str(exc), code=2)
+
+
+def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T:
+    async def go() -> T:
+        options = StoreOptions(salvage=settings.store.salvage, no_lock=True)
+        store = open_store(settings.store.url, options)
+        try:
+            return await read(Catalog(store, settings))
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except UnknownSessionError as exc:
+        _fail(str(exc))
+    except (InvalidKeyError, ReservedSessionKeyError) as exc:
+        _fail(str(exc), code=2)
+    except (ThreadsError, OSError) as exc:
+        _fail(f"cannot read the session store {settings.store.url}: {exc}")
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    kind = part.get("type")
+    if kind == "text":
+        return str(part.get("text", ""))
+    if kind == "tool_call":
+        args = orjson.dumps(part.get("args", {})).decode()
+        return f"→ {part.get('name')}({args})"
+    if kind == "tool_result":
+        prefix = "← error from " if part.get("is_error") else "← "
+        return f"{prefix}{part.get('name')}: {part.get('content', '')}"
+    if kind == "reasoning":
+        return f"(reasoning) {part.get('text', '')}"
+    return f"({kind}) {part.get('url', '')}"
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
