@@ -116,19 +116,24 @@ class _WallClockCron(BaseTrigger):  # type: ignore[misc]
         self._answer: datetime | None = None
 
     def get_next_fire_time(self, previous: datetime | None, now: datetime) -> datetime | None:
-        if previous is not None and previous == self._asked and now > previous:
+        # Compared in UTC: within one zone, Python's == ignores `fold`, so 02:00 CEST and
+        # 02:00 CET (the hour repeated at fall-back) would look like the same time.
+        asked = previous.astimezone(UTC) if previous is not None else None
+        settled = asked is not None and now.astimezone(UTC) > asked
+        if settled and asked == self._asked:
             return self._answer
         moment: datetime | None = self.inner.get_next_fire_time(previous, now)
         while moment is not None and self.fixed_hour and _second_occurrence(moment):
             moment = self.inner.get_next_fire_time(moment, moment)
-        if previous is not None and now > previous:
-            self._asked, self._answer = previous, moment
+        if settled:
+            self._asked, self._answer = asked, moment
         return moment
 
     def prime(self, previous: datetime | None) -> None:
         """Answer now what will be asked when ``previous`` fires."""
-        if previous is not None and previous != self._asked:
-            self.get_next_fire_time(previous, previous + timedelta(microseconds=1))
+        if previous is not None and previous.astimezone(UTC) != self._asked:
+            # In UTC: wall-clock arithmetic on a fold=1 time would land an hour early.
+            self.get_next_fire_time(previous, previous.astimezone(UTC) + timedelta(microseconds=1))
 
     def __str__(self) -> str:
         return str(self.inner)
@@ -189,6 +194,7 @@ def fire_times(trigger: Any, after: datetime, n: int) -> list[datetime]:
     """The next ``n`` fire times of ``trigger`` strictly after ``after``, in UTC."""
     out: list[datetime] = []
     previous: datetime | None = None
+    after = after.astimezone(UTC)
     now = after + timedelta(microseconds=1)
     while len(out) < n:
         moment = trigger.get_next_fire_time(previous, now)
