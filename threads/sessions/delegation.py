@@ -408,12 +408,12 @@ async def settle_unsettled(manager: ThreadManager) -> int:
         if await _already_settled(manager, delegation):
             await delegations._clean_up(delegation, _recorded(loaded.entries), session_id)
             continue
+        thread = manager.thread(key)
+        if thread is not None:
+            # The manager resumed the interrupted run at start-up; the delegation is over.
+            thread.session.interrupt(RESTARTED)
+            await thread.session.clear_queue()
         outcome = _recorded(loaded.entries)
-        if outcome.status == POOL_CANCELED and outcome.words == RESTARTED:
-            thread = manager.thread(key)
-            if thread is not None:  # the manager resumed it: the delegation is over
-                thread.session.interrupt(RESTARTED)
-                await thread.session.clear_queue()
         await delegations.finish(delegation, outcome, announce_step=False)
         settled += 1
     return settled
@@ -441,7 +441,7 @@ def _recorded(entries: list[Entry]) -> Outcome:
         (e for e in entries if isinstance(e, TurnEntry) and e.run_id == prompt.run_id), None
     )
     if turn is None:
-        return Outcome(status=POOL_CANCELED, words=RESTARTED, answer="")
+        return Outcome(status=POOL_CANCELED, words=f"canceled ({RESTARTED})", answer="")
     result = RunResult(
         stop_reason=turn.stop_reason, usage=turn.usage, steps=turn.steps, error=turn.err
     )

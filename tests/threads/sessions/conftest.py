@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,13 +123,14 @@ class Rig:
         sink: Sink = self.inbox(key)
         return self.policy.wrap(key, sink) if self.policy is not None else sink
 
-    async def say(self, key: str, text: str) -> Turn:
+    async def say(self, key: str, text: str, *, agent: str | None = None) -> Turn:
         """A channel user's message to ``key``; the turn it started."""
         wake = Wake(
             source=WakeSource.TELEGRAM,
             body=text,
             caller=UserCaller(channel="telegram", user_id="7"),
             sink=self.user_sink(key),
+            agent=agent,
         )
         _accepted, turn = await self.manager.wake_turn(key, wake)
         return turn
@@ -227,3 +228,13 @@ async def rig(script: SessionScript) -> AsyncIterator[Rig]:
 def reply(text: str) -> Step:
     """A final text answer (what a turn replies to its caller)."""
     return say(text)
+
+
+async def eventually(predicate: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll ``predicate`` until it holds, failing after a deadline (never a bare sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while not await predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"still not true after 10 s: {what}")
+        await asyncio.sleep(0.005)  # polling with a deadline

@@ -114,9 +114,12 @@ async def test_reply_back_alternates_requester_and_target_until_reply_skip(
     await rig.result(await rig.say(USER, "ask"))
     await rig.settle()
     user_prompts, peer_prompts = rig.prompts(USER), rig.prompts(PEER)
-    assert "round 2 of 6" in user_prompts[2] and "r1: green" in user_prompts[2]
-    assert "round 3 of 6" in peer_prompts[2] and "which branch?" in peer_prompts[2]
-    assert "round 4 of 6" in user_prompts[3] and "main and dev" in user_prompts[3]
+    assert "round 2 of 6" in user_prompts[2]
+    assert "r1: green" in user_prompts[2]
+    assert "round 3 of 6" in peer_prompts[2]
+    assert "which branch?" in peer_prompts[2]
+    assert "round 4 of 6" in user_prompts[3]
+    assert "main and dev" in user_prompts[3]
     assert len(user_prompts) == 4  # REPLY_SKIP ended it: no round 5
     assert "[agent-to-agent announce step]" in peer_prompts[3]
 
@@ -133,7 +136,8 @@ async def test_the_ping_pong_stops_at_max_ping_pong_turns(script: SessionScript)
         assert len(rig.prompts(USER)) == 3  # the ask, and one reply round
         assert "round 3 of 3" in rig.prompts(PEER)[2]
         assert "[agent-to-agent announce step]" in rig.prompts(PEER)[3]
-        assert script.scripts[USER] and script.scripts[USER][0].message.text() == "u4 (never asked)"  # type: ignore[union-attr]
+        (left,) = script.scripts[USER]
+        assert left.message.text() == "u4 (never asked)"  # type: ignore[union-attr]
     finally:
         await rig.manager.close()
 
