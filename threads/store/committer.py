@@ -18,6 +18,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -27,7 +28,10 @@ T = TypeVar("T")
 class Syncable(Protocol):
     """What a round wrote to — a file, a transaction; ``sync`` makes it durable.
 
-    Targets are synced in the order the round first registered them.
+    Targets are synced in the order the round first registered them, unless the
+    committer was made with ``parallel_syncs`` > 1: then the round's targets are
+    synced side by side (independent files, whose fsyncs the filesystem can
+    fold into one journal commit).
     """
 
     def sync(self) -> None: ...
@@ -47,14 +51,24 @@ class Round:
         self._pending[key] = target
         self._waiting.setdefault(key, []).append(op)
 
-    def finish(self) -> None:
+    def finish(self, pool: ThreadPoolExecutor | None) -> None:
+        if pool is not None and len(self._pending) > 1:
+            futures = {key: pool.submit(target.sync) for key, target in self._pending.items()}
+            for key, future in futures.items():
+                error = future.exception()
+                if isinstance(error, Exception):
+                    self._fail(key, error)
+            return
         for key, target in self._pending.items():
             try:
                 target.sync()
             except Exception as exc:
-                for op in self._waiting[key]:
-                    if op.error is None:
-                        op.error = exc
+                self._fail(key, exc)
+
+    def _fail(self, key: int, error: Exception) -> None:
+        for op in self._waiting[key]:
+            if op.error is None:
+                op.error = error
 
 
 class Op(Generic[T]):
@@ -90,10 +104,11 @@ def _settle(ops: list[Op[Any]]) -> None:
 class Committer:
     """The writer thread of one store. Start it lazily; stop it with :meth:`stop`."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, parallel_syncs: int = 1) -> None:
         self._name = name
         self._queue: queue.SimpleQueue[Op[Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._parallel = parallel_syncs
         self._closed = False
 
     async def run(self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True) -> T:
@@ -130,6 +145,16 @@ class Committer:
         await asyncio.to_thread(thread.join)
 
     def _main(self) -> None:
+        pool = None
+        if self._parallel > 1:
+            pool = ThreadPoolExecutor(self._parallel, thread_name_prefix=f"{self._name}-sync")
+        try:
+            self._rounds(pool)
+        finally:
+            if pool is not None:
+                pool.shutdown()
+
+    def _rounds(self, pool: ThreadPoolExecutor | None) -> None:
         get, get_nowait = self._queue.get, self._queue.get_nowait
         running = True
         while running:
@@ -152,7 +177,7 @@ class Committer:
                     op.result = op.fn(current, op)
                 except Exception as exc:
                     op.error = exc
-            current.finish()
+            current.finish(pool)
             by_loop: dict[asyncio.AbstractEventLoop, list[Op[Any]]] = {}
             for op in ops:
                 by_loop.setdefault(op.loop, []).append(op)

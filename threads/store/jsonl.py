@@ -109,7 +109,9 @@ class JsonlStore:
         self._max_open = max(1, max_open)
         self._poll = poll_interval
         self._pause = pause
-        self._committer = Committer(f"jsonl-writer:{os.path.basename(self._root)}")
+        self._committer = Committer(
+            f"jsonl-writer:{os.path.basename(self._root)}", parallel_syncs=8
+        )
         self._handles: OrderedDict[str, _Handle] = OrderedDict()  # writer thread only
         self._journal: KeyJournal | None = None  # writer thread only
         self._leases = Leases()
@@ -216,14 +218,17 @@ class JsonlStore:
         """Append raw bytes to a session's file, as a damaged disk or a crash leaves them."""
         check_id(session)
 
-        def write() -> None:
+        def write(rnd: Round, op: Op[None]) -> None:
             fd = self._open_existing(session, os.O_WRONLY | os.O_APPEND)
             try:
                 os.write(fd, data)
             finally:
                 os.close(fd)
+            held = self._handles.get(session)
+            if held is not None:
+                held.size = -1  # the next append re-checks the tail
 
-        await self._off_loop(write)
+        await self._committer.run(write)
         self._pulse.fire()
 
     async def plant(self, session: str, data: bytes) -> None:
@@ -279,15 +284,16 @@ class JsonlStore:
         if not data:
             return
         fd = handle.fd
-        st = os.fstat(fd)
-        if st.st_nlink == 0:
-            self._forget(handle)
-            raise NotFoundError(session, "deleted by another writer")
-        if st.st_size != handle.size:
-            # Bytes arrived behind this writer's back (no_lock, or a damaged file):
-            # re-check the tail before joining it.
-            handle.size = self._repair(session, fd, st.st_size)
-            handle.lines = -1
+        if self._options.no_lock or handle.size < 0:
+            # Without the lock, others may have written or deleted behind this
+            # writer's back: re-check the file before joining its tail.
+            st = os.fstat(fd)
+            if st.st_nlink == 0:
+                self._forget(handle)
+                raise NotFoundError(session, "deleted by another writer")
+            if st.st_size != handle.size:
+                handle.size = self._repair(session, fd, st.st_size)
+                handle.lines = -1
         try:
             if self._pause is not None:
                 half = len(data) // 2

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -23,7 +24,9 @@ from threads.ids import valid_id
 from threads.messages import WireError
 from threads.store.base import Page, Query
 from threads.store.entries import Header, decode_header
-from threads.store.rules import created_us, page_of
+from threads.store.rules import created_us, page_of, page_of_sorted
+
+_SETTLED_NS = 2_000_000_000
 
 
 @dataclass(slots=True, eq=False)
@@ -46,53 +49,80 @@ class DirectoryListing:
     def __init__(self, root: str, suffix: str) -> None:
         self._root = root
         self._suffix = suffix
-        self._listed: dict[str, _Listed] = {}
+        self._listed: dict[str, _Listed] = {}  # by file name
+        self._keys: list[tuple[int, str]] = []  # ascending list order, readable headers only
+        self._headers: list[Header] = []
+        self._seen_mtime = -1
+        self._scanned_at = 0
         self._lock = threading.Lock()
 
     def page(self, query: Query) -> Page:
         """One list page, by the rules every backend shares."""
         with self._lock:
-            listed = self._scan()
-            rows = [(item.key, item.header) for item in listed.values() if item.header]
+            self._refresh()
+            if not query.meta and not query.title_search:
+                return page_of_sorted(self._keys, self._headers, query)
+            rows = list(zip(self._keys, self._headers, strict=True))
             titles: dict[int, str] = {}
             if query.title_search:
-                titles = {id(item.header): self._title(sid, item) for sid, item in listed.items()}
+                titles = {
+                    id(item.header): self._title(name, item)
+                    for name, item in self._listed.items()
+                    if item.header is not None
+                }
         return page_of(rows, query, lambda h: titles[id(h)])
 
     def headers(self) -> Iterator[tuple[tuple[int, str], Header]]:
         """Every readable header with its list-order key."""
         with self._lock:
-            listed = self._scan()
-        for item in listed.values():
-            if item.header is not None:
-                yield item.key, item.header
+            self._refresh()
+            rows = list(zip(self._keys, self._headers, strict=True))
+        yield from rows
 
-    def _scan(self) -> dict[str, _Listed]:
+    def _refresh(self) -> None:
+        """Rescan unless the directory provably has not changed since the last scan.
+
+        A name created or removed changes the directory's mtime; but the clock
+        behind it is coarse, so a scan taken within two seconds of the mtime it
+        saw proves nothing and the next call scans again.
+        """
+        mtime = os.stat(self._root).st_mtime_ns
+        if mtime == self._seen_mtime and self._scanned_at - mtime > _SETTLED_NS:
+            return
+        self._scanned_at = time.time_ns()
+        self._scan()
+        self._seen_mtime = mtime
+
+    def _scan(self) -> None:
         """Refresh the header cache against the directory: new names read, gone ones dropped."""
         old = self._listed
         fresh: dict[str, _Listed] = {}
+        suffix = self._suffix
         with os.scandir(self._root) as it:
             for item in it:
                 name = item.name
-                if not name.endswith(self._suffix) or name.startswith("."):
+                known = old.get(name)
+                inode = item.inode()
+                if known is not None and known.inode == inode:
+                    fresh[name] = known
                     continue
-                session = name[: -len(self._suffix)]
+                if not name.endswith(suffix) or name.startswith("."):
+                    continue
+                session = name[: -len(suffix)]
                 if not valid_id(session):
                     continue
-                inode = item.inode()
-                known = old.get(session)
-                if known is None or known.inode != inode:
-                    header = _read_header(item.path)
-                    key = (created_us(header.created), session) if header else (0, session)
-                    known = _Listed(inode=inode, header=header, key=key)
-                fresh[session] = known
+                header = _read_header(item.path)
+                key = (created_us(header.created), session) if header else (0, session)
+                fresh[name] = _Listed(inode=inode, header=header, key=key)
         self._listed = fresh
-        return fresh
+        rows = sorted((item.key, item.header) for item in fresh.values() if item.header)
+        self._keys = [key for key, _ in rows]
+        self._headers = [header for _, header in rows]
 
-    def _title(self, session: str, item: _Listed) -> str:
+    def _title(self, name: str, item: _Listed) -> str:
         """The session's current title: the last info entry with a non-empty title."""
         try:
-            with open(os.path.join(self._root, session + self._suffix), "rb") as f:
+            with open(os.path.join(self._root, name), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size < item.title_offset:
                     item.title_offset, item.title = 0, ""
