@@ -8,7 +8,7 @@
 gateway runs (store readers never lock). ``send-policy`` writes: with a
 gateway running it goes through the control socket, so the running gateway
 applies it at once; with none it writes the session in the store
-(docs/decisions/0006-sessions-cli-and-send-policy-writes.md).
+(docs/decisions/sessions-06-sessions-cli.md).
 
 Keys are accepted in every shape the session tools accept (``main``,
 ``agent:<agentId>:<channel>:group:<id>``, a session id ``s_…``; see

@@ -34,7 +34,7 @@ def is_archived(meta: Mapping[str, str], config: GatewayConfig, now: datetime) -
     """A kept sub-agent session is archived ``archive_after_minutes`` after it settled.
 
     Archival is derived from the settlement time rather than performed by a
-    timer, so no restart can miss it (docs/decisions/0007).
+    timer, so no restart can miss it (docs/decisions/sessions-04-archival-is-derived.md).
     """
     when = settled_at(meta)
     if when is None or meta.get(CLEANUP, "keep") != "keep":
