@@ -180,7 +180,6 @@ class ControlServer:
         self.gateway.manager.stop_session(str(request["key"]))
         return {"ok": True, "stopped": str(request["key"])}
 
-
     async def _send_policy(
         self, request: dict[str, Any], connection: _Connection
     ) -> dict[str, Any]:
