@@ -331,3 +331,23 @@ async def test_a_requester_without_a_chat_user_is_woken_with_the_announce(
     assert "source: child_completed" in announce
     assert "Status: completed successfully" in announce
     assert "Result: May 1st" in announce
+
+
+async def test_agents_list_says_which_agent_ids_may_be_spawned(script: SessionScript) -> None:
+    config = session_config(
+        {
+            "default": {"model": "scripted/test", "subagents": {"allow_agents": ["coder"]}},
+            "coder": {"model": "scripted/test", "sandboxed": True},
+            "writer": {"model": "scripted/test"},
+        }
+    )
+    rig = await make_rig(script, config)
+    try:
+        script.add(USER, call("agents_list"), dispatch())
+        await rig.result(await rig.say(USER, "who can help?"))
+        (listing,) = rig.tool_results(USER, "agents_list")
+        allowed = {a["agentId"]: a["spawnAllowed"] for a in listing["agents"]}
+        assert allowed == {"coder": True, "default": True, "writer": False}
+        assert listing["requester"] == "default"
+    finally:
+        await rig.manager.close()
