@@ -247,7 +247,8 @@ def bench_key_index_designs(where: Path, sessions: int) -> None:
     begin = time.perf_counter()
     journal = read_journal(str(root), salvage=False)
     load = time.perf_counter() - begin
-    assert journal is not None and len(journal) == sessions
+    assert journal is not None
+    assert len(journal) == sessions
     # A point as one appended journal line (what the store does) ...
     fd = os.open(root / ".bench-journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     appended = []
