@@ -1,0 +1,80 @@
+"""What only the redis backend promises: its writer lock is a key with an expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from tests.conftest import require_service
+from tests.threads.store.conftest import REDIS_DB, REDIS_HOST, REDIS_PORT, REDIS_URL, flush_redis
+from tests.threads.store.helpers import header, msg, texts
+from threads.errors import LockedError
+from threads.store.redis import RedisStore
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aioredis.Redis]:
+    require_service("redis", REDIS_HOST, REDIS_PORT)
+    await flush_redis()
+    found = aioredis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
+    try:
+        yield found
+    finally:
+        await found.aclose()
+
+
+async def test_the_writer_lock_is_a_key_with_an_expiry(client: aioredis.Redis) -> None:
+    store = RedisStore(REDIS_URL, lock_ttl=30)
+    h = header()
+    await store.create(h)
+    ttl = await client.pttl(f"weft:lock:{h.id}")
+    assert 0 < ttl <= 30_000
+    await store.release(h.id)
+    assert await client.exists(f"weft:lock:{h.id}") == 0
+    await store.close()
+
+
+async def test_a_held_lock_is_renewed_before_it_lapses(client: aioredis.Redis) -> None:
+    store = RedisStore(REDIS_URL, lock_ttl=0.6)
+    h = header()
+    await store.create(h)
+    lock = f"weft:lock:{h.id}"
+    deadline = time.monotonic() + 5
+    first = await client.pttl(lock)
+    renewed = False
+    while time.monotonic() < deadline and not renewed:
+        await asyncio.sleep(0.05)  # polling the server with a deadline
+        renewed = await client.pttl(lock) > first
+    assert renewed
+    assert await client.get(lock) is not None
+    await store.close()
+
+
+async def test_a_dead_writers_lock_lapses_and_the_session_can_be_taken(
+    client: aioredis.Redis,
+) -> None:
+    dead = RedisStore(REDIS_URL, lock_ttl=0.5)
+    h = header()
+    await dead.create(h)
+    await dead.append(h.id, [msg("before the crash")])
+    # The writer dies: its renewals stop and it never releases.
+    assert dead._renewer is not None
+    dead._renewer.cancel()
+    await dead._redis.aclose()
+    survivor = RedisStore(REDIS_URL)
+    with pytest.raises(LockedError, match=h.id):
+        await survivor.append(h.id, [msg("too early")])
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            await survivor.append(h.id, [msg("after the lapse")])
+            break
+        except LockedError:
+            assert time.monotonic() < deadline, "the dead writer's lock never lapsed"
+            await asyncio.sleep(0.05)
+    assert texts((await survivor.load(h.id)).entries) == ["before the crash", "after the lapse"]
+    await survivor.close()
