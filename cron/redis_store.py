@@ -164,9 +164,18 @@ class RedisJobStore:
 
     @classmethod
     async def open(
-        cls, url: str, *, prefix: str = DEFAULT_PREFIX, keep_runs: int = 1000
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        keep_runs: int = 1000,
+        max_connections: int = 16,
     ) -> RedisJobStore:
-        client = aioredis.Redis.from_url(url, decode_responses=True)
+        # A blocking pool: a burst of fires waits for a free connection instead of failing.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=30, decode_responses=True
+        )
+        client = aioredis.Redis.from_pool(pool)
         try:
             await client.ping()
         except (RedisError, OSError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -371,3 +372,23 @@ async def test_starting_needs_a_waker_and_happens_once(
     await service.start()
     with pytest.raises(ServiceStateError, match="already started"):
         await service.start()
+
+
+async def test_a_burst_of_due_at_jobs_larger_than_the_connection_pool_all_fire_and_are_spent(
+    stores: Stores, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(await stores.open(), waker)
+    await service.start()
+    runs = Runs(service)
+    due = now() + timedelta(seconds=1)
+    for i in range(120):
+        await service.upsert(service.draft(id=f"burst-{i}", kind="at", at=due, task="burst"))
+    records = await runs.wait(120, timeout=15)
+    assert {r.status for r in records} == {"fired"}
+    assert len(waker.wakes) == 120
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while any(v.job.enabled for v in await service.list_jobs()):
+        assert loop.time() < deadline, "burst jobs still enabled after their fire"
+        await asyncio.sleep(0.05)  # polling the store with a deadline
