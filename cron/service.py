@@ -59,7 +59,6 @@ from cron.errors import (
     NoGatewayError,
     NotYourJobError,
     ServiceStateError,
-    SessionMissingError,
 )
 from cron.ledger import LedgerWriter
 from cron.misfire import MisfirePolicy, Planned
@@ -68,14 +67,13 @@ from cron.models import (
     JobState,
     JobView,
     RunRecord,
-    RunStatus,
     RunVia,
     build_job,
     check_zone,
 )
+from cron.wakes import Outcome, milliseconds, send_wake
 from threads.keys import SessionKey
-from threads.sinks import DropSink, Sink
-from threads.wake import Accepted, SystemCaller, Wake, WakeSource
+from threads.wake import Accepted
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +81,6 @@ EXECUTOR = "cron"
 BEAT_SECONDS = 2.0
 ALIVE_SECONDS = 10.0
 STOP_DEADLINE_SECONDS = 5.0
-CRON_CALLER = SystemCaller(name="cron")
 
 RunListener = Callable[[RunRecord], None]
 
@@ -276,38 +273,6 @@ class _Scheduled:
 
     trigger: Any
     schedule_rev: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Outcome:
-    """What became of one planned fire, before it is a ledger record."""
-
-    planned: Planned
-    via: RunVia
-    fired: datetime | None = None
-    accepted: Accepted | None = None
-    error: str = ""
-
-    def record(self, job: Job) -> RunRecord:
-        planned, fired = self.planned, self.fired
-        if planned.action != "fire":
-            status: RunStatus = planned.action
-        else:
-            status = "failed" if self.error else "fired"
-        return RunRecord(
-            job_id=job.id,
-            status=status,
-            via=self.via,
-            scheduled=planned.scheduled,
-            fired=fired,
-            lateness_ms=_ms(fired - planned.scheduled if fired else planned.lateness),
-            coalesced=planned.coalesced,
-            session_key=str(job.session_key),
-            session_id=self.accepted.session_id if self.accepted else None,
-            run_id=self.accepted.run_id if self.accepted else None,
-            error=self.error,
-            note=planned.note,
-        )
 
 
 # --- the service -------------------------------------------------------------------------
@@ -748,7 +713,7 @@ class CronService:
                 job_id=job.id,
                 status="skipped",
                 scheduled=t.astimezone(UTC),
-                lateness_ms=_ms(self._clock() - t),
+                lateness_ms=milliseconds(self._clock() - t),
                 session_key=str(job.session_key),
                 note=note,
             )
@@ -808,47 +773,31 @@ class CronService:
                 listener(run)
         return stored
 
-    async def _hand_over(self, job: Job, planned: Planned, via: RunVia) -> _Outcome:
+    async def _hand_over(self, job: Job, planned: Planned, via: RunVia) -> Outcome:
         """Hand a planned fire's wake to its session (a missed or skipped one: nothing)."""
         if planned.action != "fire":
-            return _Outcome(planned=planned, via=via)
+            return Outcome(planned=planned, via=via)
         fired = self._clock()
         try:
             accepted = await self._wake(job, planned.scheduled, via, fired)
         except Exception as exc:
             log.warning("cron: job %s failed to wake %s: %s", job.id, job.session_key, exc)
-            return _Outcome(
+            return Outcome(
                 planned=planned, via=via, fired=fired, error=f"{type(exc).__name__}: {exc}"
             )
-        return _Outcome(planned=planned, via=via, fired=fired, accepted=accepted)
+        return Outcome(planned=planned, via=via, fired=fired, accepted=accepted)
 
     async def _wake(self, job: Job, scheduled: datetime, via: RunVia, fired: datetime) -> Accepted:
-        waker = self._waker
-        if waker is None:
+        if self._waker is None:
             raise ServiceStateError("the cron service has no waker")
-        key = job.session_key
-        meta = {"cron_job": job.id, "scheduled": scheduled.isoformat(), "via": via}
-        sink: Sink = DropSink(reason="cron")
-        agent = None
-        if job.direct_wake:
-            if not await waker.session_exists(key):
-                raise SessionMissingError(job.id, str(key))
-        else:
-            agent = job.agent
-            if job.wake_session:
-                meta["report_to"] = job.wake_session
-                if self._session_sink is not None:
-                    sink = self._session_sink(SessionKey(job.wake_session))
-        wake = Wake(
-            source=WakeSource.CRON,
-            body=job.task,
-            caller=CRON_CALLER,
-            sink=sink,
-            agent=agent,
-            meta=meta,
-            created=fired,
+        return await send_wake(
+            self._waker,
+            job,
+            scheduled=scheduled,
+            via=via,
+            fired=fired,
+            session_sink=self._session_sink,
         )
-        return await waker.wake(key, wake)
 
 
 def first_fire_or_none(job: Job, now: datetime) -> datetime | None:
@@ -857,10 +806,6 @@ def first_fire_or_none(job: Job, now: datetime) -> datetime | None:
         return first_fire(job, now)
     except InvalidJobError:
         return job.at if job.kind == "at" else None
-
-
-def _ms(delta: timedelta) -> float:
-    return round(max(delta.total_seconds(), 0.0) * 1000.0, 3)
 
 
 async def _next_turn() -> None:

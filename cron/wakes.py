@@ -1,0 +1,95 @@
+"""What a fire sends: the wake of a cron job, and the record of what became of it.
+
+A direct-wake job wakes its existing ``wake_session`` with that session's own
+agent; an independent job wakes ``cron:<id>`` with the job's agent and, when
+``wake_session`` is set, a sink that carries the reply there. Either way the
+caller is cron (seed 000's drop-sink callers): source ``cron``,
+``SystemCaller("cron")``, and, unless a reply has somewhere to go, a drop sink.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cron.base import SessionSinkFactory, Waker
+from cron.errors import SessionMissingError
+from cron.misfire import Planned
+from cron.models import Job, RunRecord, RunStatus, RunVia
+from threads.keys import SessionKey
+from threads.sinks import DropSink, Sink
+from threads.wake import Accepted, SystemCaller, Wake, WakeSource
+
+CRON_CALLER = SystemCaller(name="cron")
+
+
+async def send_wake(
+    waker: Waker,
+    job: Job,
+    *,
+    scheduled: datetime,
+    via: RunVia,
+    fired: datetime,
+    session_sink: SessionSinkFactory | None = None,
+) -> Accepted:
+    """Hand ``job``'s wake to its session; :class:`SessionMissingError` for a gone direct target."""
+    key = job.session_key
+    meta = {"cron_job": job.id, "scheduled": scheduled.isoformat(), "via": via}
+    sink: Sink = DropSink(reason="cron")
+    agent = None
+    if job.direct_wake:
+        if not await waker.session_exists(key):
+            raise SessionMissingError(job.id, str(key))
+    else:
+        agent = job.agent
+        if job.wake_session:
+            meta["report_to"] = job.wake_session
+            if session_sink is not None:
+                sink = session_sink(SessionKey(job.wake_session))
+    wake = Wake(
+        source=WakeSource.CRON,
+        body=job.task,
+        caller=CRON_CALLER,
+        sink=sink,
+        agent=agent,
+        meta=meta,
+        created=fired,
+    )
+    return await waker.wake(key, wake)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What became of one planned fire, before it is a ledger record."""
+
+    planned: Planned
+    via: RunVia
+    fired: datetime | None = None
+    accepted: Accepted | None = None
+    error: str = ""
+
+    def record(self, job: Job) -> RunRecord:
+        planned, fired = self.planned, self.fired
+        if planned.action != "fire":
+            status: RunStatus = planned.action
+        else:
+            status = "failed" if self.error else "fired"
+        return RunRecord(
+            job_id=job.id,
+            status=status,
+            via=self.via,
+            scheduled=planned.scheduled,
+            fired=fired,
+            lateness_ms=milliseconds(fired - planned.scheduled if fired else planned.lateness),
+            coalesced=planned.coalesced,
+            session_key=str(job.session_key),
+            session_id=self.accepted.session_id if self.accepted else None,
+            run_id=self.accepted.run_id if self.accepted else None,
+            error=self.error,
+            note=planned.note,
+        )
+
+
+def milliseconds(delta: timedelta) -> float:
+    """A lateness in milliseconds (never negative), to the microsecond."""
+    return round(max(delta.total_seconds(), 0.0) * 1000.0, 3)
