@@ -177,7 +177,7 @@ def list_jobs(ctx: typer.Context, config: ConfigOption = None) -> None:
             local,
             in_utc,
             view.job.target_text,
-            "yes" if view.job.enabled else "no (paused)",
+            _enabled_words(view),
             view.last_status or "-",
         )
     out.print(table)
@@ -199,7 +199,7 @@ def show(ctx: typer.Context, job_id: JobIdArgument, config: ConfigOption = None)
         ("task", job.task),
         ("target", job.target_text),
         ("timezone", job.timezone),
-        ("enabled", "yes" if job.enabled else "no (paused)"),
+        ("enabled", _enabled_words(view)),
         ("created", _both(job.created, zone)),
         ("updated", _both(job.updated, zone)),
         ("last status", view.last_status or "-"),
@@ -393,6 +393,14 @@ def _next_fire_cells(view: JobView, now: datetime) -> tuple[str, str]:
         local.strftime("%Y-%m-%d %H:%M:%S %Z") + overdue if local else "-",
         _utc(view.next_fire),
     )
+
+
+def _enabled_words(view: JobView) -> str:
+    if view.job.enabled:
+        return "yes"
+    if view.job.kind == "at" and view.next_fire is None:
+        return "no (done)"
+    return "no (paused)"
 
 
 def _next_fire_words(view: JobView) -> str:

@@ -292,3 +292,25 @@ async def test_cli_run_now_is_fired_by_the_running_gateway(
     finally:
         await service.stop()
         await store.close()
+
+
+def test_list_tells_a_spent_at_job_from_a_paused_one(cli: Cli, tmp_path: Path) -> None:
+    from cron.base import Advance
+
+    cli("set-at", "--id", "spent", "--at", later(), "--task", "ping")
+    cli("set-at", "--id", "paused", "--at", later(), "--task", "ping", "--paused")
+
+    async def spend() -> None:
+        store = await connect_store(f"sqlite:///{tmp_path / 'data' / 'gateway.db'}")
+        job = await store.get("spent")
+        assert job is not None
+        await store.record("spent", [], advance=Advance(next_fire=None, schedule_rev=job.revision))
+        await store.disable_if_unchanged("spent", job.revision)
+        await store.close()
+
+    asyncio.run(spend())
+    rows = {
+        line.split("│")[1].strip(): line for line in cli("list").output.splitlines() if "│" in line
+    }
+    assert "no (done)" in rows["spent"]
+    assert "no (paused)" in rows["paused"]
