@@ -869,18 +869,22 @@ class Session:
         head = batch[0]
         for pending in batch[1:]:
             pending.turn.run_id = head.turn.run_id
-        prompts = [
-            MessageEntry(
-                id=p.prompt_id,
-                message=p.message,
-                run_id=head.turn.run_id if p is head else "",
-                wake=p.wake,
+        prompts: list[Entry] = []
+        leaf = self._tree.leaf
+        for pending in batch:
+            if pending.started:
+                continue
+            prompt = MessageEntry(
+                id=pending.prompt_id,
+                parent=leaf,
+                message=pending.message,
+                run_id=head.turn.run_id if pending is head else "",
+                wake=pending.wake,
             )
-            for p in batch
-            if not p.started
-        ]
+            prompts.append(prompt)
+            leaf = prompt.id
         try:
-            await self._write(self._chain(*prompts))
+            await self._write(prompts)
         except Exception as exc:
             log.exception("session %s: the prompt of %s was not written", self.id, head.turn.run_id)
             for pending in batch:
@@ -933,24 +937,25 @@ class Session:
                 stop_reason="canceled", error=active.cancel_reason or "canceled", steps=run.steps
             )
         canceled = result.stop_reason == "canceled"
-        turn_entry = TurnEntry(
-            id=new_entry_id(),
-            run_id=run.run_id,
-            stop_reason=result.stop_reason,
-            usage=result.usage,
-            steps=result.steps,
-            err=result.error,
-            canceled=canceled,
-            policy=run.policy.value,
-            last_input=result.last_input,
-        )
         outcome = Outcome.CANCELED if canceled else Outcome.ANSWERED
         if result.stop_reason == "error":
             outcome = Outcome.FAILED
         async with self._lock:
             messages, run.staged = run.staged, []
             messages += interruption_results(still_open(self._tree.open_calls(), messages))
-            entries: list[Entry] = [MessageEntry(id=new_entry_id(), message=m) for m in messages]
+            entries, leaf = _linked(self._tree.leaf, messages)
+            turn_entry = TurnEntry(
+                id=new_entry_id(),
+                parent=leaf,
+                run_id=run.run_id,
+                stop_reason=result.stop_reason,
+                usage=result.usage,
+                steps=result.steps,
+                err=result.error,
+                canceled=canceled,
+                policy=run.policy.value,
+                last_input=result.last_input,
+            )
             entries.append(turn_entry)
             if active.rollback:
                 prompt = self._tree.by_id.get(active.prompt_id)
@@ -1055,16 +1060,14 @@ class Session:
     async def _flush_run(self, run: Run) -> None:
         async with self._lock:
             messages, run.staged = run.staged, []
-            await self._write(
-                self._chain(*[MessageEntry(id=new_entry_id(), message=m) for m in messages])
-            )
+            await self._write(_linked(self._tree.leaf, messages)[0])
 
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:
             messages, run.staged = run.staged, []
             steers = list(self._steers)
             self._steers.clear()
-            entries: list[Entry] = [MessageEntry(id=new_entry_id(), message=m) for m in messages]
+            entries, _ = _linked(self._tree.leaf, messages)
             delivered: list[Message] = []
             for steer in steers:
                 entries.append(
@@ -1087,6 +1090,16 @@ class Session:
             steer.turn.run_id = run.run_id
             steer.turn.finish(Outcome.DELIVERED)
         return delivered
+
+
+def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:
+    """Message entries for ``messages``, each linked to the one before from ``leaf``; the new leaf."""
+    entries: list[Entry] = []
+    for message in messages:
+        entry = MessageEntry(id=new_entry_id(), parent=leaf, message=message)
+        entries.append(entry)
+        leaf = entry.id
+    return entries, leaf
 
 
 def _deferral_receipts(deferred: list[tuple[_Pending, _Pending]]) -> list[Entry]:
