@@ -116,6 +116,8 @@ class _Pending:
     prompt_id: str = ""
     started: bool = False
     arrived: float = field(default_factory=time.monotonic)
+    cancel_reason: str = ""
+    rollback: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -694,8 +696,8 @@ class Session:
             receipt_id=receipt.id,
             prompt_id=prompt_id,
         )
-        if policy in (Policy.INTERRUPT, Policy.ROLLBACK) and self._running is not None:
-            # Runs next: ahead of the queue, behind a turn whose prompt is written.
+        if policy in (Policy.INTERRUPT, Policy.ROLLBACK) and self._steer_target() is not None:
+            # Runs next: ahead of the queue, behind the turn it interrupts.
             at = 1 if self._queue and self._queue[0].started else 0
             self._queue.insert(at, pending)
             self._cancel_running(
@@ -709,8 +711,13 @@ class Session:
         return turn
 
     def _cancel_running(self, reason: str, *, rollback: bool = False) -> None:
+        """Cancel the turn in flight, or the one whose prompt is written and has yet to run."""
         active = self._running
         if active is None:
+            head = self._queue[0] if self._queue else None
+            if head is not None and head.started:
+                head.cancel_reason = head.cancel_reason or reason
+                head.rollback = head.rollback or rollback
             return
         active.cancel_reason = active.cancel_reason or reason
         active.rollback = active.rollback or rollback
@@ -719,7 +726,7 @@ class Session:
 
     def interrupt(self, reason: str = "stopped by the user") -> bool:
         """Cancel the running turn now; it is recorded as canceled. False when none runs."""
-        if self._running is None:
+        if self._steer_target() is None:
             return False
         self._cancel_running(reason)
         return True
@@ -905,7 +912,13 @@ class Session:
             policy=head.policy,
         )
         run.bind(self._flush_run, self._drain_run)
-        active = _Active(run=run, pendings=batch, prompt_id=head.prompt_id)
+        active = _Active(
+            run=run,
+            pendings=batch,
+            prompt_id=head.prompt_id,
+            cancel_reason=head.cancel_reason,
+            rollback=head.rollback,
+        )
         self._running = active
         return active
 
@@ -963,8 +976,23 @@ class Session:
             steers = list(self._steers)
             deferred = self._plan_deferrals()
             entries.extend(_deferral_receipts(deferred))
+            linked = self._chain(*entries)
+            upcoming = self._upcoming(deferred)
+            if upcoming is not None:
+                # The next turn's prompt rides in the same append: one write, not two.
+                last = linked[-1]
+                upcoming_prompt = MessageEntry(
+                    id=upcoming.prompt_id,
+                    parent=last.entry if isinstance(last, LeafEntry) else last.id,
+                    message=upcoming.message,
+                    run_id=upcoming.turn.run_id,
+                    wake=upcoming.wake,
+                )
+                linked.append(upcoming_prompt)
             try:
-                await self._write(self._chain(*entries))
+                await self._write(linked)
+                if upcoming is not None:
+                    upcoming.started = True
             except Exception as exc:
                 log.exception("session %s: the end of turn %s was not written", self.id, run.run_id)
                 outcome = Outcome.FAILED
@@ -982,6 +1010,15 @@ class Session:
         for old, new in deferred:
             old.turn.next = new.turn
             old.turn.finish(Outcome.DEFERRED)
+
+    def _upcoming(self, deferred: list[tuple[_Pending, _Pending]]) -> _Pending | None:
+        """The input that will run next, when its prompt can be written now (lock held)."""
+        if self._stop_queue:
+            return None
+        head = deferred[0][1] if deferred else (self._queue[0] if self._queue else None)
+        if head is None or head.started or head.policy is Policy.COLLECT:
+            return None
+        return head
 
     def _plan_deferrals(self) -> list[tuple[_Pending, _Pending]]:
         """Steers no run drained become follow-up turns (lock held)."""

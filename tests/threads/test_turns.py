@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -22,7 +23,8 @@ from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message, Usage
 from threads.session import Session
 from threads.store.base import SessionStore
-from threads.store.entries import Header, MessageEntry, ReceiptEntry, TurnEntry
+from threads.store.entries import Entry, Header, MessageEntry, ReceiptEntry, TurnEntry
+from threads.store.memory import MemoryStore
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, StepFinish, TextDelta
 
 
@@ -212,3 +214,51 @@ async def test_the_run_id_counter_continues_from_the_highest_recorded_id_not_the
     await handle.wait(10)
     await session.close()
     assert receipts(await stored(session_store, header.id), "dropped") == [dropped]
+
+
+class CountingStore(MemoryStore):
+    """A memory store that keeps the kinds of every appended batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[str]] = []
+
+    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+        self.batches.append([e.TYPE for e in entries])
+        await super().append(session, entries)
+
+
+async def test_a_queued_turns_prompt_lands_in_the_same_append_as_the_previous_turns_end() -> None:
+    store = CountingStore()
+    hold = Hold()
+    session = await Session.create(store, HandAgent(hold.turn()))
+    first = await session.send(Message.user("first"))
+    await hold.reached()
+    second = await session.send(Message.user("second"))
+    hold.release.set()
+    await first.wait(10)
+    await second.wait(10)
+    assert store.batches == [
+        ["message"],  # first's prompt
+        ["receipt"],  # second accepted
+        ["message", "turn", "message"],  # first's answer and end, second's prompt
+        ["message", "turn"],
+    ]
+    await session.close()
+
+
+async def test_interrupting_a_turn_whose_prompt_is_written_but_run_not_begun_cancels_it_unrun(
+    session_store: SessionStore,
+) -> None:
+    agent = HandAgent()
+    session = await Session.create(session_store, agent)
+    doomed = await session.send(Message.user("about to start"))
+    assert session.interrupt("changed my mind")
+    result = await doomed.wait(10)
+    assert doomed.outcome is Outcome.CANCELED
+    assert result is not None
+    assert result.error == "changed my mind"
+    assert agent.runs == []
+    (entry,) = turn_entries(await stored(session_store, session.id))
+    assert (entry.run_id, entry.canceled) == (doomed.run_id, True)
+    await session.close()
