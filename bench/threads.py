@@ -14,6 +14,10 @@ call to the reply reaching its sink. At 1 session the 64 outstanding wakes
 queue behind one another, so latency there is mostly queueing; the
 sequential figure (one wake at a time) is the per-turn cost.
 
+For scale, the run also measures the disk's bare ``write`` + ``fsync`` in
+the same directory, and the 100-session run once more on the memory store
+(the runtime's own cost, no disk).
+
 The 10 000-session figures come from fresh processes over one directory: one
 creates the sessions (each with one turn; untimed, fsync off, evicted in
 chunks), the next measures. Memory is resident set size deltas there: the
@@ -107,17 +111,18 @@ def settled_rss() -> int:
 class Bench:
     """One manager over one jsonl store directory."""
 
-    def __init__(self, root: Path, *, fsync: FsyncPolicy = "every_append") -> None:
+    def __init__(self, root: Path, *, fsync: FsyncPolicy = "every_append", url: str = "") -> None:
         self.root = root
+        url = url or f"jsonl://{root}"
         config = validate(
             {
                 "models": {"providers": {"scripted": {"base_url": "http://127.0.0.1:9"}}},
                 "agents": {"default": {"model": "scripted/x"}},
-                "store": {"url": f"jsonl://{root}", "fsync": fsync},
+                "store": {"url": url, "fsync": fsync},
             },
             "bench",
         )
-        self.store: SessionStore = open_store(f"jsonl://{root}", StoreOptions(fsync=fsync))
+        self.store: SessionStore = open_store(url, StoreOptions(fsync=fsync))
         models = Models(config.models, clients={"scripted": ScriptedModel()})
         loop = AgentLoop(config=config, models=models, tools=ToolRegistry([dispatch_tool]))
         self.manager = ThreadManager(store=self.store, agent=loop, config=config)
@@ -190,6 +195,36 @@ async def throughput(tmp: Path, sessions: int, figures: dict[str, Any]) -> None:
         f"(first contact: {sessions / created:.1f} sessions/s)",
         flush=True,
     )
+
+
+def bare_fsync(tmp: Path, figures: dict[str, Any]) -> None:
+    """The disk's own price: one small append and fsync, as a store entry would cost."""
+    path = tmp / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    line = b'{"type":"message","id":"e_probe","message":{"role":"user","content":[]}}\n' * 3
+    samples = []
+    try:
+        for _ in range(200):
+            started = time.perf_counter()
+            os.write(fd, line)
+            os.fsync(fd)
+            samples.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+    figures["bare_write_fsync_p50_ms"] = ms(statistics.median(samples))
+    print(f"bare write+fsync: p50 {figures['bare_write_fsync_p50_ms']:.2f} ms", flush=True)
+
+
+async def without_disk(figures: dict[str, Any]) -> None:
+    """The runtime's own cost: 100 sessions on the memory store (no disk at all)."""
+    async with Bench(Path("unused"), url="memory://") as bench:
+        keys = [f"api:s{n}" for n in range(100)]
+        await bench.many(keys, CONCURRENCY)
+        await bench.idle()
+        seconds, _ = await bench.many([keys[i % 100] for i in range(WAKES)], CONCURRENCY)
+        await bench.idle()
+    figures["wakes_per_second_100_sessions_memory_store"] = round(WAKES / seconds, 1)
+    print(f"   100 sessions, memory store: {WAKES / seconds:8.1f} wakes/s (no disk)", flush=True)
 
 
 async def sequential(tmp: Path, figures: dict[str, Any]) -> None:
@@ -320,10 +355,12 @@ async def main(profile: bool) -> dict[str, Any]:
             pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
             print(out.getvalue().split("tottime", 1)[-1][:6000])
             return figures
+        bare_fsync(tmp, figures)
         await sequential(tmp, figures)
         for sessions in (1, 100):
             await throughput(tmp, sessions, figures)
         await large(tmp, figures)
+        await without_disk(figures)
     figures["bench_seconds"] = round(time.perf_counter() - started, 1)
     return figures
 
