@@ -397,3 +397,24 @@ async def test_stop_session_asks_the_running_turn_to_end_and_names_a_key_with_no
     with pytest.raises(ThreadNotLoadedError, match="no thread is loaded for session cron:x"):
         rt.manager.stop_session("cron:x")
     await rt.manager.close()
+
+
+async def test_a_wake_during_its_threads_eviction_waits_for_the_lease_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    store = await _jsonl(tmp_path / "sessions")
+    rt = await make_runtime(store, ScriptedModel())
+    first = await rt.manager.wake_turn(KEY, system_wake("before"))
+    await first[1].wait(10)
+    evicting = asyncio.create_task(rt.manager.evict_idle(0))
+    await asyncio.sleep(0)  # one step: the thread is gone from the map, its close under way
+    assert rt.manager.thread(KEY) is None
+    accepted, turn = await rt.manager.wake_turn(KEY, system_wake("during"))
+    assert await evicting == 1
+    await turn.wait(10)
+    assert accepted.session_id == first[0].session_id
+    assert turn.outcome == "answered"
+    entries = await stored(store, accepted.session_id)
+    assert [p.message.text().rsplit("\n", 1)[-1] for p in prompts(entries)] == ["before", "during"]
+    await rt.manager.close()
+    await store.close()
