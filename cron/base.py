@@ -25,8 +25,11 @@ from threads.wake import Accepted, Wake
 Clock = Callable[[], datetime]
 """Returns the current time, timezone-aware (UTC)."""
 
-SessionSinkFactory = Callable[[SessionKey], Sink]
-"""Builds the sink that turns a reply into a wake of another session (the gateway's)."""
+SessionSinkFactory = Callable[[SessionKey, SessionKey], Sink]
+"""Builds the sink that turns a reply into a wake of another session: ``(target, origin)``.
+
+``origin`` is the job's own session (``cron:<id>``), the caller the target sees.
+"""
 
 
 def utc_now() -> datetime:

@@ -45,7 +45,7 @@ async def send_wake(
         if job.wake_session:
             meta["report_to"] = job.wake_session
             if session_sink is not None:
-                sink = session_sink(SessionKey(job.wake_session))
+                sink = session_sink(SessionKey(job.wake_session), key)
     wake = Wake(
         source=WakeSource.CRON,
         body=job.task,

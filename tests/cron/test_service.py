@@ -96,7 +96,8 @@ async def test_an_independent_job_wakes_its_own_session_with_its_agent_and_repor
 ) -> None:
     reported: list[SessionKey] = []
 
-    def session_sink(key: SessionKey) -> Sink:
+    def session_sink(key: SessionKey, origin: SessionKey) -> Sink:
+        assert origin == "cron:digest"
         reported.append(key)
         return DropSink(reason=f"test sink for {key}")
 

@@ -85,7 +85,9 @@ class AgentLoop:
         ref = run.session.header.meta.get("model") or agent.model or self.config.models.default
         client, model, settings = self.models.resolve(ref)
         key = run.session.header.meta.get("key", run.session.id)
-        tools, specs = self.tools.select(agent.tools)
+        tools, specs = self.tools.select(
+            agent.tools, without_groups=() if agent.cron_tools else ("cron",)
+        )
         if self.tool_filter is not None:
             tools = self.tool_filter(key, agent, tools)
             specs = [t.spec for t in tools.values()]

@@ -9,6 +9,7 @@ call past its timeout as a timeout error — and the turn goes on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class Tool(Generic[A]):
     handler: Handler[A]
     timeout: float | None = None
     terminates: bool = False
+    group: str = ""
     spec: ToolSpec = field(init=False)
 
     def __post_init__(self) -> None:
@@ -69,6 +71,10 @@ class Tool(Generic[A]):
         object.__setattr__(
             self, "spec", ToolSpec(name=self.name, description=self.description, parameters=schema)
         )
+
+    def in_group(self, group: str) -> Tool[A]:
+        """This tool, in a named group (agents can be denied a whole group, e.g. ``cron``)."""
+        return dataclasses.replace(self, group=group)
 
 
 def tool(
@@ -116,9 +122,14 @@ class ToolRegistry:
     def get(self, name: str) -> Tool[Any] | None:
         return self._tools.get(name)
 
-    def select(self, allowed: Sequence[str]) -> tuple[dict[str, Tool[Any]], list[ToolSpec]]:
-        """The tools an agent may use (``*`` means all; ``-name`` removes one) and their specs."""
-        cache_key = tuple(allowed)
+    def select(
+        self, allowed: Sequence[str], *, without_groups: Sequence[str] = ()
+    ) -> tuple[dict[str, Tool[Any]], list[ToolSpec]]:
+        """The tools an agent may use (``*`` means all; ``-name`` removes one) and their specs.
+
+        Tools in ``without_groups`` are left out whatever ``allowed`` says.
+        """
+        cache_key = (*allowed, "\0", *without_groups)
         cached = self._selections.get(cache_key)
         if cached is not None:
             return cached
@@ -130,6 +141,8 @@ class ToolRegistry:
                 chosen.pop(pattern[1:], None)
             elif pattern in self._tools:
                 chosen[pattern] = self._tools[pattern]
+        for name in [n for n, t in chosen.items() if t.group and t.group in without_groups]:
+            del chosen[name]
         # dispatch is how a turn ends; every agent has it.
         if "dispatch" in self._tools:
             chosen.setdefault("dispatch", self._tools["dispatch"])
