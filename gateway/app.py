@@ -21,6 +21,8 @@ from channels.base import Channel, ChannelSink
 from channels.cli import CliChannel
 from channels.web import WebChannel
 from config.models import GatewayConfig
+from cron import CronService, connect_store
+from gateway.cron_tools import cron_tools
 from gateway.lifetimes import Lifetimes
 from gateway.router import Router, endpoint_of
 from threads.agent.loop import AgentLoop
@@ -77,6 +79,7 @@ class Gateway:
         self.send_policy: SendPolicy | None = None
         self._router: Router | None = None
         self.control_path: Path | None = None
+        self.cron: CronService | None = None
 
     @property
     def store(self) -> SessionStore:
@@ -146,6 +149,9 @@ class Gateway:
         self._lifetimes.push("thread manager", self._manager.close)
         Supervisor(self._manager).start()
 
+        if config.cron.enabled:
+            await self._start_cron(tools)
+
         for channel in self._build_channels():
             self.channels[channel.name] = channel
         self._router = Router(self._manager, self.channels)
@@ -164,6 +170,36 @@ class Gateway:
             await server.start()
             self.control_path = server.path
             self._lifetimes.push("control socket", server.stop)
+
+    async def _start_cron(self, tools: ToolRegistry) -> None:
+        """Cron on the state store, waking threads through the manager; its tools for agents."""
+        store = await connect_store(self.config.state_store_url())
+        self._lifetimes.push("cron store", store.close)
+        service = CronService.from_config(
+            self.config, store, waker=self.manager, session_sink=self.manager.session_sink
+        )
+        await service.start()
+        self._lifetimes.push("cron", service.stop)
+        self.cron = service
+        for cron_tool in cron_tools(service):
+            tools.register(cron_tool)
+        self.manager.health_sources["cron"] = self._cron_health
+
+    async def _cron_health(self) -> dict[str, Any]:
+        assert self.cron is not None
+        jobs = await self.cron.list_jobs()
+        upcoming = sorted(
+            ((v.next_fire, v.job) for v in jobs if v.next_fire is not None), key=lambda p: p[0]
+        )
+        return {
+            "running": self.cron.running,
+            "jobs": len(jobs),
+            "enabled": sum(v.job.enabled for v in jobs),
+            "next": [
+                {"id": job.id, "next_fire": at.isoformat(), "target": str(job.session_key)}
+                for at, job in upcoming[:5]
+            ],
+        }
 
     def _build_channels(self) -> list[Channel]:
         channels: list[Channel] = []
