@@ -151,13 +151,13 @@ class JsonlStore:
 
     async def close(self) -> None:
         """Flush and close every held session and the key index; the store is done."""
+        self._leases.clear()
         try:
             await self._committer.run(self._w_close_all, cancellable=False)
         except RuntimeError:
             return  # already closed
         finally:
-            self._leases.clear()
-        await self._committer.stop()
+            await self._committer.stop()
 
     # -- KeyIndex
 

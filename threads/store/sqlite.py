@@ -412,6 +412,8 @@ class SqliteStore:
         if conn is None:
             return
         try:
+            if self._txn is not None and self._txn.active:
+                self._txn.sync()  # the round's earlier writes commit before the close
             conn.execute("DELETE FROM locks WHERE owner = ?", (self._owner,))
             if not self._every:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()

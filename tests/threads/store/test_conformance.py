@@ -223,7 +223,7 @@ async def test_list_limit_zero_means_fifty_and_caps_at_five_hundred(backend: Bac
 
 
 async def test_list_filters_by_meta_exactly_and_by_the_current_title(store: Any) -> None:
-    a = header(created=at(1), team="red", public_id="pa")
+    a = header(created=at(1), team="red", public_id="pa", **{"weft.public_id": "w.1"})
     b = header(created=at(2), team="red")
     c = header(created=at(3), team="blue")
     for h in (a, b, c):
@@ -237,6 +237,8 @@ async def test_list_filters_by_meta_exactly_and_by_the_current_title(store: Any)
     both = await store.list(Query(meta={"team": "red", "public_id": "pa"}))
     assert [h.id for h in both.sessions] == [a.id]
     assert (await store.list(Query(meta={"team": "re"}))).total == 0
+    dotted = await store.list(Query(meta={"weft.public_id": "w.1"}))
+    assert [h.id for h in dotted.sessions] == [a.id]
     found = await store.list(Query(title_search="rePort"))
     # b's title moved on to "Holiday plans"; c's empty info title does not clear it.
     assert [h.id for h in found.sessions] == [c.id, a.id]
