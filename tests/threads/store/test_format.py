@@ -238,6 +238,8 @@ def golden_header() -> Header:
 def write_goldens() -> None:
     GOLDEN.mkdir(exist_ok=True)
     (GOLDEN / "header.jsonl").write_bytes(encode_header(golden_header()))
+    batch = [golden_entries()[name] for name in ("leaf", "label", "info")]
+    (GOLDEN / "batch.jsonl").write_bytes(encode_batch(batch))
     for name, entry in golden_entries().items():
         (GOLDEN / f"{name}.jsonl").write_bytes(encode_entry(entry))
 
@@ -392,3 +394,37 @@ def test_a_batch_round_trips_through_a_session(entries: list[Entry]) -> None:
 if __name__ == "__main__":
     write_goldens()
     sys.stdout.write(f"wrote {len(golden_entries()) + 1} golden lines to {GOLDEN}\n")
+
+
+def test_a_batch_of_several_entries_is_framed_by_more_on_all_but_its_last_line() -> None:
+    entries = [golden_entries()[name] for name in ("leaf", "label", "info")]
+    golden = (GOLDEN / "batch.jsonl").read_bytes()
+    assert encode_batch(entries) == golden
+    assert [orjson.loads(line).get("more") for line in golden.splitlines()] == [2, 1, None]
+    data = (GOLDEN / "header.jsonl").read_bytes() + golden
+    assert decode_session("s_01JNA0000000000000000000S1", data).entries == entries
+
+
+def test_ids_are_prefixed_sortable_crockford_ulids() -> None:
+    import re
+    import time
+
+    from threads.ids import new_entry_id, new_session_id, valid_id
+
+    crockford = re.compile(r"[0-9ABCDEFGHJKMNPQRSTVWXYZ]{26}")
+    first = new_session_id()
+    second = new_session_id()
+    deadline = time.monotonic() + 1
+    while second[2:12] == first[2:12]:  # ids order by their millisecond: mint into the next
+        assert time.monotonic() < deadline
+        second = new_session_id()
+    assert first.startswith("s_")
+    assert crockford.fullmatch(first[2:])
+    assert first < second
+    entry_id = new_entry_id()
+    assert entry_id.startswith("e_")
+    assert crockford.fullmatch(entry_id[2:])
+    for good in ("x", "s_01", "a-b_C9", "a" * 128):
+        assert valid_id(good)
+    for bad in ("", "../x", "a/b", "x.jsonl", ".", "a" * 129, "a b", "ü"):
+        assert not valid_id(bad)
