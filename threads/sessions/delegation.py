@@ -269,7 +269,7 @@ class Delegations:
                 usage=outcome.usage,
             ),
         )
-        await self._clean_up(delegation, outcome, session_id)
+        await self.clean_up(delegation, outcome, session_id)
 
     def announcement(
         self, delegation: Delegation, outcome: Outcome, result: str, notes: str, session_id: str
@@ -342,7 +342,8 @@ class Delegations:
         )
         await self.manager.wake(delegation.requester, wake)
 
-    async def _clean_up(self, delegation: Delegation, outcome: Outcome, session_id: str) -> None:
+    async def clean_up(self, delegation: Delegation, outcome: Outcome, session_id: str) -> None:
+        """Delete the child (cleanup=delete) or mark it settled, which starts its archive clock."""
         thread = await self.manager.open_thread(delegation.child)
         if delegation.cleanup == "delete":
             if thread is not None:
@@ -406,7 +407,7 @@ async def settle_unsettled(manager: ThreadManager) -> int:
             cleanup=meta.get(m.CLEANUP, "keep"),
         )
         if await _already_settled(manager, delegation):
-            await delegations._clean_up(delegation, _recorded(loaded.entries), session_id)
+            await delegations.clean_up(delegation, _recorded(loaded.entries), session_id)
             continue
         thread = manager.thread(key)
         if thread is not None:

@@ -18,7 +18,7 @@ from threads.errors import InvalidKeyError, TurnError
 from threads.keys import SessionKey
 from threads.sessions import access
 from threads.sessions.agent_to_agent import REPLY_SKIP, Exchange, hop_cap, hops_of, settle
-from threads.sessions.catalog import HISTORY_DEFAULT, LIST_DEFAULT, Catalog, transcript
+from threads.sessions.catalog import HISTORY_DEFAULT, HISTORY_MAX, LIST_DEFAULT, Catalog, transcript
 from threads.sessions.delegation import Delegations
 from threads.sessions.errors import ArchivedSessionError, RefusedError, SessionToolError
 from threads.sessions.keys import Kind, is_subagent, subagent_key
@@ -101,7 +101,9 @@ async def sessions_history_tool(args: HistoryArgs, ctx: ToolContext) -> ToolOutp
         access.require_visible(ctx.key, ctx.agent, manager.config, resolved.key, view.meta)
     except (SessionToolError, InvalidKeyError) as exc:
         return _error(exc)
-    messages = transcript(view.path, limit=min(args.limit, 500), include_tools=args.includeTools)
+    messages = transcript(
+        view.path, limit=min(args.limit, HISTORY_MAX), include_tools=args.includeTools
+    )
     return ToolOutput(
         content=json_text(
             {"sessionKey": str(resolved.key), "sessionId": view.id, "messages": messages}
