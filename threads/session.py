@@ -10,7 +10,8 @@ starts (or, while a turn runs, writes a receipt under the busy policy), the
 run's step messages are appended as they join it, and a ``turn`` entry closes
 the ledger whatever the outcome. The session's driver task runs the queue:
 one turn at a time, through the gate its owner gives it (the manager's cap on
-concurrent turns).
+concurrent turns). When input waits, the next turn's prompt is written in the
+same append as the end of the turn before it: one durable write, not two.
 """
 
 from __future__ import annotations

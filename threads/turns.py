@@ -134,8 +134,11 @@ class Turn:
         """The run's result once the turn is decided.
 
         ``None`` for a steer (delivered or deferred: the answer is another
-        turn's). Raises :class:`DroppedError` for a dropped message,
-        :class:`ClosedError` when the session closed before it ran, and
+        turn's). A failed or canceled run still returns its result, whose
+        ``error`` and ``stop_reason`` say how it ended (``outcome`` names it).
+        Raises :class:`DroppedError` for a dropped message,
+        :class:`ClosedError` when the session closed before it ran,
+        :class:`NotRunError` when its prompt could not be written, and
         :class:`TimeoutError` when ``timeout`` passes first (the turn goes on).
         """
         if timeout is None:
