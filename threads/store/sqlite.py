@@ -95,9 +95,10 @@ _TAIL = (
 class _Transaction:
     """The write transaction of one round: begun by its first write, committed at its end."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, on_rollback: Callable[[], None]) -> None:
         self.conn = conn
         self.active = False
+        self._on_rollback = on_rollback
 
     def join(self, rnd: Round, op: Op[Any]) -> None:
         if not self.active:
@@ -113,6 +114,7 @@ class _Transaction:
             self.conn.execute("COMMIT")
         except sqlite3.Error:
             self.conn.execute("ROLLBACK")
+            self._on_rollback()
             raise
 
 
@@ -141,7 +143,8 @@ class SqliteStore:
         self._committer = Committer(f"sqlite-writer:{os.path.basename(self._path)}")
         self._conn: sqlite3.Connection | None = None  # writer thread only
         self._txn: _Transaction | None = None
-        self._held: set[str] = set()  # writer thread only
+        self._held: set[str] = set()  # sessions whose lock row is ours (writer thread only)
+        self._taking: set[str] = set()  # lock rows the running write took
         self._reader: aiosqlite.Connection | None = None
         self._reader_opening: asyncio.Lock | None = None
         self._leases = Leases()
@@ -304,8 +307,11 @@ class SqliteStore:
             except BaseException:
                 conn.execute("ROLLBACK TO write")
                 conn.execute("RELEASE write")
+                self._taking.clear()
                 raise
             conn.execute("RELEASE write")
+            self._held |= self._taking  # lock rows this write took, now part of the round
+            self._taking.clear()
             return result
 
         return await self._committer.run(run)
@@ -328,7 +334,7 @@ class SqliteStore:
             "INSERT OR REPLACE INTO locks (session, owner, pid) VALUES (?, ?, ?)",
             (header.id, self._owner, os.getpid()),
         )
-        self._held.add(header.id)
+        self._taking.add(header.id)
 
     def _w_append(self, session: str, data: bytes, title: str, conn: sqlite3.Connection) -> None:
         next_seq = self._hold(conn, session)
@@ -427,18 +433,22 @@ class SqliteStore:
 
     def _hold(self, conn: sqlite3.Connection, session: str) -> int:
         """Take (or confirm) this store's lock row; repair a torn tail; the next chunk seq."""
-        next_seq = self._next_seq(conn, session)
+        row = conn.execute(
+            "SELECT next_seq, torn FROM sessions WHERE id = ?", (session,)
+        ).fetchone()
+        if row is None:
+            self._held.discard(session)
+            raise NotFoundError(session)
         if session not in self._held:
             self._check_lock(conn, session)
             conn.execute(
                 "INSERT OR REPLACE INTO locks (session, owner, pid) VALUES (?, ?, ?)",
                 (session, self._owner, os.getpid()),
             )
-            self._held.add(session)
-        torn = conn.execute("SELECT torn FROM sessions WHERE id = ?", (session,)).fetchone()[0]
-        if torn:
+            self._taking.add(session)
+        if row[1]:
             self._repair(conn, session)
-        return next_seq
+        return int(row[0])
 
     def _check_lock(self, conn: sqlite3.Connection, session: str) -> None:
         row = conn.execute("SELECT owner, pid FROM locks WHERE session = ?", (session,)).fetchone()
@@ -486,7 +496,7 @@ class SqliteStore:
             with suppress(OSError):
                 os.chmod(self._path, 0o600)
             self._conn = conn
-            self._txn = _Transaction(conn)
+            self._txn = _Transaction(conn, self._held.clear)
         return self._conn
 
     # -- reads
