@@ -660,6 +660,21 @@ async def test_watch_yields_the_backlog_then_each_new_entry_once(store: Any) -> 
         await next_entry(store.watch(h.id, after="e_nowhere"))
 
 
+async def test_a_watcher_follows_a_session_another_store_writes(backend: Backend) -> None:
+    if not backend.shared:
+        pytest.skip("memory stores share nothing")
+    writer, reader = backend.open(), backend.open()
+    h = header()
+    await writer.create(h)
+    await writer.append(h.id, [msg("1")])
+    stream = reader.watch(h.id)
+    assert texts([await next_entry(stream)]) == ["1"]
+    pending = asyncio.ensure_future(next_entry(stream))
+    await writer.append(h.id, [msg("2"), msg("3")])
+    assert texts([await pending, await next_entry(stream)]) == ["2", "3"]
+    await stream.aclose()
+
+
 async def test_watch_waits_out_a_torn_tail(store: Any) -> None:
     h = header()
     await store.create(h)
