@@ -154,7 +154,16 @@ class SessionStore(Storage, KeyIndex, Protocol):
 
 @runtime_checkable
 class Watcher(Protocol):
-    """Tails a session: the backlog after ``after``, then each new entry once."""
+    """Tails a session: the backlog after ``after``, then each new entry once.
+
+    A torn tail (a write in flight) is yielded once complete, never half. The
+    stream ends with :class:`NotFoundError` when the session is missing, or is
+    deleted (or deleted and created again) under the watcher; with
+    :class:`NoEntryError` when ``after`` names no entry of the session; and
+    with :class:`CorruptError` / :class:`NewerFormatError` on data it cannot
+    decode. Writes of another store or process are seen within the backend's
+    poll interval; this store's own at once.
+    """
 
     def watch(self, session: str, after: str = "") -> AsyncIterator[Entry]: ...
 

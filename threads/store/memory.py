@@ -2,8 +2,9 @@
 
 It keeps each session's encoded lines, exactly as a file would hold them, so
 the corruption rules of the conformance suite apply to it as to disk (tests
-inject raw bytes with :meth:`MemoryStore.inject`). It has no second writer to
-refuse: the one writer it tells apart is a lease holder.
+put raw bytes in with :meth:`MemoryStore.inject` and :meth:`MemoryStore.plant`,
+test hooks every backend has). It has no second writer to refuse: the one
+writer it tells apart is a lease holder.
 """
 
 from __future__ import annotations
