@@ -16,12 +16,14 @@ import signal
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.threads.store.helpers import msg, texts
 from threads.errors import NotFoundError
 from threads.store import open_store
+from threads.store.base import Loaded
 from threads.store.jsonl import JsonlStore
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -115,6 +117,16 @@ async def run_child_until(
     return lines
 
 
+async def load_fresh(url: str, session: str) -> Loaded:
+    """Load through a new store, as a third process would, and close it."""
+    store: Any = open_store(url)
+    try:
+        loaded: Loaded = await store.load(session)
+        return loaded
+    finally:
+        await store.close()
+
+
 def acked(lines: list[str]) -> list[str]:
     return [line.split()[1] for line in lines if line.startswith("acked")]
 
@@ -134,7 +146,7 @@ async def test_a_writer_killed_mid_append_leaves_a_torn_tail_the_next_writer_rep
         assert first.report is not None
         assert first.report.torn == 11  # header, nine acknowledged lines, then the torn one
         await store.append("s_crash", [msg("after the crash")])
-        third = await open_store(url).load("s_crash")
+        third = await load_fresh(url, "s_crash")
         assert third.report is None
         assert len(third.entries) == 10
         assert texts(third.entries)[-1] == "after the crash"
@@ -162,7 +174,7 @@ async def test_a_writer_killed_mid_create_leaves_no_half_session(tmp_path: Path)
         assert loaded.report is None
         assert len(loaded.entries) == 9
         await store.append("s_crash", [msg("after the crash")])
-        third = await open_store(url).load("s_crash")
+        third = await load_fresh(url, "s_crash")
         assert third.report is None
         assert len(third.entries) == 10
         assert texts((await store.load("s_half")).entries) == ["fresh"]
@@ -193,7 +205,7 @@ async def test_a_writer_killed_among_large_batches_loses_no_acknowledged_batch(
         assert len(got) % batch_size == 0
         assert len(got) // batch_size in (len(done), len(done) + 1)
         await store.append("s_crash", [msg("after the crash")])
-        third = await open_store(url).load("s_crash")
+        third = await load_fresh(url, "s_crash")
         assert third.report is None
         assert texts(third.entries)[-1] == "after the crash"
         assert len(third.entries) == len(got) + 1

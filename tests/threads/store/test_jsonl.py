@@ -195,7 +195,9 @@ async def test_the_key_index_is_rebuilt_from_headers_when_its_journal_is_missing
     await reopened.point("telegram:1", old.id)
     await reopened.close()
     assert (tmp_path / JOURNAL).exists()
-    assert await JsonlStore(tmp_path).resolve("telegram:1") == old.id
+    third = JsonlStore(tmp_path)
+    assert await third.resolve("telegram:1") == old.id
+    await third.close()
 
 
 async def test_the_key_journal_is_compacted_when_it_bloats(tmp_path: Path) -> None:
@@ -210,7 +212,9 @@ async def test_the_key_journal_is_compacted_when_it_bloats(tmp_path: Path) -> No
     await again.point("web:1", h.id)  # the writer opens the journal, sees the bloat
     await again.close()
     assert (tmp_path / JOURNAL).read_bytes().count(b"\n") == 2
-    assert await JsonlStore(tmp_path).keys() == {"cli": h.id, "web:1": h.id}
+    third = JsonlStore(tmp_path)
+    assert await third.keys() == {"cli": h.id, "web:1": h.id}
+    await third.close()
 
 
 async def test_a_second_store_cannot_write_the_key_index(tmp_path: Path) -> None:
