@@ -143,6 +143,10 @@ class KeyIndex(Protocol):
         """Make ``session_id`` the key's current session (first contact, ``/new``)."""
         ...
 
+    async def unpoint(self, key: str) -> None:
+        """Forget the key (its sessions stay); a key with no session is left as it is."""
+        ...
+
     async def keys(self) -> dict[str, str]:
         """Every key with its current session id."""
         ...

@@ -170,6 +170,13 @@ class JsonlStore:
         await self._committer.run(partial(self._w_point, key, session_id))
         keys[key] = session_id
 
+    async def unpoint(self, key: str) -> None:
+        keys = await self._key_map()
+        if key not in keys:
+            return
+        await self._committer.run(partial(self._w_point, key, None))
+        keys.pop(key, None)
+
     async def keys(self) -> dict[str, str]:
         return dict(await self._key_map())
 
@@ -367,7 +374,7 @@ class JsonlStore:
         if self._every:
             fsync_dir(self._root)
 
-    def _w_point(self, key: str, session: str, rnd: Round, op: Op[Any]) -> None:
+    def _w_point(self, key: str, session: str | None, rnd: Round, op: Op[Any]) -> None:
         journal = self._journal
         if journal is None:
             self._ensure_root()

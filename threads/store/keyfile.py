@@ -28,7 +28,8 @@ JOURNAL = ".keys.jsonl"
 KEY_INDEX = "(key index)"
 
 
-def encode_point(key: str, session: str) -> bytes:
+def encode_point(key: str, session: str | None) -> bytes:
+    """One journal line: the key's current session, or ``null`` when the key is forgotten."""
     return orjson.dumps({"key": key, "session": session}) + b"\n"
 
 
@@ -41,13 +42,16 @@ def parse_journal(data: bytes, *, salvage: bool) -> tuple[dict[str, str], int]:
         try:
             obj = orjson.loads(line)
             key, session = obj["key"], obj["session"]
-            if not isinstance(key, str) or not isinstance(session, str):
-                raise TypeError("key and session must be strings")
+            if not isinstance(key, str) or not isinstance(session, str | None):
+                raise TypeError("key must be a string and session a string or null")
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             if salvage:
                 continue
             raise CorruptError(KEY_INDEX, number, "", str(exc)) from None
-        keys[key] = session
+        if session is None:
+            keys.pop(key, None)
+        else:
+            keys[key] = session
     return keys, len(lines)
 
 

@@ -94,6 +94,9 @@ class MemoryStore:
         check_id(session_id)
         self._keys[key] = session_id
 
+    async def unpoint(self, key: str) -> None:
+        self._keys.pop(key, None)
+
     async def keys(self) -> dict[str, str]:
         return dict(self._keys)
 

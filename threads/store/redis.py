@@ -251,6 +251,9 @@ class RedisStore:
         check_id(session_id)
         await self._redis.hset(self._prefix + "keys", key, session_id)
 
+    async def unpoint(self, key: str) -> None:
+        await self._redis.hdel(self._prefix + "keys", key)
+
     async def keys(self) -> dict[str, str]:
         found = await self._redis.hgetall(self._prefix + "keys")
         return {_text(k): _text(v) for k, v in found.items()}

@@ -234,6 +234,9 @@ class SqliteStore:
         check_id(session_id)
         await self._write(partial(self._w_point, key, session_id))
 
+    async def unpoint(self, key: str) -> None:
+        await self._write(partial(self._w_unpoint, key))
+
     async def keys(self) -> dict[str, str]:
         db = await self._read()
         return {
@@ -375,6 +378,9 @@ class SqliteStore:
 
     def _w_point(self, key: str, session: str, conn: sqlite3.Connection) -> None:
         conn.execute("INSERT OR REPLACE INTO keys (key, session) VALUES (?, ?)", (key, session))
+
+    def _w_unpoint(self, key: str, conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM keys WHERE key = ?", (key,))
 
     def _w_flush(self, session: str, rnd: Round, op: Op[None]) -> None:
         conn = self._connect()

@@ -751,6 +751,31 @@ async def test_the_key_index_survives_a_restart(backend: Backend) -> None:
     assert await second.keys() == {"web:1": b.id, "cron:daily": a.id}
 
 
+async def test_unpoint_forgets_a_key_and_keeps_its_session(store: Any) -> None:
+    h = header()
+    await store.create(h)
+    await store.point("agent:a:subagent:1", h.id)
+    await store.unpoint("agent:a:subagent:1")
+    await store.unpoint("never:pointed")
+    assert await store.resolve("agent:a:subagent:1") is None
+    assert "agent:a:subagent:1" not in await store.keys()
+    assert (await store.load(h.id)).header.id == h.id
+
+
+async def test_a_forgotten_key_stays_forgotten_after_a_restart(backend: Backend) -> None:
+    if not backend.shared:
+        pytest.skip("memory keeps nothing across stores")
+    first = backend.open()
+    h = header()
+    await first.create(h)
+    await first.point("web:gone", h.id)
+    await first.point("web:kept", h.id)
+    await first.unpoint("web:gone")
+    await first.close()
+    second = backend.open()
+    assert await second.keys() == {"web:kept": h.id}
+
+
 async def test_sessions_survive_a_restart(backend: Backend) -> None:
     if not backend.shared:
         pytest.skip("memory keeps nothing across stores")
