@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from tests.threads.conftest import make_runtime, prompts, receipts, stored, turn_entries
+from threads.driver import CRASHED
 from threads.manager import RESUME_BODY
-from threads.session import CRASHED
 from threads.store import open_store
 from threads.store.entries import Entry, ReceiptEntry
 from threads.testing.scripted import ScriptedModel
