@@ -151,9 +151,9 @@ def render_header(
     key on cross-session wakes only, and where a reply to the caller goes.
     """
     local = wake.created.astimezone(tz)
+    # Seed 000: the sender is the channel user or the system; a session caller is
+    # named by caller_session_key below.
     sender = "user" if isinstance(wake.caller, UserCaller) else "system"
-    if isinstance(wake.caller, SessionCaller):
-        sender = "session"
     lines = [
         "---",
         f"source: {wake.source.value}",

@@ -277,8 +277,14 @@ async def test_without_continue_on_start_nothing_runs_and_the_keys_wait_for_a_la
     await rt.manager.wake(KEY, system_wake("running"))
     await blocker.reached()
     await rt.manager.wake(KEY, system_wake("left queued"))
-    blocker.release.set()
+    thread = rt.manager.thread(KEY)
+    assert thread is not None
     closing = asyncio.create_task(rt.manager.close())
+    # Release the running turn only once the close has begun: the queue must not start.
+    async with asyncio.timeout(5):
+        while not thread.session.closed:
+            await asyncio.sleep(0)
+    blocker.release.set()
     await closing
     await store.close()
 
@@ -332,7 +338,7 @@ async def test_check_session_reports_seed_000s_three_states_with_their_fields(
     assert live["thread_elapsed_sec"] >= 0
     assert live["thread_pending"] == 1
     assert live["agent"] == "default"
-    assert live["message_count"] == 1
+    assert live["message_count"] == 2  # the prompt, and the call made durable before it runs
     assert live["size_bytes"] > 0
     datetime.fromisoformat(live["last_modified"])
     blocker.release.set()

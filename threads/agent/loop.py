@@ -160,6 +160,10 @@ class AgentLoop:
                 return RunResult(
                     stop_reason="stopped", usage=usage, steps=step, last_input=last_input
                 )
+            if any(c.name != "dispatch" for c in calls):
+                # The calls are durable before they run: a crash in a tool leaves a
+                # record of what was asked (the restart closes it as interrupted).
+                await run.flush()
             results, outputs = await self._call_tools(tools, calls, ctx, run)
             tool_message = Message(role="tool", content=tuple(results))
             messages.append(tool_message)
@@ -174,10 +178,10 @@ class AgentLoop:
                     last_input=last_input,
                     data=dict(ended.data),
                 )
+            # The results are staged: they land with the next step's calls (flushed
+            # before those run) or with the turn's end, one append per step.
             if run.has_steers():
                 messages.extend(await run.drain())
-            else:
-                await run.flush()
         return RunResult(
             stop_reason="max_steps",
             usage=usage,
