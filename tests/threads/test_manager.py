@@ -46,7 +46,7 @@ async def _until(predicate: object, what: str) -> None:
     assert callable(predicate)
     try:
         async with asyncio.timeout(10):
-            while not predicate():  # noqa: ASYNC110 - polling state that has no event
+            while not predicate():
                 await asyncio.sleep(0.01)
     except TimeoutError:
         raise AssertionError(f"timed out waiting until {what}") from None
