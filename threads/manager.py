@@ -437,6 +437,22 @@ class ThreadManager:
         await self.store.point(key, session.id)
         self._threads[key] = self._make_thread(key, session, agent=name, created=True)
 
+    async def forget(self, key: str, *, delete: bool = True) -> None:
+        """Unload the key's thread, drop the key from the index and, with ``delete``, its session.
+
+        For children that are done for good (``sessions_spawn`` with cleanup=delete).
+        """
+        session_key = SessionKey(key)
+        thread = self._threads.pop(session_key, None)
+        session_id = await self.store.resolve(session_key)
+        if thread is not None:
+            await thread.session.close(self.config.threads.close_deadline_seconds)
+            session_id = session_id or thread.session.id
+        await self.store.unpoint(session_key)
+        if delete and session_id is not None:
+            with contextlib.suppress(NotFoundError):
+                await self.store.delete(session_id)
+
     async def new_session(self, key: str) -> str:
         """Point the key at a fresh session (``/new``); the old one is kept."""
         session_key = SessionKey(key)

@@ -19,7 +19,6 @@ archived ``archive_after_minutes`` after it settled (:func:`meta.is_archived`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
@@ -344,14 +343,10 @@ class Delegations:
 
     async def clean_up(self, delegation: Delegation, outcome: Outcome, session_id: str) -> None:
         """Delete the child (cleanup=delete) or mark it settled, which starts its archive clock."""
-        thread = await self.manager.open_thread(delegation.child)
         if delegation.cleanup == "delete":
-            if thread is not None:
-                await thread.session.close()
-            if session_id:
-                with contextlib.suppress(NotFoundError):
-                    await self.manager.store.delete(session_id)
+            await self.manager.forget(delegation.child)
             return
+        thread = await self.manager.open_thread(delegation.child)
         if thread is not None:
             await thread.session.set_info(
                 meta={m.DELEGATION: outcome.status, m.SETTLED_AT: datetime.now(UTC).isoformat()}

@@ -274,6 +274,8 @@ async def test_cleanup_delete_removes_the_child_after_the_announce(
         await rig.store.load(answer["sessionId"])
     rows = await Catalog.of(rig.manager).rows()
     assert answer["childSessionKey"] not in {r["key"] for r in rows}
+    assert await rig.store.resolve(answer["childSessionKey"]) is None
+    assert rig.manager.thread(answer["childSessionKey"]) is None
     assert receipts(rig)[-1].status == "done"
 
 
