@@ -145,12 +145,15 @@ class Gateway:
         agent.services = self._manager
         self.send_policy = policy = SendPolicy(self._manager)
         self._manager.health_sources["channels"] = self._channel_health
-        await self._manager.start()
-        self._lifetimes.push("thread manager", self._manager.close)
-        Supervisor(self._manager).start()
 
-        if config.cron.enabled:
-            await self._start_cron(tools)
+        if self._control_enabled:
+            # First, so a second gateway on the same data directory stops here.
+            from gateway.control import ControlServer
+
+            server = ControlServer(self, config.data_dir / "gateway.sock")
+            await server.start()
+            self.control_path = server.path
+            self._lifetimes.push("control socket", server.stop)
 
         for channel in self._build_channels():
             self.channels[channel.name] = channel
@@ -160,16 +163,16 @@ class Gateway:
         for channel in self.channels.values():
             await channel.start(self._router.handle)
             self._lifetimes.push(f"{channel.name} channel", channel.stop)
+
+        # With the channels up, input left unsettled by the last run continues, and
+        # running turns are drained at close while the channels can still deliver.
+        await self._manager.start()
+        self._lifetimes.push("thread manager", self._manager.close)
+        Supervisor(self._manager).start()
+        if config.cron.enabled:
+            await self._start_cron(tools)
         # Delegations a stopped gateway left open are settled and announced (seed 002).
         self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
-
-        if self._control_enabled:
-            from gateway.control import ControlServer
-
-            server = ControlServer(self, config.data_dir / "gateway.sock")
-            await server.start()
-            self.control_path = server.path
-            self._lifetimes.push("control socket", server.stop)
 
     async def _start_cron(self, tools: ToolRegistry) -> None:
         """Cron on the state store, waking threads through the manager; its tools for agents."""

@@ -116,10 +116,14 @@ def test_gateway_chat_answers_piped_stdin(tmp_path: Path) -> None:
 async def test_a_second_gateway_on_the_same_data_dir_refuses_to_start(
     config: GatewayConfig,
 ) -> None:
-    async with Gateway(config):
-        second = Gateway(config.model_copy(update={"channels": config.channels}))
+    async with Gateway(config) as first:
+        second = Gateway(config)
         with pytest.raises(ControlError, match="another gateway is running"):
             await second.start()
-        # What the second one started before failing was torn down: its web port is free.
-        assert second.web is not None
-        assert second.web._runner is None
+        # It stopped before starting any channel, and the first one still answers.
+        assert second.channels == {}
+        assert first.cli is not None
+        replies = Replies()
+        first.cli.listeners.append(replies)
+        await first.cli.submit("still here")
+        assert (await replies.wait())[0].endswith("still here")
