@@ -31,7 +31,8 @@ from threads.runner import Thread
 from threads.session import Session, SessionOptions
 from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
 from threads.store.base import Loaded, SessionStore
-from threads.store.entries import Entry, MessageEntry, ParentRef, TurnEntry, encode_entry
+from threads.store.codec import encode_entry
+from threads.store.entries import Entry, MessageEntry, ParentRef, TurnEntry
 from threads.tree import unfinished_runs, unsettled_receipts
 from threads.turns import Agent, Turn
 from threads.wake import (

@@ -81,7 +81,7 @@ def texts(entries: Iterable[Entry]) -> list[str]:
 
 async def plant(store: SessionStore, header: Header, entries: Iterable[Entry]) -> None:
     """Store a whole session file as given, without the checks a writer makes."""
-    from threads.store.entries import encode_entry, encode_header
+    from threads.store.codec import encode_entry, encode_header
 
     data = encode_header(header) + b"".join(encode_entry(e) for e in entries)
     await store.plant(header.id, data)  # type: ignore[attr-defined]

@@ -38,8 +38,9 @@ from typing import Any, TypeVar
 from threads.errors import CorruptError, ExistsError, LockedError, NewerFormatError, NotFoundError
 from threads.messages import WireError
 from threads.store.base import Loaded, Page, Query, StoreOptions
+from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
-from threads.store.entries import Entry, Header, decode_header, encode_header
+from threads.store.entries import Entry, Header
 from threads.store.keyfile import KeyJournal, encode_point, fsync_dir, read_journal
 from threads.store.leases import Leases
 from threads.store.lines import complete_end, decode_session, encode_batch

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from threads.errors import CorruptError, NewerFormatError
 from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
-from threads.store.entries import Entry, Header, decode_entry, decode_header, encode_entry
+from threads.store.codec import decode_entry, decode_header, encode_entry
+from threads.store.entries import Entry, Header
 
 _MORE = re.compile(rb',"more":[0-9]+\}$')
 

@@ -23,7 +23,8 @@ from threads.errors import NewerFormatError
 from threads.ids import valid_id
 from threads.messages import WireError
 from threads.store.base import Page, Query
-from threads.store.entries import Header, decode_header
+from threads.store.codec import decode_header
+from threads.store.entries import Header
 from threads.store.rules import created_us, page_of, page_of_sorted
 
 _SETTLED_NS = 2_000_000_000

@@ -16,7 +16,8 @@ from functools import partial
 
 from threads.errors import ExistsError, NotFoundError
 from threads.store.base import Loaded, Page, Query, StoreOptions
-from threads.store.entries import Entry, Header, InfoEntry, encode_header
+from threads.store.codec import encode_header
+from threads.store.entries import Entry, Header, InfoEntry
 from threads.store.leases import Leases
 from threads.store.lines import count_lines, decode_session, encode_batch, header_of, split_torn
 from threads.store.rules import ZERO_TIME, check_header, check_id, select_page

@@ -40,8 +40,9 @@ import orjson
 from threads.errors import ExistsError, LockedError, NewerFormatError, NotFoundError
 from threads.messages import WireError
 from threads.store.base import Loaded, Page, Query, StoreOptions
+from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
-from threads.store.entries import Entry, Header, InfoEntry, decode_header, encode_header
+from threads.store.entries import Entry, Header, InfoEntry
 from threads.store.leases import Leases
 from threads.store.lines import complete_end, decode_session, encode_batch
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us

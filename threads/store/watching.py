@@ -16,7 +16,8 @@ from contextlib import suppress
 
 from threads.errors import CorruptError, NewerFormatError, NoEntryError, NotFoundError
 from threads.messages import WireError
-from threads.store.entries import Entry, decode_entry, decode_header
+from threads.store.codec import decode_entry, decode_header
+from threads.store.entries import Entry
 from threads.store.lines import complete_end
 
 ReadFrom = Callable[[int], Awaitable[tuple[Hashable, bytes, int]]]

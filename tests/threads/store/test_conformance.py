@@ -38,7 +38,8 @@ from threads.store.base import (
     StoreOptions,
     Watcher,
 )
-from threads.store.entries import CustomEntry, Entry, MessageEntry, encode_header
+from threads.store.codec import encode_header
+from threads.store.entries import CustomEntry, Entry, MessageEntry
 
 BULK = StoreOptions(fsync="on_flush")  # many creates; durability is not what these test
 INVALID_IDS = ["", "../x", "a/b", "x.jsonl", ".", "a" * 129]

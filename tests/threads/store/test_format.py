@@ -31,6 +31,7 @@ from threads.messages import (
     Usage,
     WireError,
 )
+from threads.store.codec import decode_entry, decode_header, encode_entry, encode_header
 from threads.store.entries import (
     ENTRY_KINDS,
     ApprovalAuditEntry,
@@ -53,10 +54,6 @@ from threads.store.entries import (
     PoolReceiptEntry,
     ReceiptEntry,
     TurnEntry,
-    decode_entry,
-    decode_header,
-    encode_entry,
-    encode_header,
 )
 from threads.store.lines import decode_session, encode_batch
 

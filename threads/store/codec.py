@@ -1,0 +1,432 @@
+"""The session wire codec: a header line, then one entry per line, as JSON.
+
+:func:`encode_entry` / :func:`decode_entry` and :func:`encode_header` /
+:func:`decode_header` turn the values of :mod:`threads.store.entries` into
+lines and back. Each field is coded by its annotation; a field equal to its
+default is left off the line. Decoding is the hot path of a session load, so
+every kind gets a decoder generated as straight-line code (see
+:func:`_compile`); its checks and messages are the same as the plain path's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
+
+import orjson
+
+from threads.errors import NewerFormatError
+from threads.messages import (
+    Message,
+    TextPart,
+    ToolCallPart,
+    WireError,
+    message_from_wire,
+    message_to_wire,
+    part_from_wire,
+    part_to_wire,
+    usage_from_wire,
+    usage_to_wire,
+)
+from threads.store.entries import (
+    ENTRY_KINDS,
+    FORMAT_VERSION,
+    JSON,
+    Entry,
+    Header,
+    Lineage,
+    ParentRef,
+)
+
+# -- field codecs: (to_wire, from_wire); from_wire raises WireError naming nothing,
+#    the caller adds the field name.
+
+
+def _check(kind: type | tuple[type, ...], label: str) -> Callable[[JSON], JSON]:
+    def decode(value: JSON) -> JSON:
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise WireError(f"must be {label}")
+        return value
+
+    return decode
+
+
+def _ident(value: JSON) -> JSON:
+    return value
+
+
+def _time_to_wire(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _time_from_wire(value: JSON) -> datetime:
+    if not isinstance(value, str):
+        raise WireError("must be an RFC 3339 time string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise WireError(f"is not an RFC 3339 time: {value!r}") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _str_list(value: JSON) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise WireError("must be a list of strings")
+    return tuple(value)
+
+
+def _str_map(value: JSON) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise WireError("must be an object of strings")
+    return dict(value)
+
+
+def _object(value: JSON) -> dict[str, JSON]:
+    if not isinstance(value, dict):
+        raise WireError("must be an object")
+    return value
+
+
+def _calls_to_wire(calls: tuple[ToolCallPart, ...]) -> list[JSON]:
+    return [part_to_wire(c) for c in calls]
+
+
+def _calls_from_wire(value: JSON) -> tuple[ToolCallPart, ...]:
+    if not isinstance(value, list):
+        raise WireError("must be a list of tool_call parts")
+    calls = tuple(part_from_wire(v) for v in value)
+    if not all(isinstance(c, ToolCallPart) for c in calls):
+        raise WireError("must hold only tool_call parts")
+    return calls  # type: ignore[return-value]
+
+
+def _opt_message_from_wire(value: JSON) -> Message | None:
+    return None if value is None else message_from_wire(value)
+
+
+def _opt_message_to_wire(value: Message | None) -> JSON:
+    return None if value is None else message_to_wire(value)
+
+
+def _list_of_objects(value: JSON) -> tuple[dict[str, JSON], ...]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise WireError("must be a list of objects")
+    return tuple(value)
+
+
+_STR = (_ident, _check(str, "a string"))
+_INT = (_ident, _check(int, "an integer"))
+_BOOL = (_ident, _check(bool, "a boolean"))
+_TIME = (_time_to_wire, _time_from_wire)
+_OPT_TIME = (
+    lambda v: None if v is None else _time_to_wire(v),
+    lambda v: None if v is None else _time_from_wire(v),
+)
+_STRS = (list, _str_list)
+_STRMAP = (dict, _str_map)
+_OBJECT = (dict, _object)
+_ANY = (_ident, _ident)
+_MESSAGE = (message_to_wire, message_from_wire)
+_OPT_MESSAGE = (_opt_message_to_wire, _opt_message_from_wire)
+_USAGE = (usage_to_wire, usage_from_wire)
+_CALLS = (_calls_to_wire, _calls_from_wire)
+_OBJECTS = (list, _list_of_objects)
+
+_CODECS: dict[str, tuple[Callable[[Any], JSON], Callable[[JSON], Any]]] = {
+    "str": _STR,
+    "int": _INT,
+    "bool": _BOOL,
+    "datetime": _TIME,
+    "datetime | None": _OPT_TIME,
+    "tuple[str, ...]": _STRS,
+    "Mapping[str, str]": _STRMAP,
+    "Mapping[str, JSON]": _OBJECT,
+    "JSON": _ANY,
+    "Message": _MESSAGE,
+    "Message | None": _OPT_MESSAGE,
+    "Usage": _USAGE,
+    "tuple[ToolCallPart, ...]": _CALLS,
+    "tuple[Mapping[str, JSON], ...]": _OBJECTS,
+}
+
+
+# Per kind: (name, to_wire, from_wire, required, default) for every field but the
+# three every entry carries. Computed once from the dataclass annotations.
+_FieldSpec: TypeAlias = tuple[str, Callable[[Any], JSON], Callable[[JSON], Any], bool, Any]
+
+
+def _spec(cls: type[Entry]) -> tuple[_FieldSpec, ...]:
+    out = []
+    for f in fields(cls):
+        if f.name in ("id", "created", "parent"):
+            continue
+        encode, decode = _CODECS[str(f.type)]
+        required = f.default is MISSING and f.default_factory is MISSING
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:
+            default = f.default_factory()
+        else:
+            default = None
+        out.append((f.name, encode, decode, required, default))
+    return tuple(out)
+
+
+_SPECS: dict[type[Entry], tuple[_FieldSpec, ...]] = {
+    cls: _spec(cls) for cls in ENTRY_KINDS.values()
+}
+
+
+def entry_to_wire(entry: Entry) -> dict[str, JSON]:
+    """The JSON object of one entry line."""
+    out: dict[str, JSON] = {"type": entry.TYPE}
+    version = entry.wire_version()
+    if version:
+        out["v"] = version
+    out["id"] = entry.id
+    if entry.parent:
+        out["parent"] = entry.parent
+    out["created"] = _time_to_wire(entry.created)
+    for name, encode, _decode, required, default in _SPECS[type(entry)]:
+        value = getattr(entry, name)
+        if required or value != default:
+            out[name] = encode(value)
+    return out
+
+
+def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    for klass in cls.__mro__:
+        slot = klass.__dict__.get(name)
+        if slot is not None and hasattr(slot, "__set__"):
+            return slot.__set__  # type: ignore[no-any-return]
+    raise TypeError(f"{cls.__name__}.{name} is not a slot")
+
+
+def _fast_message(value: JSON) -> Message:
+    """``message_from_wire`` with a fast path for text parts; errors are the same."""
+    if type(value) is not dict:
+        return message_from_wire(value)
+    role = value.get("role")
+    content = value.get("content")
+    if role not in ("user", "assistant", "tool") or type(content) is not list:
+        return message_from_wire(value)
+    parts: list[Any] = []
+    for index, part in enumerate(content):
+        if type(part) is dict and part.get("type") == "text" and type(part.get("text")) is str:
+            text_part = _new(TextPart)
+            _set_text(text_part, part["text"])
+            parts.append(text_part)
+        else:
+            parts.append(part_from_wire(part, f"message.content[{index}]"))
+    message = _new(Message)
+    _set_role(message, role)
+    _set_content(message, tuple(parts))
+    return message
+
+
+_new = object.__new__
+_set_text = _setter(TextPart, "text")
+_set_role = _setter(Message, "role")
+_set_content = _setter(Message, "content")
+_FAST: dict[Callable[[JSON], Any], Callable[[JSON], Any]] = {message_from_wire: _fast_message}
+
+EntryDecoder: TypeAlias = Callable[[dict[str, JSON], str], Entry]
+
+
+_PLAIN = {"str": ("str", "a string"), "int": ("int", "an integer"), "bool": ("bool", "a boolean")}
+
+
+def _compile(cls: type[Entry]) -> EntryDecoder:
+    """A decoder for one kind, generated as straight-line code (as dataclasses
+    generate ``__init__``) that sets the slots directly: a frozen dataclass's
+    ``__init__`` and a loop over the fields cost several times more on a
+    10 000-entry load. The checks and messages are ``entry_from_wire``'s."""
+    env: dict[str, Any] = {
+        "cls": cls,
+        "reads": cls.READS,
+        "new": _new,
+        "WireError": WireError,
+        "NewerFormatError": NewerFormatError,
+        "time_from_wire": _time_from_wire,
+        "str": str,
+        "int": int,
+        "bool": bool,
+        "type": type,
+    }
+    for name in ("id", "parent", "created"):
+        env[f"set_{name}"] = _setter(cls, name)
+    body = []
+    for index, f in enumerate(fields(cls)):
+        if f.name in ("id", "created", "parent"):
+            continue
+        _encode, decode = _CODECS[str(f.type)]
+        env[f"set_{index}"] = _setter(cls, f.name)
+        env[f"decode_{index}"] = _FAST.get(decode, decode)
+        where = f"{{kind}} entry {{entry_id}}: '{f.name}'"
+        body.append(f"    value = obj.get({f.name!r})")
+        body.append("    if value is None:")
+        if f.default is MISSING and f.default_factory is MISSING:
+            body.append(f'        raise WireError(f"{where} is missing")')
+        elif f.default_factory is not MISSING:
+            env[f"factory_{index}"] = f.default_factory
+            body.append(f"        set_{index}(entry, factory_{index}())")
+        else:
+            env[f"default_{index}"] = f.default
+            body.append(f"        set_{index}(entry, default_{index})")
+        plain = _PLAIN.get(str(f.type))
+        if plain is not None:
+            body.append(f"    elif type(value) is not {plain[0]}:")
+            body.append(f'        raise WireError(f"{where} must be {plain[1]}")')
+            body.append("    else:")
+            body.append(f"        set_{index}(entry, value)")
+        else:
+            body.append("    else:")
+            body.append("        try:")
+            body.append(f"            set_{index}(entry, decode_{index}(value))")
+            body.append("        except WireError as exc:")
+            body.append(f'            raise WireError(f"{where} {{exc}}") from None')
+    source = "\n".join(
+        [
+            "def decode_kind(obj, kind):",
+            '    version = obj.get("v", 0)',
+            "    if type(version) is not int:",
+            """        raise WireError("'v' must be an integer")""",
+            "    if version > reads:",
+            "        raise NewerFormatError(",
+            '            f"{kind} entry has v={version} but this build reads up to v={reads}; "',
+            '            "upgrade to read this session"',
+            "        )",
+            '    entry_id = obj.get("id")',
+            "    if type(entry_id) is not str or not entry_id:",
+            """        raise WireError(f"{kind} entry: 'id' must be a non-empty string")""",
+            '    parent = obj.get("parent", "")',
+            "    if type(parent) is not str:",
+            """        raise WireError(f"{kind} entry {entry_id}: 'parent' must be a string")""",
+            "    try:",
+            '        created = time_from_wire(obj.get("created"))',
+            "    except WireError as exc:",
+            """        raise WireError(f"{kind} entry {entry_id}: 'created' {exc}") from None""",
+            "    entry = new(cls)",
+            "    set_id(entry, entry_id)",
+            "    set_parent(entry, parent)",
+            "    set_created(entry, created)",
+            *body,
+            "    return entry",
+        ]
+    )
+    exec(compile(source, f"<decoder of {cls.__name__}>", "exec"), env)
+    decoder: EntryDecoder = env["decode_kind"]
+    return decoder
+
+
+_DECODERS: dict[str, EntryDecoder] = {kind: _compile(cls) for kind, cls in ENTRY_KINDS.items()}
+
+
+def entry_from_wire(obj: JSON) -> Entry:
+    """Restore an entry from its JSON object.
+
+    Raises :class:`NewerFormatError` for an unknown kind or a newer ``v``, and
+    :class:`WireError` naming the field for anything malformed.
+    """
+    if type(obj) is not dict:
+        raise WireError("an entry line must be a JSON object")
+    kind = obj.get("type")
+    decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
+    if decoder is None:
+        if not isinstance(kind, str) or not kind:
+            raise WireError("the entry has no 'type'")
+        raise NewerFormatError(
+            f"entry kind {kind!r} is not known to this build; it was written by a newer "
+            "gateway — upgrade to read this session"
+        )
+    return decoder(obj, str(kind))
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """One entry as a line of bytes, newline included."""
+    return orjson.dumps(entry_to_wire(entry)) + b"\n"
+
+
+def decode_entry(line: bytes | str) -> Entry:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"not JSON: {exc}") from None
+    return entry_from_wire(obj)
+
+
+def header_to_wire(header: Header) -> dict[str, JSON]:
+    out: dict[str, JSON] = {
+        "type": "session",
+        "weft": header.weft or FORMAT_VERSION,
+        "id": header.id,
+        "created": _time_to_wire(header.created),
+    }
+    if header.parent is not None:
+        out["parent"] = {"session": header.parent.session, "entry": header.parent.entry}
+    if header.lineage is not None:
+        lineage = {"parent_session": header.lineage.parent_session}
+        if header.lineage.parent_call_id:
+            lineage["parent_call_id"] = header.lineage.parent_call_id
+        out["lineage"] = lineage
+    if header.meta:
+        out["meta"] = dict(header.meta)
+    return out
+
+
+def header_from_wire(obj: JSON) -> Header:
+    """Restore a header; a newer ``weft`` envelope raises :class:`NewerFormatError`."""
+    if not isinstance(obj, dict) or obj.get("type") != "session":
+        raise WireError("the first line is not a session header (type 'session')")
+    weft = obj.get("weft")
+    if not isinstance(weft, int) or isinstance(weft, bool) or weft < 1:
+        raise WireError("the header's 'weft' must be a positive integer")
+    if weft > FORMAT_VERSION:
+        raise NewerFormatError(
+            f"session format weft={weft} is newer than this build's {FORMAT_VERSION}; "
+            "upgrade to read this session"
+        )
+    session_id = obj.get("id")
+    if not isinstance(session_id, str) or not session_id:
+        raise WireError("the header's 'id' must be a non-empty string")
+    try:
+        created = _time_from_wire(obj.get("created"))
+    except WireError as exc:
+        raise WireError(f"the header's 'created' {exc}") from None
+    parent = None
+    raw_parent = obj.get("parent")
+    if isinstance(raw_parent, dict):
+        parent = ParentRef(
+            session=str(raw_parent.get("session", "")), entry=str(raw_parent.get("entry", ""))
+        )
+    lineage = None
+    raw_lineage = obj.get("lineage")
+    if isinstance(raw_lineage, dict):
+        lineage = Lineage(
+            parent_session=str(raw_lineage.get("parent_session", "")),
+            parent_call_id=str(raw_lineage.get("parent_call_id", "")),
+        )
+    meta = obj.get("meta") or {}
+    try:
+        meta = _str_map(meta)
+    except WireError:
+        raise WireError("the header's 'meta' must be an object of strings") from None
+    return Header(
+        id=session_id, created=created, weft=weft, parent=parent, lineage=lineage, meta=meta
+    )
+
+
+def encode_header(header: Header) -> bytes:
+    return orjson.dumps(header_to_wire(header)) + b"\n"
+
+
+def decode_header(line: bytes | str) -> Header:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"header is not JSON: {exc}") from None
+    return header_from_wire(obj)
