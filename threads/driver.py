@@ -1,9 +1,10 @@
-"""The turn driver: a session's input queue and the task that runs its turns one at a time.
+"""The turn driver: the task that runs a session's turns one at a time.
 
 A :class:`TurnDriver` belongs to one :class:`~threads.session.Session` and
-holds what the stored conversation does not: the input accepted and not yet
-run, the turn in flight and the task driving them. It writes only through the
-session's write path, under the session's lock.
+holds what the stored conversation does not: the turn in flight, the task
+driving the turns, and the session's :class:`~threads.inbox.Inbox` of input
+accepted and not yet run. It writes only through the session's write path,
+under the session's lock.
 
 Turns follow seed 003: ``send`` makes the prompt durable before the run
 starts (or, while a turn runs, writes a receipt under the busy policy), the
@@ -21,60 +22,22 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from threads.errors import BusyError, ClosedError, NotRunError
 from threads.ids import new_entry_id
+from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
 from threads.messages import JSON, Message
 from threads.store.entries import Entry, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
-from threads.tree import (
-    EntryTree,
-    interruption_results,
-    still_open,
-    unfinished_runs,
-    unsettled_receipts,
-)
+from threads.tree import EntryTree, interruption_results, still_open
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, Turn
 
 if TYPE_CHECKING:
     from threads.session import Injected, Session, SessionOptions, SessionState
 
 log = logging.getLogger(__name__)
-_POLICIES = frozenset(p.value for p in Policy)
-CRASHED = "interrupted: the gateway stopped during this turn"
-
-Write = Callable[[Sequence[Entry]], Awaitable[None]]
-
-
-class Chain(Protocol):
-    """Links entries onto the session's leaf in order (see ``Session._chain``)."""
-
-    def __call__(self, *entries: Entry) -> list[Entry]: ...
-
-
-@dataclass(slots=True, kw_only=True)
-class _Pending:
-    """One accepted input waiting for a turn of its own (or, a steer, for a drain).
-
-    ``started`` marks a send whose prompt is already written: its turn has
-    begun as far as the record goes, and only the driver has yet to pick it up.
-    """
-
-    turn: Turn
-    message: Message
-    policy: Policy
-    payload: Any = None
-    wake: Mapping[str, JSON] = field(default_factory=dict)
-    injected: Message | None = None
-    receipt_id: str = ""
-    prompt_id: str = ""
-    started: bool = False
-    arrived: float = field(default_factory=time.monotonic)
-    cancel_reason: str = ""
-    rollback: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -82,7 +45,7 @@ class _Active:
     """The turn in flight: its run, the inputs it answers, and how it is to end."""
 
     run: Run
-    pendings: list[_Pending]
+    pendings: list[Pending]
     prompt_id: str
     task: asyncio.Task[RunResult] | None = None
     begun: bool = False
@@ -116,47 +79,12 @@ class TurnDriver:
         self._options = options
         self._closing = False
         self._stop_queue = False
-        self._counter = tree.highest_turn()
+        self._inbox = Inbox(session, tree=tree, chain=chain, write=write, options=options)
         self._running: _Active | None = None
-        self._queue: deque[_Pending] = deque()
-        self._steers: deque[_Pending] = deque()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self._arrival = asyncio.Event()
-        self._unfinished = unfinished_runs(tree.entries)
-        self._restore()
-
-    def _restore(self) -> None:
-        load = self._options.load_payload
-        for receipt in unsettled_receipts(self._tree.entries):
-            if receipt.msg is None:
-                continue
-            payload = load(receipt.wake) if (load and receipt.wake) else None
-            if receipt.status == "queued":
-                self._steers.append(
-                    _Pending(
-                        turn=Turn(receipt.id, receipt.run_id, Policy.STEER),
-                        message=receipt.msg,
-                        policy=Policy.STEER,
-                        payload=payload,
-                        wake=receipt.wake,
-                        receipt_id=receipt.id,
-                    )
-                )
-                continue
-            policy = Policy(receipt.policy) if receipt.policy in _POLICIES else Policy.QUEUE
-            self._queue.append(
-                _Pending(
-                    turn=Turn(receipt.turn, receipt.run_id, policy),
-                    message=receipt.msg,
-                    policy=policy,
-                    payload=payload,
-                    wake=receipt.wake,
-                    receipt_id=receipt.id,
-                    prompt_id=receipt.turn,
-                )
-            )
 
     # -- what the session reports
 
@@ -171,25 +99,20 @@ class TurnDriver:
         active = self._running
         if active is not None and active.begun:
             return "running"
-        if active is not None or self._queue or self._steers:
+        if active is not None or self._inbox.has_input():
             return "pending"
         return "idle"
 
     def queue(self) -> list[tuple[str, Message, Policy]]:
         """What is accepted and not yet given to a model: steers first, then sends."""
-        return [(p.turn.id, p.message, Policy.STEER) for p in self._steers] + [
-            (p.turn.id, p.message, p.policy) for p in self._queue if not p.started
-        ]
+        return self._inbox.listing()
 
     def has_steers(self) -> bool:
-        return bool(self._steers)
+        return self._inbox.has_steers()
 
     def pending_count(self) -> int:
         """How many accepted inputs wait (what :meth:`queue` lists)."""
-        waiting = len(self._queue)
-        if waiting and self._queue[0].started:
-            waiting -= 1
-        return len(self._steers) + waiting
+        return self._inbox.pending_count()
 
     @property
     def closing(self) -> bool:
@@ -201,10 +124,6 @@ class TurnDriver:
         return self._running is not None or self._task is not None
 
     # -- accepting input
-
-    def _mint_run_id(self) -> str:
-        self._counter += 1
-        return f"{self._session.id}-t{self._counter}"
 
     async def send(
         self,
@@ -219,140 +138,47 @@ class TurnDriver:
         async with self._lock:
             if self._closing:
                 raise ClosedError(self._session.id)
-            await self._settle_unfinished()
+            await self._inbox.settle_unfinished()
             wake = dict(wake or {})
-            if self._running is None and not self._queue and policy is not Policy.COLLECT:
-                return await self._start_now(message, policy, payload, wake, injected)
+            if self._running is None and self._inbox.head is None and policy is not Policy.COLLECT:
+                turn = await self._inbox.start_now(message, policy, payload, wake)
+                self._kick()
+                return turn
             if policy is Policy.REJECT:
                 raise BusyError(self._session.id)
-            if self.pending_count() >= self._options.max_queue:
+            if self._inbox.pending_count() >= self._options.max_queue:
                 raise BusyError(
                     self._session.id,
                     f"send refused: the inbox is full ({self._options.max_queue} waiting)",
                 )
             target = self._steer_target()
             if policy is Policy.STEER and target is not None:
-                return await self._accept_steer(message, payload, wake, injected, target)
-            return await self._accept_send(message, policy, payload, wake, injected)
-
-    async def _start_now(
-        self,
-        message: Message,
-        policy: Policy,
-        payload: Any,
-        wake: Mapping[str, JSON],
-        injected: Injected | None,
-    ) -> Turn:
-        """An idle session: the prompt is written now and the driver runs it."""
-        turn = Turn(new_entry_id(), self._mint_run_id(), policy)
-        prompt = MessageEntry(
-            id=turn.id, parent=self._tree.leaf, message=message, run_id=turn.run_id, wake=wake
-        )
-        await self._write([prompt])
-        self._queue.appendleft(
-            _Pending(
-                turn=turn,
-                message=message,
-                policy=policy,
-                payload=payload,
-                wake=wake,
-                prompt_id=turn.id,
-                started=True,
-            )
-        )
-        self._kick()
-        return turn
+                return await self._inbox.accept_steer(message, payload, wake, injected, target)
+            interrupts = policy in (Policy.INTERRUPT, Policy.ROLLBACK) and target is not None
+            turn = await self._inbox.accept_send(message, policy, payload, wake, ahead=interrupts)
+            if interrupts:
+                self._cancel_running(
+                    "interrupted by a newer message", rollback=policy is Policy.ROLLBACK
+                )
+            if policy is Policy.COLLECT:
+                self._arrival.set()
+            self._kick()
+            return turn
 
     def _steer_target(self) -> str | None:
         """The run id a steer would be delivered into: the running turn or the one starting."""
         if self._running is not None:
             return self._running.run.run_id
-        if self._queue and self._queue[0].started:
-            return self._queue[0].turn.run_id
+        head = self._inbox.head
+        if head is not None and head.started:
+            return head.turn.run_id
         return None
-
-    async def _accept_steer(
-        self,
-        message: Message,
-        payload: Any,
-        wake: Mapping[str, JSON],
-        injected: Injected | None,
-        run_id: str,
-    ) -> Turn:
-        receipt = ReceiptEntry(
-            id=new_entry_id(),
-            parent=self._tree.leaf,
-            status="queued",
-            msg=message,
-            run_id=run_id,
-            policy=Policy.STEER.value,
-            wake=wake,
-        )
-        await self._write([receipt])
-        turn = Turn(receipt.id, run_id, Policy.STEER)
-        self._steers.append(
-            _Pending(
-                turn=turn,
-                message=message,
-                policy=Policy.STEER,
-                payload=payload,
-                wake=wake,
-                injected=injected() if callable(injected) else injected,
-                receipt_id=receipt.id,
-            )
-        )
-        return turn
-
-    async def _accept_send(
-        self,
-        message: Message,
-        policy: Policy,
-        payload: Any,
-        wake: Mapping[str, JSON],
-        injected: Injected | None,
-    ) -> Turn:
-        prompt_id = new_entry_id()
-        run_id = self._mint_run_id()
-        receipt = ReceiptEntry(
-            id=new_entry_id(),
-            parent=self._tree.leaf,
-            status="accepted",
-            msg=message,
-            run_id=run_id,
-            turn=prompt_id,
-            policy=policy.value,
-            wake=wake,
-        )
-        await self._write([receipt])
-        turn = Turn(prompt_id, run_id, policy)
-        pending = _Pending(
-            turn=turn,
-            message=message,
-            policy=policy,
-            payload=payload,
-            wake=wake,
-            receipt_id=receipt.id,
-            prompt_id=prompt_id,
-        )
-        if policy in (Policy.INTERRUPT, Policy.ROLLBACK) and self._steer_target() is not None:
-            # Runs next: ahead of the queue, behind the turn it interrupts.
-            at = 1 if self._queue and self._queue[0].started else 0
-            self._queue.insert(at, pending)
-            self._cancel_running(
-                "interrupted by a newer message", rollback=policy is Policy.ROLLBACK
-            )
-        else:
-            self._queue.append(pending)
-        if policy is Policy.COLLECT:
-            self._arrival.set()
-        self._kick()
-        return turn
 
     def _cancel_running(self, reason: str, *, rollback: bool = False) -> None:
         """Cancel the turn in flight, or the one whose prompt is written and has yet to run."""
         active = self._running
         if active is None:
-            head = self._queue[0] if self._queue else None
+            head = self._inbox.head
             if head is not None and head.started:
                 head.cancel_reason = head.cancel_reason or reason
                 head.rollback = head.rollback or rollback
@@ -382,27 +208,17 @@ class TurnDriver:
             if self._closing:
                 raise ClosedError(self._session.id)
             # Steers first, so a resume settled next runs ahead of their follow-ups.
-            if self._steers and self._steer_target() is None:
-                await self._defer_steers()
-            await self._settle_unfinished()
+            if self._inbox.has_steers() and self._steer_target() is None:
+                await self._inbox.defer_steers()
+            await self._inbox.settle_unfinished()
             self._kick()
-            return self._queue[0].turn if self._queue else None
+            head = self._inbox.head
+            return head.turn if head else None
 
     async def clear_queue(self) -> int:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
         async with self._lock:
-            kept = [p for p in self._queue if p.started]
-            dropped = list(self._steers) + [p for p in self._queue if not p.started]
-            if not dropped:
-                return 0
-            receipts = [
-                ReceiptEntry(id=new_entry_id(), status="dropped", receipt=p.receipt_id)
-                for p in dropped
-                if p.receipt_id
-            ]
-            await self._write(self._chain(*receipts))
-            self._steers.clear()
-            self._queue = deque(kept)
+            dropped = await self._inbox.clear()
         for pending in dropped:
             pending.turn.drop()
         return len(dropped)
@@ -433,21 +249,16 @@ class TurnDriver:
                 self._cancel_running("the session is closing")
                 self._stop_queue = True
                 await asyncio.shield(task)
-        for pending in [*self._steers, *self._queue]:
-            pending.turn.close(self._session.id)
-        self._steers.clear()
-        self._queue.clear()
+        self._inbox.close(self._session.id)
 
     def adopt_copy(self) -> None:
         """The tree now holds a copied path (a fork): none of it waits, and run ids go past it."""
-        self._queue.clear()
-        self._steers.clear()
-        self._counter = max(self._counter, self._tree.highest_turn())
+        self._inbox.adopt_copy()
 
     # -- the driver task: runs queued turns one at a time
 
     def _kick(self) -> None:
-        if self._task is None and self._queue and not self._stop_queue:
+        if self._task is None and self._inbox.head is not None and not self._stop_queue:
             self._idle.clear()
             self._task = asyncio.create_task(self._drive(), name=f"session {self._session.id}")
 
@@ -466,14 +277,14 @@ class TurnDriver:
     async def _next_active(self) -> _Active | None:
         while True:
             async with self._lock:
-                head = self._queue[0] if self._queue else None
+                head = self._inbox.head
                 if head is None or (self._stop_queue and not head.started):
                     self._task = None
                     self._idle.set()
                     return None
                 wait = 0.0
                 if head.policy is Policy.COLLECT and not self._closing:
-                    wait = self._collect_deadline() - time.monotonic()
+                    wait = self._inbox.collect_deadline() - time.monotonic()
                 if wait <= 0:
                     active = await self._start_active()
                     if active is not None:
@@ -484,21 +295,9 @@ class TurnDriver:
                 async with asyncio.timeout(wait):
                     await self._arrival.wait()
 
-    def _collect_deadline(self) -> float:
-        """When the collected messages at the head start: one window after the latest."""
-        last = 0.0
-        for pending in self._queue:
-            if pending.policy is not Policy.COLLECT:
-                break
-            last = max(last, pending.arrived)
-        return last + self._options.collect_window
-
     async def _start_active(self) -> _Active | None:
         """Take the next turn's input off the queue and write its prompt entries (lock held)."""
-        batch = [self._queue.popleft()]
-        if batch[0].policy is Policy.COLLECT:
-            while self._queue and self._queue[0].policy is Policy.COLLECT:
-                batch.append(self._queue.popleft())
+        batch = self._inbox.take_next()
         head = batch[0]
         for pending in batch[1:]:
             pending.turn.run_id = head.turn.run_id
@@ -601,9 +400,9 @@ class TurnDriver:
             if active.rollback:
                 prompt = self._tree.by_id.get(active.prompt_id)
                 entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
-            steers = list(self._steers)
-            deferred = self._plan_deferrals()
-            entries.extend(_deferral_receipts(deferred))
+            steers = self._inbox.take_steers()
+            deferred = self._inbox.plan_deferrals(steers)
+            entries.extend(deferral_receipts(deferred))
             linked = self._chain(*entries)
             upcoming = self._upcoming(deferred)
             if upcoming is not None:
@@ -629,10 +428,9 @@ class TurnDriver:
                 result = dataclasses.replace(
                     result, stop_reason="error", error=f"turn end not persisted: {exc}"
                 )
-                self._steers.extendleft(reversed(steers))
+                self._inbox.return_steers(steers)
                 deferred = []
-            for _old, new in reversed(deferred):
-                self._queue.appendleft(new)
+            self._inbox.queue_deferred(deferred)
             self._running = None
         run.emit(RunFinish(result=result))
         for pending in active.pendings:
@@ -641,88 +439,14 @@ class TurnDriver:
             old.turn.next = new.turn
             old.turn.finish(Outcome.DEFERRED)
 
-    def _upcoming(self, deferred: list[tuple[_Pending, _Pending]]) -> _Pending | None:
+    def _upcoming(self, deferred: list[Deferral]) -> Pending | None:
         """The input that will run next, when its prompt can be written now (lock held)."""
         if self._stop_queue:
             return None
-        head = deferred[0][1] if deferred else (self._queue[0] if self._queue else None)
+        head = deferred[0][1] if deferred else self._inbox.head
         if head is None or head.started or head.policy is Policy.COLLECT:
             return None
         return head
-
-    def _plan_deferrals(self) -> list[tuple[_Pending, _Pending]]:
-        """Steers no run drained become follow-up turns (lock held)."""
-        out = []
-        while self._steers:
-            old = self._steers.popleft()
-            prompt_id = new_entry_id()
-            follow = _Pending(
-                turn=Turn(prompt_id, self._mint_run_id(), Policy.STEER),
-                message=old.message,
-                policy=Policy.STEER,
-                payload=old.payload,
-                wake=old.wake,
-                receipt_id=new_entry_id(),
-                prompt_id=prompt_id,
-            )
-            out.append((old, follow))
-        return out
-
-    async def _defer_steers(self) -> None:
-        deferred = self._plan_deferrals()
-        await self._write(self._chain(*_deferral_receipts(deferred)))
-        for old, new in reversed(deferred):
-            self._queue.appendleft(new)
-            old.turn.next = new.turn
-            old.turn.finish(Outcome.DEFERRED)
-
-    async def _settle_unfinished(self) -> None:
-        """Record turns a dead writer left running as canceled, and queue their resumes (lock held)."""
-        if not self._unfinished:
-            return
-        unfinished, self._unfinished = self._unfinished, []
-        entries: list[Entry] = [
-            MessageEntry(id=new_entry_id(), message=m)
-            for m in interruption_results(self._tree.open_calls())
-        ]
-        resumes: list[_Pending] = []
-        for prompt in unfinished:
-            entries.append(
-                TurnEntry(
-                    id=new_entry_id(),
-                    run_id=prompt.run_id,
-                    stop_reason="canceled",
-                    canceled=True,
-                    err=CRASHED,
-                )
-            )
-            made = self._options.resume(self._session, prompt) if self._options.resume else None
-            if made is None:
-                continue
-            message, payload, wake = made
-            pending = _Pending(
-                turn=Turn(new_entry_id(), self._mint_run_id(), Policy.QUEUE),
-                message=message,
-                policy=Policy.QUEUE,
-                payload=payload,
-                wake=wake,
-                receipt_id=new_entry_id(),
-            )
-            pending.prompt_id = pending.turn.id
-            entries.append(
-                ReceiptEntry(
-                    id=pending.receipt_id,
-                    status="accepted",
-                    msg=message,
-                    run_id=pending.turn.run_id,
-                    turn=pending.prompt_id,
-                    policy=Policy.QUEUE.value,
-                    wake=wake,
-                )
-            )
-            resumes.append(pending)
-        await self._write(self._chain(*entries))
-        self._queue.extendleft(reversed(resumes))
 
     async def _flush_run(self, run: Run) -> None:
         async with self._lock:
@@ -732,8 +456,7 @@ class TurnDriver:
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:
             messages, run.staged = run.staged, []
-            steers = list(self._steers)
-            self._steers.clear()
+            steers = self._inbox.take_steers()
             entries, _ = _linked(self._tree.leaf, messages)
             delivered: list[Message] = []
             for steer in steers:
@@ -751,7 +474,7 @@ class TurnDriver:
             try:
                 await self._write(self._chain(*entries))
             except BaseException:
-                self._steers.extendleft(reversed(steers))
+                self._inbox.return_steers(steers)
                 raise
         for steer in steers:
             steer.turn.run_id = run.run_id
@@ -767,33 +490,6 @@ def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:
         entries.append(entry)
         leaf = entry.id
     return entries, leaf
-
-
-def _deferral_receipts(deferred: list[tuple[_Pending, _Pending]]) -> list[Entry]:
-    """Per deferred steer: its ``deferred`` fate, then the follow-up's ``accepted`` receipt."""
-    out: list[Entry] = []
-    for old, new in deferred:
-        out.append(
-            ReceiptEntry(
-                id=new_entry_id(),
-                status="deferred",
-                receipt=old.receipt_id,
-                turn=new.prompt_id,
-                run_id=new.turn.run_id,
-            )
-        )
-        out.append(
-            ReceiptEntry(
-                id=new.receipt_id,
-                status="accepted",
-                msg=new.message,
-                run_id=new.turn.run_id,
-                turn=new.prompt_id,
-                policy=Policy.STEER.value,
-                wake=new.wake,
-            )
-        )
-    return out
 
 
 def _result_of(task: asyncio.Task[RunResult]) -> RunResult | None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tests.threads.conftest import make_runtime, prompts, receipts, stored, turn_entries
-from threads.driver import CRASHED
+from threads.inbox import CRASHED
 from threads.manager import RESUME_BODY
 from threads.store import open_store
 from threads.store.entries import Entry, ReceiptEntry

@@ -1,0 +1,434 @@
+"""A session's inbox: the input it accepted and has not yet run, made durable as receipts.
+
+An :class:`Inbox` belongs to one session's :class:`~threads.driver.TurnDriver`
+and holds the input side of its turns: the sends waiting for a turn of their
+own and the steers waiting for a run to drain them, each a :class:`Pending`
+record. It writes what acceptance makes durable (an idle session's prompt, a
+``queued`` steer receipt, an ``accepted`` send receipt, the ``dropped`` fates
+of a cleared queue, the ``deferred`` fates of steers no run took) and mints
+the run ids. On open it restores what a stopped writer accepted and never
+settled, and records the turns a dead writer left running as canceled.
+
+It never takes the session's lock: the driver holds it around every call that
+writes, and decides when a turn runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from threads.ids import new_entry_id
+from threads.messages import JSON, Message
+from threads.store.entries import Entry, MessageEntry, ReceiptEntry, TurnEntry
+from threads.tree import EntryTree, interruption_results, unfinished_runs, unsettled_receipts
+from threads.turns import Outcome, Policy, Turn
+
+if TYPE_CHECKING:
+    from threads.session import Injected, Session, SessionOptions
+
+_POLICIES = frozenset(p.value for p in Policy)
+CRASHED = "interrupted: the gateway stopped during this turn"
+
+Write = Callable[[Sequence[Entry]], Awaitable[None]]
+
+
+class Chain(Protocol):
+    """Links entries onto the session's leaf in order (see ``Session._chain``)."""
+
+    def __call__(self, *entries: Entry) -> list[Entry]: ...
+
+
+@dataclass(slots=True, kw_only=True)
+class Pending:
+    """One accepted input waiting for a turn of its own (or, a steer, for a drain).
+
+    ``started`` marks a send whose prompt is already written: its turn has
+    begun as far as the record goes, and only the driver has yet to pick it up.
+    """
+
+    turn: Turn
+    message: Message
+    policy: Policy
+    payload: Any = None
+    wake: Mapping[str, JSON] = field(default_factory=dict)
+    injected: Message | None = None
+    receipt_id: str = ""
+    prompt_id: str = ""
+    started: bool = False
+    arrived: float = field(default_factory=time.monotonic)
+    cancel_reason: str = ""
+    rollback: bool = False
+
+
+Deferral = tuple[Pending, Pending]
+"""A steer no run drained, and the follow-up turn it becomes."""
+
+
+class Inbox:
+    """A session's waiting input: sends in turn order, steers in arrival order.
+
+    ``tree`` is the session's entry tree (read here, never changed but by
+    ``write``); ``chain`` and ``write`` are the session's write path. Every
+    method that writes is called with the session's lock held.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        tree: EntryTree,
+        chain: Chain,
+        write: Write,
+        options: SessionOptions,
+    ) -> None:
+        self._session = session
+        self._tree = tree
+        self._chain = chain
+        self._write = write
+        self._options = options
+        self._counter = tree.highest_turn()
+        self._queue: deque[Pending] = deque()
+        self._steers: deque[Pending] = deque()
+        self._unfinished = unfinished_runs(tree.entries)
+        self._restore()
+
+    def _restore(self) -> None:
+        load = self._options.load_payload
+        for receipt in unsettled_receipts(self._tree.entries):
+            if receipt.msg is None:
+                continue
+            payload = load(receipt.wake) if (load and receipt.wake) else None
+            if receipt.status == "queued":
+                self._steers.append(
+                    Pending(
+                        turn=Turn(receipt.id, receipt.run_id, Policy.STEER),
+                        message=receipt.msg,
+                        policy=Policy.STEER,
+                        payload=payload,
+                        wake=receipt.wake,
+                        receipt_id=receipt.id,
+                    )
+                )
+                continue
+            policy = Policy(receipt.policy) if receipt.policy in _POLICIES else Policy.QUEUE
+            self._queue.append(
+                Pending(
+                    turn=Turn(receipt.turn, receipt.run_id, policy),
+                    message=receipt.msg,
+                    policy=policy,
+                    payload=payload,
+                    wake=receipt.wake,
+                    receipt_id=receipt.id,
+                    prompt_id=receipt.turn,
+                )
+            )
+
+    # -- what waits
+
+    @property
+    def head(self) -> Pending | None:
+        """The send that runs next, or None when no send waits."""
+        return self._queue[0] if self._queue else None
+
+    def has_input(self) -> bool:
+        """True while any send or steer waits (a started head included)."""
+        return bool(self._queue or self._steers)
+
+    def listing(self) -> list[tuple[str, Message, Policy]]:
+        """What is accepted and not yet given to a model: steers first, then sends."""
+        return [(p.turn.id, p.message, Policy.STEER) for p in self._steers] + [
+            (p.turn.id, p.message, p.policy) for p in self._queue if not p.started
+        ]
+
+    def has_steers(self) -> bool:
+        return bool(self._steers)
+
+    def pending_count(self) -> int:
+        """How many accepted inputs wait (what :meth:`listing` lists)."""
+        waiting = len(self._queue)
+        if waiting and self._queue[0].started:
+            waiting -= 1
+        return len(self._steers) + waiting
+
+    def collect_deadline(self) -> float:
+        """When the collected messages at the head start: one window after the latest."""
+        last = 0.0
+        for pending in self._queue:
+            if pending.policy is not Policy.COLLECT:
+                break
+            last = max(last, pending.arrived)
+        return last + self._options.collect_window
+
+    # -- accepting input
+
+    def mint_run_id(self) -> str:
+        self._counter += 1
+        return f"{self._session.id}-t{self._counter}"
+
+    async def start_now(
+        self, message: Message, policy: Policy, payload: Any, wake: Mapping[str, JSON]
+    ) -> Turn:
+        """An idle session: the prompt is written now and waits, started, for the driver."""
+        turn = Turn(new_entry_id(), self.mint_run_id(), policy)
+        prompt = MessageEntry(
+            id=turn.id, parent=self._tree.leaf, message=message, run_id=turn.run_id, wake=wake
+        )
+        await self._write([prompt])
+        self._queue.appendleft(
+            Pending(
+                turn=turn,
+                message=message,
+                policy=policy,
+                payload=payload,
+                wake=wake,
+                prompt_id=turn.id,
+                started=True,
+            )
+        )
+        return turn
+
+    async def accept_steer(
+        self,
+        message: Message,
+        payload: Any,
+        wake: Mapping[str, JSON],
+        injected: Injected | None,
+        run_id: str,
+    ) -> Turn:
+        """A steer for run ``run_id``: a ``queued`` receipt, delivered when the run drains."""
+        receipt = ReceiptEntry(
+            id=new_entry_id(),
+            parent=self._tree.leaf,
+            status="queued",
+            msg=message,
+            run_id=run_id,
+            policy=Policy.STEER.value,
+            wake=wake,
+        )
+        await self._write([receipt])
+        turn = Turn(receipt.id, run_id, Policy.STEER)
+        self._steers.append(
+            Pending(
+                turn=turn,
+                message=message,
+                policy=Policy.STEER,
+                payload=payload,
+                wake=wake,
+                injected=injected() if callable(injected) else injected,
+                receipt_id=receipt.id,
+            )
+        )
+        return turn
+
+    async def accept_send(
+        self,
+        message: Message,
+        policy: Policy,
+        payload: Any,
+        wake: Mapping[str, JSON],
+        *,
+        ahead: bool,
+    ) -> Turn:
+        """A send for a turn of its own: an ``accepted`` receipt, then a place in the queue.
+
+        ``ahead`` puts it next in line (behind a started head), for a send that
+        interrupts the turn in flight.
+        """
+        prompt_id = new_entry_id()
+        run_id = self.mint_run_id()
+        receipt = ReceiptEntry(
+            id=new_entry_id(),
+            parent=self._tree.leaf,
+            status="accepted",
+            msg=message,
+            run_id=run_id,
+            turn=prompt_id,
+            policy=policy.value,
+            wake=wake,
+        )
+        await self._write([receipt])
+        turn = Turn(prompt_id, run_id, policy)
+        pending = Pending(
+            turn=turn,
+            message=message,
+            policy=policy,
+            payload=payload,
+            wake=wake,
+            receipt_id=receipt.id,
+            prompt_id=prompt_id,
+        )
+        if ahead:
+            # Runs next: ahead of the queue, behind the turn it interrupts.
+            at = 1 if self._queue and self._queue[0].started else 0
+            self._queue.insert(at, pending)
+        else:
+            self._queue.append(pending)
+        return turn
+
+    async def clear(self) -> list[Pending]:
+        """Drop every input not yet given to a model, each with a ``dropped`` receipt.
+
+        Returns what was dropped; the caller settles their turns once the lock is released.
+        """
+        kept = [p for p in self._queue if p.started]
+        dropped = list(self._steers) + [p for p in self._queue if not p.started]
+        if not dropped:
+            return []
+        receipts = [
+            ReceiptEntry(id=new_entry_id(), status="dropped", receipt=p.receipt_id)
+            for p in dropped
+            if p.receipt_id
+        ]
+        await self._write(self._chain(*receipts))
+        self._steers.clear()
+        self._queue = deque(kept)
+        return dropped
+
+    # -- handing input to the running side
+
+    def take_next(self) -> list[Pending]:
+        """Take the next turn's input off the queue: the head, or the collected run of heads."""
+        batch = [self._queue.popleft()]
+        if batch[0].policy is Policy.COLLECT:
+            while self._queue and self._queue[0].policy is Policy.COLLECT:
+                batch.append(self._queue.popleft())
+        return batch
+
+    def take_steers(self) -> list[Pending]:
+        """Take every waiting steer, for a run to drain."""
+        steers = list(self._steers)
+        self._steers.clear()
+        return steers
+
+    def return_steers(self, steers: Sequence[Pending]) -> None:
+        """Put taken steers back, ahead of any that came since (their write failed)."""
+        self._steers.extendleft(reversed(steers))
+
+    # -- deferrals: steers no run drained become turns of their own
+
+    def plan_deferrals(self, steers: Sequence[Pending]) -> list[Deferral]:
+        """Make each taken steer a follow-up turn of its own (not yet written or queued)."""
+        out = []
+        for old in steers:
+            prompt_id = new_entry_id()
+            follow = Pending(
+                turn=Turn(prompt_id, self.mint_run_id(), Policy.STEER),
+                message=old.message,
+                policy=Policy.STEER,
+                payload=old.payload,
+                wake=old.wake,
+                receipt_id=new_entry_id(),
+                prompt_id=prompt_id,
+            )
+            out.append((old, follow))
+        return out
+
+    def queue_deferred(self, deferred: Sequence[Deferral]) -> None:
+        """Queue the follow-ups of written deferrals at the head, in order."""
+        for _old, new in reversed(deferred):
+            self._queue.appendleft(new)
+
+    async def defer_steers(self) -> None:
+        """With no run to drain them, write every waiting steer off to a follow-up turn."""
+        deferred = self.plan_deferrals(self.take_steers())
+        await self._write(self._chain(*deferral_receipts(deferred)))
+        for old, new in reversed(deferred):
+            self._queue.appendleft(new)
+            old.turn.next = new.turn
+            old.turn.finish(Outcome.DEFERRED)
+
+    # -- restoring after a crash
+
+    async def settle_unfinished(self) -> None:
+        """Record turns a dead writer left running as canceled, and queue their resumes."""
+        if not self._unfinished:
+            return
+        unfinished, self._unfinished = self._unfinished, []
+        entries: list[Entry] = [
+            MessageEntry(id=new_entry_id(), message=m)
+            for m in interruption_results(self._tree.open_calls())
+        ]
+        resumes: list[Pending] = []
+        for prompt in unfinished:
+            entries.append(
+                TurnEntry(
+                    id=new_entry_id(),
+                    run_id=prompt.run_id,
+                    stop_reason="canceled",
+                    canceled=True,
+                    err=CRASHED,
+                )
+            )
+            made = self._options.resume(self._session, prompt) if self._options.resume else None
+            if made is None:
+                continue
+            message, payload, wake = made
+            pending = Pending(
+                turn=Turn(new_entry_id(), self.mint_run_id(), Policy.QUEUE),
+                message=message,
+                policy=Policy.QUEUE,
+                payload=payload,
+                wake=wake,
+                receipt_id=new_entry_id(),
+            )
+            pending.prompt_id = pending.turn.id
+            entries.append(
+                ReceiptEntry(
+                    id=pending.receipt_id,
+                    status="accepted",
+                    msg=message,
+                    run_id=pending.turn.run_id,
+                    turn=pending.prompt_id,
+                    policy=Policy.QUEUE.value,
+                    wake=wake,
+                )
+            )
+            resumes.append(pending)
+        await self._write(self._chain(*entries))
+        self._queue.extendleft(reversed(resumes))
+
+    # -- ending
+
+    def close(self, session_id: str) -> None:
+        """End every waiting input's turn with :class:`ClosedError`; they stay durable."""
+        for pending in [*self._steers, *self._queue]:
+            pending.turn.close(session_id)
+        self._steers.clear()
+        self._queue.clear()
+
+    def adopt_copy(self) -> None:
+        """The tree now holds a copied path (a fork): none of it waits, and run ids go past it."""
+        self._queue.clear()
+        self._steers.clear()
+        self._counter = max(self._counter, self._tree.highest_turn())
+
+
+def deferral_receipts(deferred: Sequence[Deferral]) -> list[Entry]:
+    """Per deferred steer: its ``deferred`` fate, then the follow-up's ``accepted`` receipt."""
+    out: list[Entry] = []
+    for old, new in deferred:
+        out.append(
+            ReceiptEntry(
+                id=new_entry_id(),
+                status="deferred",
+                receipt=old.receipt_id,
+                turn=new.prompt_id,
+                run_id=new.turn.run_id,
+            )
+        )
+        out.append(
+            ReceiptEntry(
+                id=new.receipt_id,
+                status="accepted",
+                msg=new.message,
+                run_id=new.turn.run_id,
+                turn=new.prompt_id,
+                policy=Policy.STEER.value,
+                wake=new.wake,
+            )
+        )
+    return out
