@@ -13,10 +13,12 @@ ledger together with the job's next pending fire, which is what lets a
 restarted service see what came due while it was down.
 
 One :class:`CronService` serves every editor. Not started (the CLI), it
-validates, writes the store and reads it back; started (the gateway), it also
-schedules, polls the store's change counter every ``poll_seconds`` to apply
-edits made by other processes, and beats a heartbeat so ``run-now`` from the
-CLI knows a gateway will pick its request up.
+validates, writes the store and reads it back (the API it inherits from
+:class:`~cron.editing.JobEditor`); started (the gateway), it also schedules,
+polls the store's change counter every ``poll_seconds`` to apply edits made by
+other processes, and beats a heartbeat so ``run-now`` from the CLI knows a
+gateway will pick its request up. A fire's hand-over and its ledger records
+are its :class:`~cron.firing.Firer`'s.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import contextlib
 import inspect
 import logging
 import secrets
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,46 +45,19 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from config.models import GatewayConfig
 from cron import crontab
-from cron.base import (
-    Advance,
-    Clock,
-    JobStore,
-    Recording,
-    SessionSinkFactory,
-    Waker,
-    utc_now,
-)
-from cron.errors import (
-    InvalidJobError,
-    JobConflictError,
-    JobNotFoundError,
-    NoGatewayError,
-    NotYourJobError,
-    ServiceStateError,
-)
-from cron.ledger import LedgerWriter
-from cron.misfire import MisfirePolicy, Planned
-from cron.models import (
-    Job,
-    JobState,
-    JobView,
-    RunRecord,
-    RunVia,
-    build_job,
-    check_zone,
-)
-from cron.wakes import Outcome, milliseconds, send_wake
-from threads.keys import SessionKey
-from threads.wake import Accepted
+from cron.base import Advance, Clock, JobStore, SessionSinkFactory, Waker, utc_now
+from cron.editing import JobEditor
+from cron.errors import InvalidJobError, ServiceStateError
+from cron.firing import Firer, RunListener
+from cron.misfire import MisfirePolicy
+from cron.models import Job, JobState, RunRecord, check_zone
+from cron.wakes import milliseconds
 
 log = logging.getLogger(__name__)
 
 EXECUTOR = "cron"
 BEAT_SECONDS = 2.0
-ALIVE_SECONDS = 10.0
 STOP_DEADLINE_SECONDS = 5.0
-
-RunListener = Callable[[RunRecord], None]
 
 
 # --- fire times --------------------------------------------------------------------------
@@ -278,7 +253,7 @@ class _Scheduled:
 # --- the service -------------------------------------------------------------------------
 
 
-class CronService:
+class CronService(JobEditor):
     """Cron jobs: edit them (started or not), and fire them (once started).
 
     ``waker`` is needed to start; ``session_sink`` builds the sink through which
@@ -300,14 +275,14 @@ class CronService:
         owner: str | None = None,
         known_agents: Collection[str] | None = None,
     ) -> None:
-        self.store = store
-        self.timezone = check_zone(timezone)
+        super().__init__(store, timezone=timezone, clock=clock, known_agents=known_agents)
         self.policy = MisfirePolicy.of(misfire_grace_seconds, coalesce)
         self.poll_seconds = poll_seconds
         self.owner = owner or f"cron-{secrets.token_hex(4)}"
         self._waker = waker
-        self._clock = clock
-        self._session_sink = session_sink
+        self._firer = Firer(
+            store, waker, policy=self.policy, clock=clock, session_sink=session_sink
+        )
         self._scheduler: Any = None
         self._jobs: dict[str, Job] = {}
         self._scheduled: dict[str, _Scheduled] = {}
@@ -315,11 +290,8 @@ class CronService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
-        self._listeners: list[RunListener] = []
         self._last_beat: datetime | None = None
-        self._ledger: LedgerWriter | None = None
         self._cron_triggers: CronTriggers = {}
-        self._known_agents = frozenset(known_agents) if known_agents is not None else None
 
     @classmethod
     def from_config(
@@ -344,7 +316,7 @@ class CronService:
 
     def add_listener(self, listener: RunListener) -> None:
         """Call ``listener`` with every run record once it is in the ledger."""
-        self._listeners.append(listener)
+        self._firer.add_listener(listener)
 
     # --- lifetime ------------------------------------------------------------------------
 
@@ -369,8 +341,7 @@ class CronService:
         scheduler.add_executor(_CronExecutor(self), alias=EXECUTOR)
         scheduler.add_listener(self._on_max_instances, EVENT_JOB_MAX_INSTANCES)
         self._scheduler = scheduler
-        self._ledger = LedgerWriter(self.store)
-        self._ledger.start()
+        self._firer.open_ledger()
         try:
             for job in jobs:
                 self._schedule(job, states.get(job.id))
@@ -378,8 +349,7 @@ class CronService:
             scheduler.start()
         except BaseException:
             self._scheduler = None
-            await self._ledger.close()
-            self._ledger = None
+            await self._firer.close_ledger()
             self._jobs.clear()
             self._scheduled.clear()
             raise
@@ -406,9 +376,7 @@ class CronService:
                 task.cancel()
             results = await asyncio.gather(*self._tasks, return_exceptions=True)
             failures += [r for r in results if isinstance(r, Exception)]
-        if self._ledger is not None:
-            await self._ledger.close()
-            self._ledger = None
+        await self._firer.close_ledger()
         try:
             await self.store.clear_beat(self.owner)
         except Exception as exc:
@@ -418,104 +386,7 @@ class CronService:
         if failures:
             raise ExceptionGroup("the cron service stopped with errors", failures)
 
-    # --- editing (started or not) --------------------------------------------------------
-
-    def draft(self, **fields: Any) -> Job:
-        """A new job from ``fields``; ``created``/``updated`` are now, the zone the default."""
-        now = self._clock()
-        fields.setdefault("timezone", self.timezone)
-        fields.setdefault("created", now)
-        fields.setdefault("updated", now)
-        return build_job(**fields)
-
-    async def upsert(self, job: Job) -> JobView:
-        """Store ``job`` by id (replacing its definition) and, when running, schedule it.
-
-        Refuses (nothing stored) an expression that never fires or an ``at``
-        time that is not in the future, naming the field.
-        """
-        if job.agent and self._known_agents is not None and job.agent not in self._known_agents:
-            raise InvalidJobError.one(
-                "agent",
-                f"{job.agent!r} is not defined under [agents] (have: {sorted(self._known_agents)})",
-                job.id,
-            )
-        now = self._clock()
-        next_fire = first_fire(job, now)
-        stored = await self.store.upsert(
-            job.model_copy(update={"updated": now}), next_fire=next_fire
-        )
-        if self.running:
-            await self._apply(stored)
-        return await self.get(stored.id)
-
-    async def remove(self, job_id: str) -> None:
-        if not await self.store.remove(job_id):
-            raise JobNotFoundError(job_id, self.store.url)
-        if self.running:
-            self._unschedule(job_id)
-
-    async def pause(self, job_id: str) -> JobView:
-        """Keep the job but fire nothing: its fires are recorded ``skipped``."""
-        return await self._set_enabled(job_id, False)
-
-    async def resume(self, job_id: str) -> JobView:
-        job = await self._require(job_id)
-        state = await self.store.state(job_id)
-        if job.kind == "at" and (state is None or state.next_fire is None):
-            raise JobConflictError(
-                job_id,
-                f"this `at` job already came due ({job.schedule_text}); give it a new time "
-                f"with `gateway cron set-at --id {job_id} --at <RFC 3339>`",
-            )
-        return await self._set_enabled(job_id, True)
-
-    async def _set_enabled(self, job_id: str, enabled: bool) -> JobView:
-        stored = await self.store.set_enabled(job_id, enabled, self._clock())
-        if stored is None:
-            raise JobNotFoundError(job_id, self.store.url)
-        if self.running:
-            await self._apply(stored)
-        return await self.get(job_id)
-
-    async def run_now(self, job_id: str, *, wait_seconds: float = 0.0) -> RunRecord | None:
-        """Fire a job now, paused or not; the ledger records it ``via: run-now``.
-
-        Started, this fires at once and returns the record. Not started, it
-        leaves a request for the running gateway and, with ``wait_seconds``,
-        polls the ledger that long for the record; :class:`NoGatewayError`
-        when no gateway is running against the store (nothing is requested).
-        """
-        job = await self._require(job_id)
-        now = self._clock()
-        if self.running:
-            return await self._run_request(self._jobs.get(job_id, job), now, now)
-        beat = await self.store.last_beat()
-        if beat is None or (now - beat.at).total_seconds() > ALIVE_SECONDS:
-            raise NoGatewayError(job_id, self.store.url, beat.at.isoformat() if beat else "")
-        await self.store.request_run(job_id, now)
-        deadline = asyncio.get_running_loop().time() + wait_seconds
-        while asyncio.get_running_loop().time() < deadline:
-            for run in reversed(await self.store.runs(job_id, limit=10)):
-                if run.via == "run-now" and run.scheduled == now:
-                    return run
-            await asyncio.sleep(0.05)  # polling the ledger with a deadline
-        return None
-
-    # --- reading -------------------------------------------------------------------------
-
-    async def get(self, job_id: str) -> JobView:
-        job = await self._require(job_id)
-        return self._view(job, await self.store.state(job_id))
-
-    async def list_jobs(self) -> list[JobView]:
-        jobs = await self.store.jobs()
-        states = await self.store.states()
-        return [self._view(job, states.get(job.id)) for job in jobs]
-
-    async def runs(self, job_id: str, limit: int = 20) -> list[RunRecord]:
-        """The job's newest ``limit`` ledger records, oldest first (kept after removal)."""
-        return await self.store.runs(job_id, limit)
+    # --- reading fire times; what the editing API asks of the scheduler -----------------
 
     async def next_fires(self, job_id: str, n: int = 5) -> list[datetime]:
         """The job's next ``n`` fire times in UTC, from its pending fire on."""
@@ -540,62 +411,13 @@ class CronService:
             return None
         return scheduled.next_run_time.astimezone(UTC)  # type: ignore[no-any-return]
 
-    async def gateway_running(self) -> bool:
-        """Whether some service is beating its heartbeat against this store."""
-        if self.running:
-            return True
-        beat = await self.store.last_beat()
-        return beat is not None and (self._clock() - beat.at).total_seconds() <= ALIVE_SECONDS
+    def _first_fire(self, job: Job, now: datetime) -> datetime | None:
+        return first_fire(job, now)
 
-    # --- the agent's tools: a one-time self check-in, list, remove -----------------------
-
-    async def set_check_in(
-        self, session: str, at: str | datetime, task: str, *, job_id: str | None = None
-    ) -> JobView:
-        """Wake ``session`` once at ``at`` (RFC 3339 with offset) with ``task``.
-
-        A direct-wake ``at`` job (seed 000's ``cron set-at --direct-wake``):
-        the session keeps its agent, and the wake's caller is cron (a drop sink).
-        """
-        key = str(SessionKey(session))
-        job_id = job_id or f"self-checkin-{secrets.token_hex(5)}"
-        existing = await self.store.get(job_id)
-        if existing is not None and existing.wake_session != key:
-            raise NotYourJobError(job_id, existing.wake_session, key)
-        job = self.draft(id=job_id, kind="at", at=at, task=task, wake_session=key, direct_wake=True)
-        return await self.upsert(job)
-
-    async def list_check_ins(self, session: str) -> list[JobView]:
-        """The jobs that wake ``session`` directly (its check-ins, pending and spent)."""
-        key = str(SessionKey(session))
-        return [
-            v for v in await self.list_jobs() if v.job.direct_wake and v.job.wake_session == key
-        ]
-
-    async def remove_check_in(self, session: str, job_id: str) -> None:
-        """Remove one of ``session``'s direct-wake jobs; another session's job is refused."""
-        key = str(SessionKey(session))
-        job = await self._require(job_id)
-        if not job.direct_wake or job.wake_session != key:
-            raise NotYourJobError(job_id, job.wake_session if job.direct_wake else None, key)
-        await self.remove(job_id)
+    async def _fire_now(self, job: Job, now: datetime) -> RunRecord:
+        return await self._firer.run_now(self._jobs.get(job.id, job), now, now)
 
     # --- internals: scheduling -----------------------------------------------------------
-
-    async def _require(self, job_id: str) -> Job:
-        job = await self.store.get(job_id)
-        if job is None:
-            raise JobNotFoundError(job_id, self.store.url)
-        return job
-
-    def _view(self, job: Job, state: JobState | None) -> JobView:
-        next_fire = self.scheduled_fire(job.id) or (state.next_fire if state else None)
-        return JobView(
-            job=job,
-            next_fire=next_fire,
-            last_status=state.last_status if state else None,
-            last_fired=state.last_fired if state else None,
-        )
 
     def _schedule(self, job: Job, state: JobState | None) -> None:
         """Hand ``job`` to APScheduler from its pending fire (past ones are caught up on)."""
@@ -661,7 +483,7 @@ class CronService:
             if wanted is None:
                 log.warning("cron: run-now of job %s dropped: no such job", request.job_id)
                 continue
-            self._spawn(self._run_request(wanted, request.requested, self._clock()))
+            self._spawn(self._firer.run_now(wanted, request.requested, self._clock()))
         self._seen = max(self._seen, changes.version)
 
     async def _poll(self) -> None:
@@ -719,7 +541,7 @@ class CronService:
             )
             for t in event.scheduled_run_times
         ]
-        self._spawn(self._store_runs(job.id, runs, None))
+        self._spawn(self._firer.record(job.id, runs, None))
 
     # --- internals: firing ---------------------------------------------------------------
 
@@ -737,7 +559,7 @@ class CronService:
         now = self._clock()
         due = [t.astimezone(UTC) for t in run_times]
         plan = self.policy.plan(due, now, enabled=job.enabled)
-        outcomes = [await self._hand_over(job, p, "schedule") for p in plan]
+        outcomes = [await self._firer.hand_over(job, p, "schedule") for p in plan]
         # Wakes first, bookkeeping after: let the other fires due in this instant
         # hand their wakes over before this one builds records and writes them.
         await asyncio.sleep(0)
@@ -746,58 +568,13 @@ class CronService:
             next_fire=following.astimezone(UTC) if following else None,
             schedule_rev=scheduled.schedule_rev,
         )
-        await self._store_runs(job.id, [o.record(job) for o in outcomes], advance)
+        await self._firer.record(job.id, [o.record(job) for o in outcomes], advance)
         if isinstance(scheduled.trigger, _WallClockCron):
             scheduled.trigger.prime(following)
         if job.kind == "at":
             spent = await self.store.disable_if_unchanged(job.id, job.revision)
             if spent is not None and self._jobs.get(job.id) is job:
                 self._jobs[job.id] = spent
-
-    async def _run_request(self, job: Job, requested: datetime, now: datetime) -> RunRecord:
-        plan = self.policy.plan([requested], now, enabled=True)
-        outcomes = [await self._hand_over(job, p, "run-now") for p in plan]
-        stored = await self._store_runs(job.id, [o.record(job) for o in outcomes], None)
-        return stored[-1]
-
-    async def _store_runs(
-        self, job_id: str, runs: Sequence[RunRecord], advance: Advance | None
-    ) -> list[RunRecord]:
-        if self._ledger is not None:
-            recording = Recording(job_id=job_id, runs=tuple(runs), advance=advance)
-            stored = await self._ledger.write(recording)
-        else:
-            stored = await self.store.record(job_id, runs, advance=advance)
-        for run in stored:
-            for listener in self._listeners:
-                listener(run)
-        return stored
-
-    async def _hand_over(self, job: Job, planned: Planned, via: RunVia) -> Outcome:
-        """Hand a planned fire's wake to its session (a missed or skipped one: nothing)."""
-        if planned.action != "fire":
-            return Outcome(planned=planned, via=via)
-        fired = self._clock()
-        try:
-            accepted = await self._wake(job, planned.scheduled, via, fired)
-        except Exception as exc:
-            log.warning("cron: job %s failed to wake %s: %s", job.id, job.session_key, exc)
-            return Outcome(
-                planned=planned, via=via, fired=fired, error=f"{type(exc).__name__}: {exc}"
-            )
-        return Outcome(planned=planned, via=via, fired=fired, accepted=accepted)
-
-    async def _wake(self, job: Job, scheduled: datetime, via: RunVia, fired: datetime) -> Accepted:
-        if self._waker is None:
-            raise ServiceStateError("the cron service has no waker")
-        return await send_wake(
-            self._waker,
-            job,
-            scheduled=scheduled,
-            via=via,
-            fired=fired,
-            session_sink=self._session_sink,
-        )
 
 
 def first_fire_or_none(job: Job, now: datetime) -> datetime | None:
