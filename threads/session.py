@@ -280,7 +280,19 @@ class Session:
         if not entries:
             return
         await self._take_lease()
-        await self._store.append(self.id, entries)
+        # Once submitted, the write finishes even if the caller is cancelled (an
+        # interrupt mid-step): the tree must stay equal to what the store holds.
+        append = asyncio.ensure_future(self._store.append(self.id, entries))
+        try:
+            await asyncio.shield(append)
+        except asyncio.CancelledError:
+            await asyncio.wait([append])
+            if not append.cancelled() and append.exception() is None:
+                self._record(entries)
+            raise
+        self._record(entries)
+
+    def _record(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
             self._tree.add(entry)
         self._view += len(entries)

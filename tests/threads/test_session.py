@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -30,6 +31,7 @@ from threads.store.base import SessionStore
 from threads.store.entries import (
     CompactionEntry,
     CustomEntry,
+    Entry,
     Header,
     LabelEntry,
     LeafEntry,
@@ -38,8 +40,9 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
+from threads.store.memory import MemoryStore
 from threads.tree import INTERRUPTED
-from threads.turns import Policy
+from threads.turns import Outcome, Policy, Run, RunResult
 
 
 def _header() -> Header:
@@ -403,3 +406,47 @@ async def test_close_with_a_deadline_cancels_the_running_turn_and_keeps_the_queu
     assert turn.canceled
     reopened = await Session.open(session_store, session.id, HandAgent())
     assert [m.text() for _, m, _ in reopened.queue()] == ["second"]
+
+
+class _HeldAppends(MemoryStore):
+    """A memory store whose appends can be held at the door (to cancel callers mid-write)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+        if self.hold:
+            self.entered.set()
+            await self.release.wait()
+        await super().append(session, entries)
+
+
+class _FlushingAgent:
+    """One step: stage a message, make it durable, then answer."""
+
+    def __init__(self, store: _HeldAppends) -> None:
+        self.store = store
+
+    async def run(self, run: Run) -> RunResult:
+        run.stage(Message.assistant("working on it"))
+        self.store.hold = True
+        await run.flush()
+        return RunResult(stop_reason="end_turn", text="done")
+
+
+async def test_an_interrupt_during_a_step_write_leaves_memory_equal_to_the_store() -> None:
+    store = _HeldAppends()
+    session = await Session.create(store, _FlushingAgent(store))
+    turn = await session.send(Message.user("go"))
+    await asyncio.wait_for(store.entered.wait(), 5)
+    assert session.interrupt("stop")
+    store.hold = False
+    store.release.set()
+    await turn.wait(5)
+    assert turn.outcome is Outcome.CANCELED
+    stored = (await store.load(session.id)).entries
+    assert [e.id for e in session.entries()] == [e.id for e in stored]
+    assert any(isinstance(e, MessageEntry) and e.message.text() == "working on it" for e in stored)
