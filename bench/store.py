@@ -5,7 +5,7 @@ bare ``os.write`` + ``os.fsync`` loop on the same disk in the same run; the
 load time of a 10 000-entry session; ``list`` and ``resolve`` over 10 000
 sessions; and group commit — appends per second with 64 concurrent writers
 over 16 sessions. For the jsonl key index it also measures the two designs
-docs/decisions/0001 weighs: a header scan at start-up against an index file
+docs/decisions/store-01-jsonl-key-index.md weighs: a header scan at start-up against an index file
 (its load, and a ``point`` as an appended journal line or as a whole file
 atomically replaced).
 

@@ -26,6 +26,7 @@ from threads.messages import JSON, Message
 from threads.store.entries import Entry, MessageEntry, ReceiptEntry, TurnEntry
 from threads.tree import EntryTree, interruption_results, unfinished_runs, unsettled_receipts
 from threads.turns import Outcome, Policy, Turn
+from threads.wake import mark_injected
 
 if TYPE_CHECKING:
     from threads.session import Injected, Session, SessionOptions
@@ -110,6 +111,7 @@ class Inbox:
                         policy=Policy.STEER,
                         payload=payload,
                         wake=receipt.wake,
+                        injected=Message.user(mark_injected(receipt.msg.text())),
                         receipt_id=receipt.id,
                     )
                 )

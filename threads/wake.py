@@ -183,6 +183,19 @@ def render_prompt(
     return f"{header}\n{wake.body}"
 
 
+def mark_injected(prompt: str) -> str:
+    """A rendered prompt marked ``injected: true`` (a steer restored after a restart).
+
+    Text without a wake header is returned unchanged.
+    """
+    if not prompt.startswith("---\n") or "injected: true" in prompt:
+        return prompt
+    end = prompt.find("\n---", 4)
+    if end < 0:
+        return prompt
+    return f"{prompt[:end]}\ninjected: true{prompt[end:]}"
+
+
 def _delivery_words(wake: Wake) -> str:
     if wake.sink.drops:
         return wake.sink.describe()

@@ -450,3 +450,37 @@ async def test_an_interrupt_during_a_step_write_leaves_memory_equal_to_the_store
     stored = (await store.load(session.id)).entries
     assert [e.id for e in session.entries()] == [e.id for e in stored]
     assert any(isinstance(e, MessageEntry) and e.message.text() == "working on it" for e in stored)
+
+
+class _DrainingAgent:
+    """Drains the steers waiting for its run and remembers what it was handed."""
+
+    def __init__(self) -> None:
+        self.drained: list[str] = []
+
+    async def run(self, run: Run) -> RunResult:
+        self.drained.extend(m.text() for m in await run.drain())
+        return RunResult(stop_reason="end_turn", text="ok")
+
+
+async def test_a_steer_restored_after_a_restart_is_delivered_marked_injected() -> None:
+    store = MemoryStore()
+    header = Header(id=new_session_id())
+    await store.create(header)
+    prompt = "---\nsource: telegram\nthread: telegram:1\nsender: user\n---\nalso do this"
+    await store.append(
+        header.id,
+        [
+            ReceiptEntry(
+                id=new_entry_id(), status="queued", msg=Message.user(prompt), policy="steer"
+            )
+        ],
+    )
+    agent = _DrainingAgent()
+    session = await Session.open(store, header.id, agent)
+    assert [policy for _, _, policy in session.queue()] == [Policy.STEER]
+    turn = await session.send(Message.user("next message"))
+    await turn.wait(5)
+    (delivered,) = agent.drained
+    assert "injected: true" in delivered
+    assert delivered.endswith("also do this")

@@ -7,7 +7,7 @@ fsync (group-committed with the session appends). When dead lines outnumber
 live keys the journal is rewritten to a temporary file and renamed over the
 old one. Without a journal — a directory copied without dotfiles, a first
 run of an older layout — it is rebuilt from the ``meta["key"]`` the headers
-carry, the newest session of each key winning. docs/decisions/0001 has the
+carry, the newest session of each key winning. docs/decisions/store-01-jsonl-key-index.md has the
 figures behind this choice.
 """
 
