@@ -135,3 +135,18 @@ def test_config_check_prints_each_problem_and_exits_non_zero(tmp_path: Path) -> 
     assert "threads.inbox_size" in result.stdout
     assert "threads.bogus" in result.stdout
     assert "-1" in result.stdout
+
+
+def test_chat_users_steer_and_the_api_and_system_sources_queue_by_default() -> None:
+    policies = GatewayConfig().threads.busy_policy
+    assert {s: policies[s] for s in ("telegram", "discord", "web", "cli")} == dict.fromkeys(
+        ("telegram", "discord", "web", "cli"), "steer"
+    )
+    queued = ("api", "session", "child_completed", "cron", "heartbeat", "progress", "compression")
+    assert {s: policies[s] for s in queued} == dict.fromkeys(queued, "queue")
+
+
+def test_a_busy_policy_for_an_unknown_source_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, '[threads.busy_policy]\nfax = "queue"\n')
+    with pytest.raises(ConfigError, match="unknown wake sources"):
+        load_config(path, env={})
