@@ -4,7 +4,8 @@ It serves ``POST /v1/messages``, whole or streamed (the real event sequence:
 ``message_start``, ``content_block_start`` / ``content_block_delta`` /
 ``content_block_stop`` per block, ``message_delta``, ``message_stop``, with a
 ``ping``), with ``thinking`` blocks (signed), text and ``tool_use``. It takes
-the same script values as :mod:`threads.testing.fake_openai`::
+the same script values as :mod:`threads.testing.fake_openai` (they are
+:mod:`threads.testing.fake_model`'s)::
 
     async with FakeAnthropicServer(api_key="sk-ant-test") as server:
         server.script(
@@ -29,7 +30,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from threads.testing.fake_openai import (
+from threads.testing.fake_model import (
     Answer,
     Failure,
     FakeModelServer,
