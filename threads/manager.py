@@ -29,6 +29,7 @@ from threads.messages import JSON, Message
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
 from threads.session import Session, SessionOptions
+from threads.session_sink import SessionSink
 from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
 from threads.store.base import Loaded, SessionStore
 from threads.store.codec import encode_entry
@@ -37,7 +38,6 @@ from threads.tree import unfinished_runs, unsettled_receipts
 from threads.turns import Agent, Turn
 from threads.wake import (
     Accepted,
-    SessionCaller,
     Wake,
     WakeSource,
     render_prompt,
@@ -67,35 +67,6 @@ class UnknownSessionError(ThreadsError, LookupError):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__(f"session {key} does not exist")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionSink:
-    """Replies to another session: each message wakes it, as this session."""
-
-    target: SessionKey
-    origin: SessionKey
-    manager: ThreadManager
-
-    @property
-    def drops(self) -> bool:
-        return False
-
-    def describe(self) -> str:
-        return f"Caller is session {self.target} — reply with dispatch(to=caller:session)"
-
-    def to_wire(self) -> dict[str, str]:
-        return {"kind": "session", "target": str(self.target), "origin": str(self.origin)}
-
-    async def deliver(self, message: OutboundMessage) -> Delivery:
-        wake = Wake(
-            source=WakeSource.SESSION,
-            body=message.text,
-            caller=SessionCaller(session_key=self.origin),
-            sink=SessionSink(target=self.origin, origin=self.target, manager=self.manager),
-        )
-        await self.manager.wake(self.target, wake)
-        return Delivery(delivered_to=f"session {self.target}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
