@@ -23,24 +23,22 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import gc
-import logging
 import os
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from threads.errors import CorruptError, ExistsError, LockedError, NewerFormatError, NotFoundError
+from threads.errors import ExistsError, NewerFormatError, NotFoundError
 from threads.messages import WireError
 from threads.store.base import Loaded, Page, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header
+from threads.store.handles import Handle, Handles, repair_tail
 from threads.store.keyfile import KeyJournal, encode_point, fsync_dir, read_journal
 from threads.store.leases import Leases
 from threads.store.lines import complete_end, decode_session, encode_batch
@@ -48,38 +46,10 @@ from threads.store.listing import DirectoryListing
 from threads.store.rules import ZERO_TIME, check_header, check_id
 from threads.store.watching import Pulse, tail
 
-log = logging.getLogger(__name__)
-
 T = TypeVar("T")
 
 SUFFIX = ".jsonl"
 _STALE_TEMP_SECONDS = 600.0
-
-
-@dataclass(slots=True, eq=False)
-class _Handle:
-    """A held session: its locked O_APPEND descriptor and what the writer knows of it."""
-
-    session: str
-    fd: int
-    size: int
-    lines: int = -1
-    created: datetime = ZERO_TIME
-    dirty: bool = False
-    pinned: bool = False
-
-    def sync(self) -> None:
-        if self.fd >= 0 and self.dirty:
-            os.fsync(self.fd)
-            self.dirty = False
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            try:
-                self.sync()
-            finally:
-                os.close(self.fd)
-                self.fd = -1
 
 
 class JsonlStore:
@@ -107,13 +77,14 @@ class JsonlStore:
         self._root = os.fspath(root)
         self._options = options or StoreOptions()
         self._every = self._options.fsync == "every_append"
-        self._max_open = max(1, max_open)
         self._poll = poll_interval
         self._pause = pause
         self._committer = Committer(
             f"jsonl-writer:{os.path.basename(self._root)}", parallel_syncs=8
         )
-        self._handles: OrderedDict[str, _Handle] = OrderedDict()  # writer thread only
+        self._handles = Handles(  # writer thread only
+            self._open_existing, max_open=max_open, no_lock=self._options.no_lock
+        )
         self._journal: KeyJournal | None = None  # writer thread only
         self._leases = Leases()
         self._pulse = Pulse()
@@ -284,11 +255,11 @@ class JsonlStore:
                 os.unlink(tmp)
         if self._every:
             fsync_dir(self._root)
-        handle = _Handle(header.id, fd, len(line), lines=0, created=header.created)
-        self._adopt(handle)
+        handle = Handle(header.id, fd, len(line), lines=0, created=header.created)
+        self._handles.adopt(handle)
 
     def _w_append(self, session: str, data: bytes, count: int, rnd: Round, op: Op[Any]) -> None:
-        handle = self._hold(session)
+        handle = self._handles.hold(session)
         if not data:
             return
         fd = handle.fd
@@ -297,10 +268,10 @@ class JsonlStore:
             # writer's back: re-check the file before joining its tail.
             st = os.fstat(fd)
             if st.st_nlink == 0:
-                self._forget(handle)
+                self._handles.forget(handle)
                 raise NotFoundError(session, "deleted by another writer")
             if st.st_size != handle.size:
-                handle.size = self._repair(session, fd, st.st_size)
+                handle.size = repair_tail(session, fd, st.st_size)
                 handle.lines = -1
         try:
             if self._pause is not None:
@@ -326,7 +297,7 @@ class JsonlStore:
             rnd.sync(handle, op)
 
     def _w_acquire(self, session: str, rnd: Round, op: Op[Any]) -> tuple[int, datetime]:
-        handle = self._hold(session)
+        handle = self._handles.hold(session)
         handle.pinned = True
         if handle.lines < 0:
             data = _pread_all(handle.fd, handle.size)
@@ -339,7 +310,7 @@ class JsonlStore:
         return handle.lines, handle.created
 
     def _w_release(self, session: str, rnd: Round, op: Op[Any]) -> None:
-        handle = self._handles.pop(session, None)
+        handle = self._handles.pop(session)
         if handle is None:
             self._must_exist(session)
             return
@@ -354,7 +325,7 @@ class JsonlStore:
 
     def _w_delete(self, session: str, rnd: Round, op: Op[Any]) -> None:
         path = self._path(session)
-        handle = self._handles.pop(session, None)
+        handle = self._handles.pop(session)
         if handle is not None:
             try:
                 os.unlink(path)
@@ -366,7 +337,7 @@ class JsonlStore:
         else:
             fd = self._open_existing(session, os.O_RDONLY)
             try:
-                self._lock(session, fd)
+                self._handles.lock(session, fd)
                 if os.fstat(fd).st_nlink == 0:
                     raise NotFoundError(session)
                 os.unlink(path)
@@ -389,13 +360,7 @@ class JsonlStore:
             rnd.sync(journal, op)
 
     def _w_close_all(self, rnd: Round, op: Op[Any]) -> None:
-        errors: list[BaseException] = []
-        for handle in self._handles.values():
-            try:
-                handle.close()
-            except OSError as exc:
-                errors.append(exc)
-        self._handles.clear()
+        errors = self._handles.close_all()
         if self._journal is not None:
             try:
                 self._journal.close()
@@ -404,86 +369,6 @@ class JsonlStore:
             self._journal = None
         if errors:
             raise errors[0]
-
-    # -- held descriptors (writer thread)
-
-    def _hold(self, session: str) -> _Handle:
-        handle = self._handles.get(session)
-        if handle is not None:
-            self._handles.move_to_end(session)
-            return handle
-        for _ in range(3):
-            fd = self._open_existing(session, os.O_RDWR | os.O_APPEND)
-            try:
-                self._lock(session, fd)
-                st = os.fstat(fd)
-                if st.st_nlink == 0:
-                    os.close(fd)  # deleted (maybe created again) before the lock: reopen
-                    continue
-                size = self._repair(session, fd, st.st_size)
-            except BaseException:
-                with suppress(OSError):
-                    os.close(fd)
-                raise
-            handle = _Handle(session, fd, size)
-            self._adopt(handle)
-            return handle
-        raise NotFoundError(session, "deleted while being opened")
-
-    def _adopt(self, handle: _Handle) -> None:
-        self._handles[handle.session] = handle
-        if len(self._handles) > self._max_open:
-            for session, held in list(self._handles.items()):
-                if len(self._handles) <= self._max_open:
-                    break
-                if not held.pinned and held is not handle:
-                    del self._handles[session]
-                    held.close()
-
-    def _forget(self, handle: _Handle) -> None:
-        self._handles.pop(handle.session, None)
-        with suppress(OSError):
-            os.close(handle.fd)
-        handle.fd = -1
-
-    def _lock(self, session: str, fd: int) -> None:
-        if self._options.no_lock:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockedError(session) from None
-
-    def _repair(self, session: str, fd: int, size: int) -> int:
-        """Truncate a torn final line or batch; return the size of the complete part."""
-        if size == 0:
-            raise CorruptError(session, 1, "", "the file is empty: the header line is missing")
-        window = 65536
-        while True:
-            start = max(0, size - window)
-            tail = os.pread(fd, size - start, start)
-            skip = 0
-            if start > 0:
-                skip = tail.find(b"\n") + 1  # the window's first line may be cut
-                if skip == 0:
-                    window *= 4
-                    continue
-            end = complete_end(tail[skip:])
-            if end == 0 and start > 0:
-                window *= 4  # the incomplete batch reaches further back
-                continue
-            cut = start + skip + end
-            break
-        if cut == size:
-            return size
-        if cut == 0:
-            raise CorruptError(session, 1, "", "the header line is torn")
-        os.ftruncate(fd, cut)
-        os.fsync(fd)
-        log.warning(
-            "session %s: removed a torn tail (%d bytes) a crashed writer left", session, size - cut
-        )
-        return cut
 
     # -- reads (executor threads)
 
