@@ -84,12 +84,13 @@ class ProviderConfig(Section):
 
 
 class ModelSettings(Section):
-    """Per-model limits used by compaction: context window, reserve, output cap."""
+    """Per-model settings: the limits compaction uses, the output cap, and streaming."""
 
     context_window: int = Field(default=128_000, gt=0)
     reserve_tokens: int = Field(default=16_000, ge=0)
     keep_recent_tokens: int = Field(default=20_000, ge=0)
     max_output_tokens: int = Field(default=4_096, gt=0)
+    stream: bool = True
 
     @model_validator(mode="after")
     def _fits(self) -> ModelSettings:

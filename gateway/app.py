@@ -12,25 +12,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from channels.base import Channel, ChannelSink
+from channels.base import Channel, ChannelSink, Inbound
 from channels.cli import CliChannel
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
 from gateway.cron_tools import cron_tools
+from gateway.errors import StartupError
 from gateway.lifetimes import Lifetimes
 from gateway.router import Router, endpoint_of
+from threads.agent.compaction import CompactionError
 from threads.agent.loop import AgentLoop
-from threads.agent.models import Models
+from threads.agent.models import Models, UnknownModelError
 from threads.agent.tools import Tool, ToolRegistry
 from threads.dispatch import dispatch_tool
+from threads.errors import ThreadsError
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient
+from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
 from threads.ops import check_session_tool, health_tool
 from threads.sessions.access import SubagentToolFilter
@@ -43,6 +47,40 @@ from threads.store.base import SessionStore, StoreOptions
 from threads.supervision import Supervisor
 
 log = logging.getLogger(__name__)
+
+
+def check_models(config: GatewayConfig, models: Models) -> None:
+    """Resolve every agent's model now, so a bad provider setting stops the start-up."""
+    for name, agent in config.agents.items():
+        ref = agent.model or config.models.default
+        where = f"agents.{name}.model" if agent.model else "models.default"
+        try:
+            models.resolve(ref)
+        except (ModelError, UnknownModelError) as exc:
+            raise StartupError(f"{where} {ref!r}: {exc}") from None
+
+
+def compact_command(
+    manager: ThreadManager, loop: AgentLoop
+) -> Callable[[Inbound, SessionKey, str], Awaitable[str]]:
+    """``/compact``: summarize the chat's older messages now (between turns)."""
+
+    async def compact_now(inbound: Inbound, key: SessionKey, rest: str) -> str:
+        thread = await manager.open_thread(key)
+        if thread is None:
+            return "Nothing to compact yet."
+        if thread.session.busy:
+            return "A turn is running; try /compact when it has finished."
+        try:
+            entry = await loop.compact_session(thread.session)
+        except (CompactionError, ModelError, ThreadsError) as exc:
+            return f"Not compacted: {exc}"
+        return (
+            f"Compacted: about {entry.tokens_before} tokens of context are now a summary "
+            "(nothing was deleted)."
+        )
+
+    return compact_now
 
 
 def default_tools() -> list[Tool[Any]]:
@@ -127,6 +165,7 @@ class Gateway:
 
         models = Models(config.models, clients=self._model_clients)
         self._lifetimes.push("model clients", models.close)
+        check_models(config, models)
         tools = ToolRegistry(
             [*default_tools(), *self._extra_tools],
             default_timeout=config.threads.tool_timeout_seconds,
@@ -160,8 +199,20 @@ class Gateway:
         self._router = Router(self._manager, self.channels)
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
+        self._router.commands["/compact"] = compact_command(self._manager, agent)
         for channel in self.channels.values():
-            await channel.start(self._router.handle)
+            try:
+                await channel.start(self._router.handle)
+            except OSError as exc:
+                raise StartupError(
+                    f"the {channel.name} channel could not start: {exc.strerror or exc}"
+                    + (
+                        f" (channels.web.port {self.config.channels.web.port}: set another port "
+                        "or stop what is using it)"
+                        if channel.name == "web"
+                        else ""
+                    )
+                ) from None
             self._lifetimes.push(f"{channel.name} channel", channel.stop)
 
         # With the channels up, input left unsettled by the last run continues, and

@@ -28,7 +28,9 @@ import orjson
 import typer
 
 from config import ConfigError, GatewayConfig, load_config
-from gateway.control import ControlClient, ControlError
+from gateway.control import ControlClient
+from gateway.cron_cli import app as cron_app
+from gateway.errors import ControlError, GatewayError
 from gateway.sessions_cli import app as sessions_app
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ app = typer.Typer(
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(cron_app, name="cron")
 
 ConfigOption = Annotated[
     Path | None,
@@ -82,7 +85,7 @@ def run(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
     settings = load_or_exit(config)
     try:
         asyncio.run(_run(settings))
-    except ControlError as exc:
+    except GatewayError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
 
@@ -144,7 +147,7 @@ def chat(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
     settings = load_or_exit(config)
     try:
         asyncio.run(_chat(settings))
-    except ControlError as exc:
+    except GatewayError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
 
@@ -322,16 +325,6 @@ def config_check(
             typer.echo(f"  {problem}")
         raise typer.Exit(1) from None
     typer.echo(f"{path or 'the default configuration'}: ok")
-
-
-def _mount_optional() -> None:
-    with contextlib.suppress(ImportError):
-        from gateway.cron_cli import app as cron_app
-
-        app.add_typer(cron_app, name="cron")
-
-
-_mount_optional()
 
 
 def main() -> None:

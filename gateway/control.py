@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from gateway.errors import ControlError
 from threads.errors import ThreadsError
 
 if TYPE_CHECKING:
@@ -35,10 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Op = Callable[[dict[str, Any], "_Connection"], Awaitable[dict[str, Any]]]
-
-
-class ControlError(Exception):
-    """The control socket could not be reached or answered with an error."""
 
 
 class _Connection:

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 HELP = """Commands:
 /new — start a fresh conversation (the old one is kept)
+/compact — summarize the older part of this conversation now
 /stop — stop the running turn and drop queued messages
 /status — what this conversation's thread is doing
 /send on|off|inherit — owners: allow, block or inherit replies to this chat

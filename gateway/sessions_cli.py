@@ -30,7 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from config import ConfigError, GatewayConfig, load_config
-from gateway.control import ControlClient, ControlError
+from gateway.control import ControlClient
+from gateway.errors import ControlError
 from threads.errors import InvalidKeyError, ThreadsError
 from threads.sessions.catalog import HISTORY_DEFAULT, LIST_DEFAULT, Catalog
 from threads.sessions.errors import ReservedSessionKeyError, UnknownSessionError

@@ -13,7 +13,7 @@ import pytest
 
 from config import GatewayConfig
 from gateway.app import Gateway
-from gateway.control import ControlError
+from gateway.errors import ControlError
 
 
 class Replies:

@@ -22,9 +22,11 @@ from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolOutput, ToolRegistry
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient, ModelRequest
-from threads.llm.errors import ContextOverflowError
+from threads.llm.errors import ContextOverflowError, ModelError
 from threads.messages import Message, ToolCallPart, ToolResultPart, Usage
+from threads.session import Session
 from threads.sinks import OutboundMessage
+from threads.store.entries import CompactionEntry
 from threads.turns import Run, RunResult, StepFinish, TextDelta, ToolFinish, ToolStart
 from threads.wake import SessionCaller, UserCaller, Wake
 
@@ -74,11 +76,42 @@ class AgentLoop:
     def agent_for(self, run: Run) -> str:
         wake = run.payload if isinstance(run.payload, Wake) else None
         name = (wake.agent if wake else None) or run.session.header.meta.get("agent")
+        if name and name not in self.config.agents:
+            log.warning(
+                "session %s asks for agent %r, which is not configured; using %r",
+                run.session.id,
+                name,
+                self.config.default_agent,
+            )
         if not name or name not in self.config.agents:
             name = self.config.default_agent
         return name
 
     async def run(self, run: Run) -> RunResult:
+        """Run one turn; a chat user hears about a turn that fails or hits its step cap."""
+        try:
+            result = await self._run(run)
+        except ModelError as exc:
+            log.warning("session %s: the model failed: %s", run.session.id, exc)
+            await self._notify_user(run, f"(Sorry — the model could not answer: {exc})")
+            return RunResult(
+                stop_reason="error", error=f"{type(exc).__name__}: {exc}", steps=run.steps
+            )
+        if result.stop_reason == "max_steps":
+            await self._notify_user(
+                run, f"(I stopped after {result.steps} steps without finishing; ask me to go on.)"
+            )
+        return result
+
+    async def compact_session(self, session: Session, *, reason: str = "manual") -> CompactionEntry:
+        """Compact a session now with its agent's model (``/compact``); between turns only."""
+        agent = self.config.agents.get(session.header.meta.get("agent", ""))
+        agent = agent or self.config.agent(None)
+        ref = session.header.meta.get("model") or agent.model or self.config.models.default
+        client, model, settings = self.models.resolve(ref)
+        return await compact(session, client, model, settings, reason=reason)
+
+    async def _run(self, run: Run) -> RunResult:
         agent_name = self.agent_for(run)
         agent = self.config.agents[agent_name]
         # A session created with a model of its own (sessions_spawn's model) keeps it.
@@ -118,6 +151,7 @@ class AgentLoop:
                 system=system,
                 tools=specs,
                 max_output_tokens=settings.max_output_tokens,
+                stream=settings.stream,
             )
             try:
                 response = await client.complete(request, on_delta)
@@ -227,16 +261,22 @@ class AgentLoop:
         """Compact the running turn's session; tell a chat user it happened."""
         try:
             await compact(run.session, client, model, settings, reason=reason, run=run)
-        except CompactionError as exc:
+        except (CompactionError, ModelError) as exc:
+            # The turn goes on uncompacted; an overflow then fails it with its own error.
             log.warning("session %s: %s compaction failed: %s", run.session.id, reason, exc)
             return False
-        wake = run.payload if isinstance(run.payload, Wake) else None
-        if wake is not None and isinstance(wake.caller, UserCaller) and not wake.sink.drops:
-            try:
-                await wake.sink.deliver(OutboundMessage(text=COMPACTION_NOTICE))
-            except Exception:
-                log.exception("session %s: the compaction notice was not delivered", run.session.id)
+        await self._notify_user(run, COMPACTION_NOTICE)
         return True
+
+    async def _notify_user(self, run: Run, text: str) -> None:
+        """A short notice to the turn's caller when that caller is a chat user."""
+        wake = run.payload if isinstance(run.payload, Wake) else None
+        if wake is None or not isinstance(wake.caller, UserCaller) or wake.sink.drops:
+            return
+        try:
+            await wake.sink.deliver(OutboundMessage(text=text))
+        except Exception:
+            log.exception("session %s: a notice to the user was not delivered", run.session.id)
 
     async def _deliver_text(self, text: str, run: Run, key: str) -> None:
         """A final text answer goes to the caller, as a reply would.
