@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -55,6 +56,19 @@ class Section(BaseModel):
     """Base of every configuration section: frozen, unknown keys refused."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: safe to print and log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def read_secret(inline: SecretStr | None, path: Path | None, what: str) -> SecretStr | None:
@@ -200,6 +214,11 @@ class StoreConfig(Section):
     state_url: str = ""
     fsync: Literal["every_append", "on_flush"] = "every_append"
     salvage: bool = False
+
+    @property
+    def safe_url(self) -> str:
+        """The session store URL without its password, for banners, logs and health."""
+        return redact_url(self.url)
 
     @field_validator("url")
     @classmethod

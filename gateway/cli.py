@@ -102,7 +102,7 @@ async def _run(config: GatewayConfig) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, gw.stop)
         model = config.models.default
-        print(f"gateway running · sessions: {config.store.url} · model: {model}", flush=True)
+        print(f"gateway running · sessions: {config.store.safe_url} · model: {model}", flush=True)
         if model == "echo":
             print("  no model is configured: replies come from the offline echo model", flush=True)
         if gw.web is not None:

@@ -150,3 +150,12 @@ def test_a_busy_policy_for_an_unknown_source_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, '[threads.busy_policy]\nfax = "queue"\n')
     with pytest.raises(ConfigError, match="unknown wake sources"):
         load_config(path, env={})
+
+
+def test_a_store_url_password_is_never_shown() -> None:
+    from config.models import StoreConfig, redact_url
+
+    assert redact_url("redis://:hunter2@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
+    assert redact_url("redis://app:hunter2@db/1") == "redis://app:***@db/1"
+    assert redact_url("jsonl://./data/sessions") == "jsonl://./data/sessions"
+    assert "hunter2" not in StoreConfig(url="rediss://:hunter2@h:6380/2").safe_url
