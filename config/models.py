@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
