@@ -70,11 +70,18 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _parse_env_value(raw: str) -> Any:
+    """A JSON list or object when the value is one; otherwise the text, for pydantic to convert.
+
+    ``GATEWAY_CHANNELS__CLI__USER_ID=42`` stays the string "42"; an integer
+    option given "42" is converted by the model.
+    """
+    if raw[:1] not in ("[", "{"):
+        return raw
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return raw
-    return value if isinstance(value, (bool, int, float, list, dict)) else raw
+    return value if isinstance(value, list | dict) else raw
 
 
 def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,11 +96,72 @@ def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def validate(data: Mapping[str, Any], source: str) -> GatewayConfig:
-    """Validate a configuration mapping; every problem is reported, not only the first."""
+    """Validate a configuration mapping; every problem is reported, not only the first.
+
+    Field problems and cross references (an agent or provider a setting names)
+    are reported together, each under its own dotted path.
+    """
+    problems = reference_problems(data)
     try:
-        return GatewayConfig.model_validate(data)
+        config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(source, problems_of(exc)) from None
+        problems = problems_of(exc) + problems
+    if problems:
+        raise ConfigError(source, problems)
+    return config
+
+
+def reference_problems(data: Mapping[str, Any]) -> list[Problem]:
+    """Settings that name something the configuration does not define."""
+    problems: list[Problem] = []
+    agents = data.get("agents", {"default": {}})
+    models = data.get("models", {})
+    if not isinstance(agents, Mapping) or not isinstance(models, Mapping):
+        return problems
+    providers = models.get("providers", {})
+    if not isinstance(providers, Mapping):
+        return problems
+    default_agent = data.get("default_agent", "default")
+    if isinstance(default_agent, str) and default_agent not in agents:
+        problems.append(
+            Problem(
+                path="default_agent",
+                message=f"names no agent under [agents] (have: {sorted(agents)})",
+                value=repr(default_agent),
+            )
+        )
+
+    def check_model(path: str, ref: object) -> None:
+        if not isinstance(ref, str) or "/" not in ref:
+            return
+        provider = ref.split("/", 1)[0]
+        if provider not in providers:
+            problems.append(
+                Problem(
+                    path=path,
+                    message=(
+                        f"names provider {provider!r}, which is not under [models.providers] "
+                        f"(have: {sorted(providers)})"
+                    ),
+                    value=repr(ref),
+                )
+            )
+
+    check_model("models.default", models.get("default"))
+    for name, agent in agents.items():
+        if isinstance(agent, Mapping):
+            check_model(f"agents.{name}.model", agent.get("model"))
+    for name, provider in providers.items():
+        key_file = provider.get("api_key_file") if isinstance(provider, Mapping) else None
+        if isinstance(key_file, str) and not Path(key_file).is_file():
+            problems.append(
+                Problem(
+                    path=f"models.providers.{name}.api_key_file",
+                    message="no such file",
+                    value=repr(key_file),
+                )
+            )
+    return problems
 
 
 def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> GatewayConfig:

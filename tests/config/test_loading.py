@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,18 @@ def test_the_example_file_documents_a_valid_configuration() -> None:
 def test_the_example_file_mentions_every_option() -> None:
     text = (ROOT / "gateway.example.toml").read_text()
 
+    def models_in(annotation: object) -> list[type]:
+        """The config models an annotation holds: directly, or in a list, dict or union."""
+        if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+            return [annotation]
+        return [m for arg in typing.get_args(annotation) for m in models_in(arg)]
+
     def names(model: type) -> set[str]:
         out = set()
         for name, field in model.model_fields.items():  # type: ignore[attr-defined]
             out.add(name)
-            annotation = field.annotation
-            if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
-                out |= names(annotation)
+            for inner in models_in(field.annotation):
+                out |= names(inner)
         return out
 
     missing = sorted(n for n in names(GatewayConfig) if n not in text)
@@ -86,26 +92,80 @@ def test_gateway_config_names_the_file_to_load(tmp_path: Path) -> None:
 
 
 def test_a_secret_is_never_shown_in_an_error(tmp_path: Path) -> None:
-    path = write(tmp_path, "[channels.telegram]\nenabled = true\ntoken = 12345\n")
+    path = write(tmp_path, "[channels.telegram]\ntoken = 12345\n")
     with pytest.raises(ConfigError) as caught:
         load_config(path, env={})
     assert "12345" not in str(caught.value)
 
 
-def test_a_secret_is_read_from_its_file_and_not_printed(tmp_path: Path) -> None:
-    secret = tmp_path / "token"
-    secret.write_text("123:very-secret\n")
-    path = write(tmp_path, f'[channels.telegram]\nenabled = true\ntoken_file = "{secret}"\n')
-    config = load_config(path, env={})
+def test_an_api_key_file_must_exist_and_its_contents_are_never_held(tmp_path: Path) -> None:
+    from threads.llm import resolve_api_key
+
+    secret = tmp_path / "openai-key"
+    secret.write_text("sk-very-secret\n")
+    body = '[models.providers.openai]\napi_key_file = "{}"\n'
+    config = load_config(write(tmp_path, body.format(secret)), env={})
     assert "very-secret" not in repr(config)
     assert "very-secret" not in config.model_dump_json()
+    assert resolve_api_key("openai", config.models.providers["openai"]) == "sk-very-secret"
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, body.format(tmp_path / "missing")), env={})
+    (problem,) = caught.value.problems
+    assert problem.path == "models.providers.openai.api_key_file"
+    assert problem.message == "no such file"
 
 
-def test_env_values_parse_as_json_when_they_can() -> None:
+def test_env_values_are_text_unless_they_are_json_lists_or_objects() -> None:
     parsed = env_overrides(
-        {"GATEWAY_A__B": "3", "GATEWAY_A__C": "true", "GATEWAY_D": "plain", "OTHER": "x"}
+        {
+            "GATEWAY_A__B": "3",
+            "GATEWAY_A__C": "true",
+            "GATEWAY_D": "plain",
+            "GATEWAY_E": '["x", "y"]',
+            "GATEWAY_F": '{"k": "v"}',
+            "OTHER": "x",
+        }
     )
-    assert parsed == {"a": {"b": 3, "c": True}, "d": "plain"}
+    assert parsed == {"a": {"b": "3", "c": "true"}, "d": "plain", "e": ["x", "y"], "f": {"k": "v"}}
+
+
+def test_a_numeric_env_value_for_a_text_option_stays_text() -> None:
+    config = load_config(
+        env={"GATEWAY_CHANNELS__CLI__USER_ID": "42", "GATEWAY_THREADS__INBOX_SIZE": "9"}
+    )
+    assert config.channels.cli.user_id == "42"
+    assert config.threads.inbox_size == 9
+
+
+def test_an_unknown_environment_key_is_an_error_naming_its_path() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(env={"GATEWAY_THREADS__MAX_TRUNS": "4"})
+    assert [p.path for p in caught.value.problems] == ["threads.max_truns"]
+
+
+def test_cross_references_are_reported_with_their_own_path_alongside_field_errors(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        'default_agent = "nope"\n[threads]\ninbox_size = 0\n[agents.default]\nmodel = "ghost/m"\n',
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    paths = {p.path for p in caught.value.problems}
+    assert paths == {"threads.inbox_size", "default_agent", "agents.default.model"}
+
+
+@pytest.mark.parametrize(
+    "section", ["channels.telegram", "channels.discord", "channels.api", "admin"]
+)
+def test_enabling_a_part_that_is_not_built_is_refused(tmp_path: Path, section: str) -> None:
+    path = write(tmp_path, f"[{section}]\nenabled = true\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    (problem,) = caught.value.problems
+    assert problem.path == f"{section}.enabled"
+    assert "not built" in problem.message
 
 
 def test_a_model_naming_an_unconfigured_provider_is_refused(tmp_path: Path) -> None:
