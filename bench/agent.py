@@ -88,9 +88,10 @@ async def bare_requests(url: str, count: int, concurrency: int) -> float:
                     await response.read()
 
         await worker(20)
+        per_worker = count // concurrency
         start = time.perf_counter()
-        await asyncio.gather(*(worker(count // concurrency) for _ in range(concurrency)))
-        return count / (time.perf_counter() - start)
+        await asyncio.gather(*(worker(per_worker) for _ in range(concurrency)))
+        return per_worker * concurrency / (time.perf_counter() - start)
 
 
 async def loop_turns(base_url: str, count: int, concurrency: int) -> tuple[float, list[float]]:
@@ -137,7 +138,7 @@ async def loop_turns(base_url: str, count: int, concurrency: int) -> tuple[float
     elapsed = time.perf_counter() - start
     await manager.close()
     await models.close()
-    return count / elapsed, latencies
+    return len(latencies) / elapsed, latencies
 
 
 async def serve() -> None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, TypeAlias
 
 from threads.keys import SessionKey
@@ -79,6 +80,10 @@ class Wake:
     agent: str | None = None
     meta: Mapping[str, str] = field(default_factory=dict)
     created: datetime = field(default_factory=_now)
+
+    def __post_init__(self) -> None:
+        # Frozen all the way down: the meta a wake carries cannot change under it.
+        object.__setattr__(self, "meta", MappingProxyType(dict(self.meta)))
 
     @property
     def caller_session_key(self) -> SessionKey | None:

@@ -96,3 +96,14 @@ def test_a_wake_round_trips_through_its_wire_form() -> None:
     )
     back = wake_from_wire(wake_to_wire(wake), "x", lambda wire: DropSink(reason=wire["reason"]))
     assert back == wake
+
+
+def test_a_wakes_meta_cannot_change_under_it() -> None:
+    meta = {"k": "v"}
+    wake = Wake(
+        source=WakeSource.CLI, body="x", caller=UserCaller(channel="cli", user_id="u"), meta=meta
+    )
+    meta["k"] = "changed"
+    assert wake.meta["k"] == "v"
+    with pytest.raises(TypeError):
+        wake.meta["k"] = "w"  # type: ignore[index]
