@@ -21,6 +21,7 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -78,16 +79,20 @@ def setup_logging(verbose: bool) -> None:
     )
 
 
+def run_or_exit(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main``; a gateway error is printed as one line, without a traceback (exit 1)."""
+    try:
+        asyncio.run(main)
+    except GatewayError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
 @app.command()
 def run(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
     """Start the gateway and keep it running until Ctrl-C."""
     setup_logging(verbose)
-    settings = load_or_exit(config)
-    try:
-        asyncio.run(_run(settings))
-    except GatewayError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    run_or_exit(_run(load_or_exit(config)))
 
 
 async def _run(config: GatewayConfig) -> None:
@@ -144,12 +149,7 @@ async def _read_lines(submit: object) -> None:
 def chat(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
     """Chat in this terminal: attached to a running gateway, or in-process when none runs."""
     setup_logging(verbose)
-    settings = load_or_exit(config)
-    try:
-        asyncio.run(_chat(settings))
-    except GatewayError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    run_or_exit(_chat(load_or_exit(config)))
 
 
 async def _chat(config: GatewayConfig) -> None:
