@@ -10,11 +10,12 @@ received each send and which child sessions were created or resumed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from threads.agent.tools import ToolContext, ToolOutput, json_text, tool
 from threads.errors import InvalidKeyError
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from threads.manager import ThreadManager
 
 Target = Literal["caller:user", "caller:session", "user", "subagent", "fork", "session"]
+
+# The params keys a model may put beside to and body by mistake; the error moves them.
+PARAM_KEYS = ("task_id", "agent", "session_key", "channel", "user_id")
+SHOWN_BODY = 40
 
 
 class Send(BaseModel):
@@ -46,6 +51,35 @@ class Send(BaseModel):
             "subagent/fork: {task_id, agent?}; session: {session_key} or {channel, user_id}"
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _params_in_params(cls, data: Any) -> Any:
+        """A param given beside ``to`` and ``body`` is refused with the send as it should be."""
+        if not isinstance(data, dict):
+            return data
+        misplaced = [k for k in PARAM_KEYS if k in data]
+        if not misplaced:
+            return data
+        unknown = sorted(set(data) - {*misplaced, "to", "body", "params"})
+        raise ValueError(
+            f"{', '.join(misplaced)} {'belongs' if len(misplaced) == 1 else 'belong'} in params, "
+            "not at the top level of the send: a send has only to, body and params"
+            + (f" (drop {unknown})" if unknown else "")
+            + f". Send it as {corrected_shape(data, misplaced)}"
+        )
+
+
+def corrected_shape(data: dict[str, Any], misplaced: Sequence[str]) -> str:
+    """The send ``data`` with the ``misplaced`` keys moved into params, as JSON."""
+    given = data.get("params")
+    params = dict(given) if isinstance(given, dict) else {}
+    params.update({k: data[k] for k in misplaced})
+    body = data.get("body", "...")
+    if not isinstance(body, str) or len(body) > SHOWN_BODY:
+        body = "..."
+    shape = {"to": data.get("to", "..."), "body": body, "params": params}
+    return json.dumps(shape, ensure_ascii=False, default=str)
 
 
 class DispatchArgs(BaseModel):

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
@@ -59,6 +59,29 @@ class ThreadNotLoadedError(ThreadsError, LookupError):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__(f"no thread is loaded for session {key}: there is nothing to stop")
+
+
+class NoTurnRunningError(ThreadsError):
+    """A soft stop for a thread that is loaded but runs no turn."""
+
+    def __init__(self, key: str, state: str) -> None:
+        self.key = key
+        self.state = state
+        super().__init__(
+            f"session {key} is not running a turn (its thread is loaded and {state}): there is "
+            "nothing to stop; stop-session ends a running turn at its next step boundary"
+        )
+
+
+class ManagerClosedError(ThreadsError):
+    """A wake (or a thread start) for a manager that has begun to close."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"the thread manager is closed; wake for {key} refused: the gateway is shutting "
+            "down and accepted nothing for it — send it again once the gateway is back"
+        )
 
 
 class UnknownSessionError(ThreadsError, LookupError):
@@ -168,7 +191,13 @@ class ThreadManager:
             await thread.session.continue_()
 
     async def close(self) -> None:
-        """Let running turns finish within the deadline; queued input stays durable."""
+        """Let running turns finish within the deadline; queued input stays durable.
+
+        Wakes are refused from the first step on. A wake that got in before
+        and is still loading its session is waited for: its thread, once
+        started, sees the manager closed, closes its session and refuses the
+        wake, so nothing runs after close and no session is left open.
+        """
         self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -176,6 +205,9 @@ class ThreadManager:
                 await self._sweeper
         if self._evicting:
             await asyncio.gather(*self._evicting.values(), return_exceptions=True)
+        while self._starting:
+            # asyncio.wait, not gather: a cancelled close must not cancel the starts.
+            await asyncio.wait(list(self._starting.values()))
         deadline = self.config.threads.close_deadline_seconds
         threads = list(self._threads.values())
         pending = sorted(str(t.key) for t in threads if t.state != "idle")
@@ -223,7 +255,7 @@ class ThreadManager:
     async def wake_turn(self, key: str, wake: Wake) -> tuple[Accepted, Turn]:
         """As :meth:`wake`, also returning the turn handle (to wait for the answer)."""
         if self._closed:
-            raise ThreadsError(f"the thread manager is closed; wake for {key} refused")
+            raise ManagerClosedError(key)
         session_key = SessionKey(key)
         thread = await self._thread(session_key, create=True, agent=wake.agent)
         assert thread is not None
@@ -252,13 +284,21 @@ class ThreadManager:
         create: bool,
         agent: str | None = None,
         loaded: Loaded | None = None,
+        fork_of: Session | None = None,
     ) -> Thread | None:
+        """The key's thread, started when it has none (one start per key at a time).
+
+        Every start goes through here, so :meth:`close` can wait for the ones
+        under way; a start that finishes after close began is closed and refused.
+        """
         thread = self._threads.get(key)
         if thread is not None:
             return thread
         starting = self._starting.get(key)
         if starting is not None:
             return await asyncio.shield(starting)
+        if self._closed:
+            raise ManagerClosedError(str(key))
         future: asyncio.Future[Thread] = asyncio.get_running_loop().create_future()
         self._starting[key] = future
         try:
@@ -266,7 +306,13 @@ class ThreadManager:
             if evicting is not None:
                 # The evicted session lets go of its lease before the next one loads.
                 await asyncio.shield(evicting)
-            thread = await self._start_thread(key, create=create, agent=agent, loaded=loaded)
+            if fork_of is not None:
+                thread = await self._start_fork(key, fork_of, agent=agent)
+            else:
+                thread = await self._start_thread(key, create=create, agent=agent, loaded=loaded)
+            if thread is not None and self.closed:
+                # close() began while the session loaded; it has taken its list of threads.
+                await self._close_late(thread.session, key)
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it themselves
@@ -279,6 +325,19 @@ class ThreadManager:
         self._threads[key] = thread
         future.set_result(thread)
         return thread
+
+    async def _close_late(self, session: Session, key: SessionKey) -> NoReturn:
+        """Close a session opened while the manager closed, and refuse what it was opened for."""
+        try:
+            await session.close(self.config.threads.close_deadline_seconds, drain=False)
+        except Exception:
+            log.error(
+                "closing session %s of %s, opened during close, failed",
+                session.id,
+                key,
+                exc_info=True,
+            )
+        raise ManagerClosedError(str(key))
 
     async def _start_thread(
         self, key: SessionKey, *, create: bool, agent: str | None, loaded: Loaded | None = None
@@ -395,6 +454,9 @@ class ThreadManager:
 
     async def create_fork(self, key: SessionKey, parent: Session, *, agent: str | None) -> None:
         """Start a fork child: a new session holding the parent's stripped history."""
+        await self._thread(key, create=True, agent=agent, fork_of=parent)
+
+    async def _start_fork(self, key: SessionKey, parent: Session, *, agent: str | None) -> Thread:
         name = agent or parent.header.meta.get("agent", self.config.default_agent)
         session = await Session.create(
             self.store,
@@ -407,7 +469,7 @@ class ThreadManager:
         if history:
             await session.append_messages(history)
         await self.store.point(key, session.id)
-        self._threads[key] = self._make_thread(key, session, agent=name, created=True)
+        return self._make_thread(key, session, agent=name, created=True)
 
     async def forget(self, key: str, *, delete: bool = True) -> None:
         """Unload the key's thread, drop the key from the index and, with ``delete``, its session.
@@ -444,12 +506,16 @@ class ThreadManager:
         return session.id
 
     def stop_session(self, key: str) -> None:
-        """A soft stop: the running turn ends at its next step boundary."""
+        """A soft stop: the running turn ends at its next step boundary.
+
+        Raises :class:`ThreadNotLoadedError` when the key has no thread in
+        memory and :class:`NoTurnRunningError` when its thread runs no turn.
+        """
         thread = self._threads.get(SessionKey(key))
         if thread is None:
             raise ThreadNotLoadedError(key)
         if not thread.session.request_stop():
-            raise ThreadNotLoadedError(key) from None
+            raise NoTurnRunningError(key, thread.state)
 
     async def check_session(self, key: str) -> dict[str, Any]:
         """Seed 000's three states: on disk or not, and the live thread when loaded.

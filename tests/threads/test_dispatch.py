@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from tests.threads.agent.conftest import KeyedScript, Runtime, agent_config, make_runtime
 from threads.agent.tools import ToolContext, tool
-from threads.llm.base import ModelRequest
+from threads.llm.base import ModelRequest, ModelResponse
 from threads.manager import ThreadNotLoadedError
 from threads.sinks import DropSink
 from threads.supervision import Supervisor
@@ -93,6 +93,25 @@ async def test_caller_session_from_a_user_wake_is_an_error_the_model_can_fix(
     assert "sends[0].to 'caller:session'" in error
     assert '{"to": "caller:user"' in error
     assert rt.inbox(USER).messages == ["Hi"]
+
+
+async def test_caller_user_from_a_session_wake_is_an_error_pointing_to_caller_session(
+    rt: Runtime, script: KeyedScript
+) -> None:
+    child = f"{USER}:threads:ask"
+    script.add(USER, dispatch({"to": "subagent", "params": {"task_id": "ask"}, "body": "ask"}))
+    script.add(USER, dispatch())
+    script.add(child, dispatch(("caller:user", "the answer")), dispatch(("caller:session", "42")))
+    await rt.result(await rt.say(USER, "go"))
+    await settle(rt)
+    (error,) = tool_errors(script.requests[child][1])
+    assert "sends[0].to 'caller:user' asserts the channel user woke you" in error
+    assert f"the caller is session {USER}" in error
+    assert '{"to": "caller:session", "body": ...}' in error
+    back = script.requests[USER][1].messages[-1].text()
+    assert f'caller_session_key: "{child}"' in back
+    assert back.endswith("42")
+    assert rt.inbox(USER).messages == []  # nothing reached the channel user
 
 
 async def test_no_caller_form_is_valid_for_a_drop_sink_caller(
@@ -195,6 +214,62 @@ async def test_each_invalid_send_is_a_tool_error_naming_the_field(
     (error,) = tool_errors(script.requests[USER][1])
     assert expected in error
     assert result.steps == 2
+
+
+def resend_as_shown(request: ModelRequest) -> ModelResponse:
+    """The model's fix: the send exactly as the last tool error showed it."""
+    error = tool_errors(request)[-1]
+    return dispatch(orjson.loads(error.split("Send it as ", 1)[1]))
+
+
+@pytest.mark.parametrize(
+    ("send", "expected", "target"),
+    [
+        (
+            {"to": "subagent", "body": "dig", "task_id": "dig"},
+            "task_id belongs in params, not at the top level of the send: a send has only to, "
+            'body and params. Send it as {"to": "subagent", "body": "dig", "params": '
+            '{"task_id": "dig"}}',
+            f"{USER}:threads:dig",
+        ),
+        (
+            {"to": "fork", "body": "think", "params": {"task_id": "t"}, "agent": "search"},
+            "agent belongs in params, not at the top level of the send: a send has only to, "
+            'body and params. Send it as {"to": "fork", "body": "think", "params": '
+            '{"task_id": "t", "agent": "search"}}',
+            f"{USER}:fork:t",
+        ),
+        (
+            {"to": "session", "body": "hi", "session_key": "telegram:2"},
+            "session_key belongs in params, not at the top level of the send: a send has only "
+            'to, body and params. Send it as {"to": "session", "body": "hi", "params": '
+            '{"session_key": "telegram:2"}}',
+            "telegram:2",
+        ),
+        (
+            {"to": "session", "body": "hi", "channel": "telegram", "user_id": "2"},
+            "channel, user_id belong in params, not at the top level of the send: a send has "
+            'only to, body and params. Send it as {"to": "session", "body": "hi", "params": '
+            '{"channel": "telegram", "user_id": "2"}}',
+            "telegram:2",
+        ),
+    ],
+    ids=["task_id", "agent", "session_key", "channel+user_id"],
+)
+async def test_a_param_given_outside_params_is_an_error_saying_it_belongs_in_params(
+    rt: Runtime, script: KeyedScript, send: dict[str, Any], expected: str, target: str
+) -> None:
+    script.add("telegram:2", dispatch())
+    await rt.result(await rt.say("telegram:2", "exist"))
+    script.add(USER, call("dispatch", sends=[send]), resend_as_shown, dispatch())
+    script.add(target, dispatch())
+    result = await rt.result(await rt.say(USER, "go"))
+    (error,) = tool_errors(script.requests[USER][1])
+    assert error == f"invalid arguments for dispatch:\n- sends.0: {expected}"
+    assert "Extra inputs are not permitted" not in error
+    (delivered,) = result.data["delivered_to"]
+    assert delivered["session_key"] == target  # the shape shown is one dispatch accepts
+    await settle(rt)
 
 
 async def test_validation_is_all_or_nothing(rt: Runtime, script: KeyedScript) -> None:

@@ -22,13 +22,13 @@ from tests.threads.conftest import (
     texts,
     turn_entries,
 )
-from threads.errors import ThreadsError
 from threads.llm.base import ModelRequest, ModelResponse
-from threads.manager import ThreadNotLoadedError
+from threads.manager import ManagerClosedError, NoTurnRunningError, ThreadNotLoadedError
 from threads.messages import Message
 from threads.session import Session
 from threads.store import open_store
-from threads.store.base import SessionStore
+from threads.store.base import Loaded, SessionStore
+from threads.store.memory import MemoryStore
 from threads.testing.scripted import ScriptedModel, call, dispatch
 
 KEY = "telegram:42"
@@ -95,8 +95,66 @@ async def test_a_wake_to_a_closed_manager_is_refused_naming_the_key(
 ) -> None:
     rt = await make_runtime(memory_store, ScriptedModel())
     await rt.manager.close()
-    with pytest.raises(ThreadsError, match=f"manager is closed; wake for {KEY}"):
+    with pytest.raises(ManagerClosedError, match=f"manager is closed; wake for {KEY} refused"):
         await rt.manager.wake(KEY, system_wake("late"))
+
+
+class HeldStore(MemoryStore):
+    """A memory store one of whose calls (``load`` or ``point``) waits until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = ""
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def _gate(self, call: str) -> None:
+        if self.held == call:
+            self.held = ""
+            self.reached.set()
+            await self.release.wait()
+
+    async def load(self, session: str) -> Loaded:
+        await self._gate("load")
+        return await super().load(session)
+
+    async def point(self, key: str, session_id: str) -> None:
+        await self._gate("point")
+        await super().point(key, session_id)
+
+
+@pytest.mark.parametrize("held", ["load", "point"], ids=["loading", "creating"])
+async def test_a_wake_racing_close_is_refused_or_closed_with_the_rest(held: str) -> None:
+    store = HeldStore()
+    if held == "load":
+        old = await Session.create(store, HandAgent(), meta={"key": KEY, "agent": "default"})
+        await old.append_messages([Message.user("before")])
+        await old.close()
+        await store.point(KEY, old.id)
+    rt = await make_runtime(store, ScriptedModel())
+    store.held = held
+    waking = asyncio.create_task(rt.manager.wake_turn(KEY, system_wake("late")))
+    async with asyncio.timeout(10):
+        await store.reached.wait()  # past the closed check, its session half started
+    closing = asyncio.create_task(rt.manager.close())
+    await _until(lambda: rt.manager.closed, "the manager is closing")
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not closing.done()  # close waits for the thread still starting
+    store.release.set()
+    await closing
+    assert waking.done()
+    with pytest.raises(ManagerClosedError, match=f"wake for {KEY} refused"):
+        await waking
+    assert rt.manager.threads() == []
+    assert rt.model.requests == []
+    session_id = await store.resolve(KEY)
+    assert session_id is not None
+    assert not any(t.endswith("late") for t in texts(await stored(store, session_id)))
+    # The session opened during close was closed: its writer lease is free again.
+    again = await Session.open(store, session_id, HandAgent())
+    await again.append_messages([Message.user("after")])
+    await again.close()
 
 
 # -- the turn cap
@@ -402,6 +460,21 @@ async def test_stop_session_asks_the_running_turn_to_end_and_names_a_key_with_no
     rt = await make_runtime(memory_store, ScriptedModel())
     with pytest.raises(ThreadNotLoadedError, match="no thread is loaded for session cron:x"):
         rt.manager.stop_session("cron:x")
+    await rt.manager.close()
+
+
+async def test_stop_session_of_a_loaded_idle_thread_says_it_is_not_running_a_turn(
+    memory_store: SessionStore,
+) -> None:
+    rt = await make_runtime(memory_store, ScriptedModel())
+    _, turn = await rt.manager.wake_turn(KEY, system_wake("done quickly"))
+    await turn.wait(10)
+    assert rt.manager.thread(KEY) is not None
+    with pytest.raises(
+        NoTurnRunningError, match=f"session {KEY} is not running a turn .*loaded and idle"
+    ) as refused:
+        rt.manager.stop_session(KEY)
+    assert "no thread is loaded" not in str(refused.value)
     await rt.manager.close()
 
 
