@@ -21,7 +21,7 @@ from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.runner import Thread
 from threads.sinks import DropSink
-from threads.turns import Outcome, Turn
+from threads.turns import Outcome, Run, Turn
 from threads.wake import SessionCaller, SystemCaller, Wake, WakeSource
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,12 @@ TOOL_HISTORY = 5
 
 
 class Supervisor:
-    """Watches child threads for their parents."""
+    """Watches child threads for their parents.
+
+    Every duration it judges — how long a child has run, how long since its
+    last progress wake — is read from ``clock`` (monotonic seconds), so a test
+    can drive the thresholds with a clock of its own.
+    """
 
     def __init__(
         self, manager: ThreadManager, *, clock: Callable[[], float] = time.monotonic
@@ -41,6 +46,7 @@ class Supervisor:
         self.progress_after = threads.progress_after_seconds
         self.progress_interval = threads.progress_interval_seconds
         self._last_progress: dict[str, float] = {}
+        self._started: dict[str, float] = {}
         self._scanner: asyncio.Task[None] | None = None
 
     def start(self, *, scanning: bool = True) -> None:
@@ -110,29 +116,33 @@ class Supervisor:
             if parent is None or run is None:
                 continue
             live.add(run.run_id)
-            if run.elapsed < self.progress_after:
+            # The run's start on this clock: placed by the run's own age when first seen
+            # (the same instant with the default clock), then fixed.
+            started = self._started.setdefault(run.run_id, now - run.elapsed)
+            elapsed = now - started
+            if elapsed < self.progress_after:
                 continue
             last = self._last_progress.get(run.run_id)
             if last is not None and now - last < self.progress_interval:
                 continue
             self._last_progress[run.run_id] = now
             try:
-                await self.manager.wake(parent, self._progress_wake(thread))
+                await self.manager.wake(parent, self._progress_wake(thread, run, elapsed))
             except ThreadsError as exc:
                 log.warning("progress of %s not delivered to %s: %s", thread.key, parent, exc)
                 continue
             woken += 1
         for run_id in set(self._last_progress) - live:
             del self._last_progress[run_id]
+        for run_id in set(self._started) - live:
+            del self._started[run_id]
         return woken
 
-    def _progress_wake(self, thread: Thread) -> Wake:
-        run = thread.session.running
-        assert run is not None
+    def _progress_wake(self, thread: Thread, run: Run, elapsed: float) -> Wake:
         recent = ", ".join(run.tool_history[-TOOL_HISTORY:]) or "none yet"
         body = (
             f"child: {thread.key}\n"
-            f"elapsed_seconds: {run.elapsed:.0f}\n"
+            f"elapsed_seconds: {elapsed:.0f}\n"
             f"steps: {run.steps}\n"
             f"recent_tool_calls: {recent}\n"
             f"current_tool: {run.current_tool or 'none (waiting for the model)'}\n\n"

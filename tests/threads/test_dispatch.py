@@ -14,6 +14,7 @@ from tests.threads.agent.conftest import KeyedScript, Runtime, agent_config, mak
 from threads.agent.tools import ToolContext, tool
 from threads.llm.base import ModelRequest, ModelResponse
 from threads.manager import ThreadNotLoadedError
+from threads.messages import Message, ReasoningPart, ToolCallPart
 from threads.sinks import DropSink
 from threads.supervision import Supervisor
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
@@ -438,8 +439,23 @@ async def test_a_new_fork_starts_from_the_stripped_history(
     rt: Runtime, script: KeyedScript
 ) -> None:
     fork = f"{USER}:fork:reflect"
-    script.add(USER, call("health"), dispatch(("caller:user", "the answer is 42")))
+    thinking = ModelResponse(
+        message=Message(
+            role="assistant",
+            content=(
+                ReasoningPart(text="private musing: check health first", signature="sig"),
+                ToolCallPart(id="call_think", name="health", args={}),
+            ),
+        ),
+        stop_reason="tool_use",
+    )
+    script.add(USER, thinking, dispatch(("caller:user", "the answer is 42")))
     await rt.result(await rt.say(USER, "what is the answer?"))
+    parent = rt.manager.thread(USER)
+    assert parent is not None
+    assert any(  # the parent keeps its reasoning: the fork's copy is what drops it
+        isinstance(part, ReasoningPart) for m in parent.session.context() for part in m.content
+    )
     script.add(
         USER, dispatch({"to": "fork", "params": {"task_id": "reflect"}, "body": "Reflect on it"})
     )
@@ -452,6 +468,8 @@ async def test_a_new_fork_starts_from_the_stripped_history(
     assert "what is the answer?" in text
     assert "[tool health(" in text
     assert "source: telegram" not in text.split("Reflect on it")[0]
+    assert "private musing" not in text
+    assert not any(isinstance(part, ReasoningPart) for m in seen for part in m.content)
     thread = rt.manager.thread(fork)
     assert thread is not None
     assert thread.session.header.parent is not None
@@ -510,6 +528,52 @@ async def test_progress_wakes_report_a_long_child_about_once_per_interval(
             assert "current_tool: crawl" in text
             assert "recent_tool_calls: crawl" in text
             assert "7 pages" not in text
+    finally:
+        await runtime.manager.close()
+
+
+async def test_no_progress_wake_before_progress_after_seconds(script: KeyedScript) -> None:
+    config = agent_config()
+    config = config.model_copy(
+        update={
+            "threads": config.threads.model_copy(
+                update={"progress_after_seconds": 60.0, "progress_interval_seconds": 30.0}
+            )
+        }
+    )
+    release, started = asyncio.Event(), asyncio.Event()
+
+    @tool("crawl", "Crawls for a long time.", Nothing)
+    async def crawl(args: Nothing, ctx: ToolContext) -> str:
+        started.set()
+        await release.wait()
+        return "crawled"
+
+    runtime = await make_runtime(ScriptedModel(default=script), config, [crawl], supervise=False)
+    now = [1000.0]
+    supervisor = Supervisor(runtime.manager, clock=lambda: now[0])
+    supervisor.start(scanning=False)
+    child = f"{USER}:threads:crawl"
+    try:
+        script.add(
+            USER, dispatch({"to": "subagent", "params": {"task_id": "crawl"}, "body": "crawl"})
+        )
+        script.add(USER, dispatch(), dispatch())
+        script.add(child, call("crawl"), say("crawled 7 pages"))
+        await runtime.result(await runtime.say(USER, "go"))
+        await asyncio.wait_for(started.wait(), 5)
+        assert await supervisor.scan() == 0  # just started
+        now[0] += 59.0
+        assert await supervisor.scan() == 0  # a second short of progress_after_seconds
+        assert len(script.requests[USER]) == 1
+        now[0] += 1.0
+        assert await supervisor.scan() == 1  # at the threshold
+        release.set()
+        await settle(runtime)
+        progress = script.requests[USER][1].messages[-1].text()
+        assert "source: progress" in progress
+        assert "elapsed_seconds: 60\n" in progress
+        assert "source: child_completed" in script.requests[USER][2].messages[-1].text()
     finally:
         await runtime.manager.close()
 
