@@ -12,7 +12,9 @@ from tests.threads.sessions.conftest import (
     session_config,
 )
 from threads.llm.base import ModelRequest, ModelResponse
-from threads.testing.scripted import call, dispatch, say
+from threads.sessions.agent_to_agent import HOPS
+from threads.store.entries import MessageEntry
+from threads.testing.scripted import Step, call, dispatch, say
 
 PEER = "telegram:2"
 THIRD = "telegram:3"
@@ -121,7 +123,11 @@ async def test_reply_back_alternates_requester_and_target_until_reply_skip(
     assert "round 4 of 6" in user_prompts[3]
     assert "main and dev" in user_prompts[3]
     assert len(user_prompts) == 4  # REPLY_SKIP ended it: no round 5
-    assert "[agent-to-agent announce step]" in peer_prompts[3]
+    announce = peer_prompts[3]
+    assert "[agent-to-agent announce step]" in announce
+    assert "Original request: How is the build?\n" in announce
+    assert "Round-1 reply: r1: green\n" in announce
+    assert "Latest reply: main and dev\n" in announce
 
 
 async def test_the_ping_pong_stops_at_max_ping_pong_turns(script: SessionScript) -> None:
@@ -177,6 +183,75 @@ async def test_a_loop_through_three_sessions_cannot_exceed_the_cap(script: Sessi
         assert "agent-to-agent limit reached" in refused
         assert "answer your caller instead" in refused
         assert len(rig.prompts(USER)) == 2  # the ring never came back to the first session
+    finally:
+        await rig.manager.close()
+
+
+def ring_member(key: str, passes_to: str, *, first: bool = False) -> Step:
+    """A session's model in a ring of sessions: every message is passed on, every exchange kept up.
+
+    The ``first`` member starts the ring from its user's message and answers
+    the message that comes back round; the others pass each agent-to-agent
+    message on to ``passes_to``. Reply rounds are always answered (never
+    REPLY_SKIP) and announces skipped, so only the hop cap ends anything.
+    """
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.role == "tool":  # its sessions_send went out
+            return dispatch() if first else say(f"{key} passed it on")
+        prompt = last.text()
+        if "[agent-to-agent announce step]" in prompt:
+            return say("ANNOUNCE_SKIP")
+        if "[agent-to-agent reply" in prompt:
+            return say(f"{key} talks on")
+        if first and "[agent-to-agent message]" in prompt:
+            return say(f"{key} got it back")
+        return send(passes_to, "pass it on", timeout=0)
+
+    return respond
+
+
+def stored_hops(rig: Rig, *keys: str) -> list[int]:
+    """The agent-to-agent depth of every turn the sessions ran (0: not agent-to-agent)."""
+    hops = []
+    for key in keys:
+        thread = rig.manager.thread(key)
+        assert thread is not None
+        for entry in thread.session.entries():
+            if isinstance(entry, MessageEntry) and entry.run_id and entry.wake:
+                hops.append(int(entry.wake.get("meta", {}).get(HOPS, "0")))
+    return hops
+
+
+async def test_a_nested_exchange_runs_no_reply_round_past_the_hop_cap(
+    script: SessionScript,
+) -> None:
+    # cap = 1 + max_ping_pong_turns = 3 agent-to-agent turns per chain. USER → PEER runs at
+    # depth 1, PEER → THIRD (sent from PEER's primary run) at 2, THIRD → USER at 3.
+    config = session_config(session={"agent_to_agent": {"max_ping_pong_turns": 2}})
+    rig = await make_rig(script, config)
+    try:
+        await seed(rig, PEER, THIRD)
+        script.add(USER, *[ring_member(USER, PEER, first=True)] * 20)  # more than can run
+        script.add(PEER, *[ring_member(PEER, THIRD)] * 20)
+        script.add(THIRD, *[ring_member(THIRD, USER)] * 20)
+        await rig.result(await rig.say(USER, "start the ring"))
+        await rig.settle()
+        hops = stored_hops(rig, USER, PEER, THIRD)
+        assert max(hops) == 3  # the chain reached the cap and never went past it
+
+        def rounds(speaker: str, other: str) -> int:
+            """Reply rounds ``speaker`` ran answering ``other`` (one request each)."""
+            heading = f"Session {other} replied:"
+            return sum("[agent-to-agent reply" in p and heading in p for p in rig.prompts(speaker))
+
+        # USER ↔ PEER (depth 1): both rounds max_ping_pong_turns allows (depths 2 and 3).
+        assert (rounds(USER, PEER), rounds(PEER, USER)) == (1, 1)
+        # PEER ↔ THIRD (depth 2): one round at depth 3, not a second at depth 4.
+        assert (rounds(PEER, THIRD), rounds(THIRD, PEER)) == (1, 0)
+        # THIRD ↔ USER (depth 3): none.
+        assert (rounds(THIRD, USER), rounds(USER, THIRD)) == (0, 0)
     finally:
         await rig.manager.close()
 

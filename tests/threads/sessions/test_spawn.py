@@ -134,6 +134,19 @@ async def test_every_delegation_is_recorded_as_pool_receipts_on_the_requester(
     assert (done.status, done.receipt, done.stop) == ("done", accepted.id, "end_turn")
 
 
+async def test_a_failed_child_settles_failed_on_the_requester(
+    rig: Rig, script: SessionScript
+) -> None:
+    def broken(request: ModelRequest) -> ModelResponse:
+        raise RuntimeError("provider exploded")
+
+    answer = await spawned(rig, script, broken, say("ANNOUNCE_SKIP"))
+    accepted, running, failed = receipts(rig)
+    assert (accepted.status, running.status, failed.status) == ("accepted", "running", "failed")
+    assert (failed.receipt, failed.child) == (accepted.id, answer["childSessionKey"])
+    assert failed.stop == "error"
+
+
 async def test_run_timeout_seconds_aborts_the_child_run_and_settles_capped(
     rig: Rig, script: SessionScript
 ) -> None:
