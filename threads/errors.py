@@ -16,6 +16,9 @@ Every error raised here derives from :class:`ThreadsError`::
     ├── BusyError                      a turn is running (reject policy, between-turn ops)
     ├── ReservedKeyError (ValueError)  a ``weft.`` metadata key in set_info
     ├── NoEntryError (LookupError)     an entry id the session does not hold
+    ├── ThreadNotLoadedError (LookupError)  no thread in memory for a key (stop-session)
+    ├── NoTurnRunningError             a loaded thread that runs no turn (stop-session)
+    ├── ManagerClosedError             a wake for a manager that is shutting down
     └── TurnError                      how a turn ended when it did not answer
         ├── DroppedError               removed from the queue before it ran
         └── NotRunError                never started
@@ -158,3 +161,34 @@ class DroppedError(TurnError):
 
 class NotRunError(TurnError):
     """The turn never started: its prompt could not be written or the session closed."""
+
+
+class ThreadNotLoadedError(ThreadsError, LookupError):
+    """The key has no thread in memory (finished, evicted or never started)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"no thread is loaded for session {key}: there is nothing to stop")
+
+
+class NoTurnRunningError(ThreadsError):
+    """A soft stop for a thread that is loaded but runs no turn."""
+
+    def __init__(self, key: str, state: str) -> None:
+        self.key = key
+        self.state = state
+        super().__init__(
+            f"session {key} is not running a turn (its thread is loaded and {state}): there is "
+            "nothing to stop; stop-session ends a running turn at its next step boundary"
+        )
+
+
+class ManagerClosedError(ThreadsError):
+    """A wake (or a thread start) for a manager that has begun to close."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"the thread manager is closed; wake for {key} refused: the gateway is shutting "
+            "down and accepted nothing for it — send it again once the gateway is back"
+        )

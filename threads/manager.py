@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
-import os
-import resource
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +19,13 @@ from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
-from threads.errors import NotFoundError, ThreadsError
+from threads import reports
+from threads.errors import (
+    ManagerClosedError,
+    NotFoundError,
+    NoTurnRunningError,
+    ThreadNotLoadedError,
+)
 from threads.history import strip_for_fork
 from threads.keys import SessionKey
 from threads.messages import JSON, Message
@@ -32,8 +35,7 @@ from threads.session import Session, SessionOptions
 from threads.session_sink import SessionSink
 from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
 from threads.store.base import Loaded, SessionStore
-from threads.store.codec import encode_entry
-from threads.store.entries import Entry, MessageEntry, ParentRef, TurnEntry
+from threads.store.entries import MessageEntry, ParentRef
 from threads.tree import unfinished_runs, unsettled_receipts
 from threads.turns import Agent, Turn
 from threads.wake import (
@@ -51,45 +53,6 @@ RESUME_BODY = (
     "The gateway restarted while your previous turn was running; that turn was interrupted "
     "and is recorded as canceled. Continue from where it stopped and answer the caller."
 )
-
-
-class ThreadNotLoadedError(ThreadsError, LookupError):
-    """The key has no thread in memory (finished, evicted or never started)."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        super().__init__(f"no thread is loaded for session {key}: there is nothing to stop")
-
-
-class NoTurnRunningError(ThreadsError):
-    """A soft stop for a thread that is loaded but runs no turn."""
-
-    def __init__(self, key: str, state: str) -> None:
-        self.key = key
-        self.state = state
-        super().__init__(
-            f"session {key} is not running a turn (its thread is loaded and {state}): there is "
-            "nothing to stop; stop-session ends a running turn at its next step boundary"
-        )
-
-
-class ManagerClosedError(ThreadsError):
-    """A wake (or a thread start) for a manager that has begun to close."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        super().__init__(
-            f"the thread manager is closed; wake for {key} refused: the gateway is shutting "
-            "down and accepted nothing for it — send it again once the gateway is back"
-        )
-
-
-class UnknownSessionError(ThreadsError, LookupError):
-    """A key that names no session."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        super().__init__(f"session {key} does not exist")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -518,83 +481,16 @@ class ThreadManager:
             raise NoTurnRunningError(key, thread.state)
 
     async def check_session(self, key: str) -> dict[str, Any]:
-        """Seed 000's three states: on disk or not, and the live thread when loaded.
-
-        ``exists`` and ``thread_active`` tell them apart; a stored session adds
-        its message count, size, last modification and agent; a loaded thread
-        adds ``thread_state`` (running, pending or idle), its iterations,
-        current tool and elapsed seconds.
-        """
-        session_key = SessionKey(key)
-        thread = self._threads.get(session_key)
-        out: dict[str, Any] = {"session_key": key, "exists": False, "thread_active": False}
-        header = thread.session.header if thread else None
-        entries: list[Entry]
-        if thread is not None:
-            entries = thread.session.entries()
-        else:
-            session_id = await self.store.resolve(session_key)
-            if session_id is None:
-                return out
-            try:
-                loaded = await self.store.load(session_id)
-            except NotFoundError:
-                return out
-            header, entries = loaded.header, loaded.entries
-        assert header is not None
-        last = entries[-1].created if entries else header.created
-        out.update(
-            exists=True,
-            session_id=header.id,
-            message_count=sum(isinstance(e, MessageEntry) for e in entries),
-            turn_count=sum(isinstance(e, TurnEntry) for e in entries),
-            size_bytes=sum(len(encode_entry(e)) for e in entries),
-            last_modified=last.isoformat(),
-            agent=header.meta.get("agent", self.config.default_agent),
-        )
-        if thread is not None:
-            snap = thread.snapshot()
-            out.update(
-                thread_active=True,
-                thread_state=snap["state"],
-                thread_pending=snap["pending"],
-                thread_iterations=snap["iterations"],
-                thread_current_tool=snap["current_tool"],
-                thread_elapsed_sec=snap["elapsed_sec"],
-            )
-        return out
+        """Seed 000's ``check_session``: see :func:`threads.reports.check_session`."""
+        return await reports.check_session(self, SessionKey(key))
 
     async def health(self) -> dict[str, Any]:
-        """Every active thread, with store, model, channel, cron and process figures.
+        """Seed 000's ``health``: see :func:`threads.reports.health`."""
+        return await reports.health(self)
 
-        Channel and cron figures come from :attr:`health_sources`, which the
-        gateway fills (name → a function returning a value or an awaitable).
-        """
-        threads = [t.snapshot() for t in self._threads.values()]
-        out: dict[str, Any] = {
-            "all_threads": threads,
-            "threads": {
-                "active": len(threads),
-                "running": sum(t["state"] == "running" for t in threads),
-                "pending": sum(t["state"] == "pending" for t in threads),
-                "max_concurrent_turns": self.config.threads.max_concurrent_turns,
-                "turns_in_flight": self._turns_in_flight,
-            },
-            "provider": {
-                "default_model": self.config.models.default,
-                "providers": sorted(self.config.models.providers),
-            },
-            "sessions": {
-                "store": self.config.store.url,
-                "backend": type(self.store).__name__,
-                "keys": len(await self.store.keys()),
-            },
-            "process": process_figures(self.started_at),
-        }
-        for name, source in self.health_sources.items():
-            value = source()
-            out[name] = await value if inspect.isawaitable(value) else value
-        return out
+    @property
+    def turns_in_flight(self) -> int:
+        return self._turns_in_flight
 
     # -- eviction
 
@@ -635,17 +531,3 @@ class ThreadManager:
 
 def _has_unsettled(entries: list[Any]) -> bool:
     return bool(unsettled_receipts(entries) or unfinished_runs(entries))
-
-
-def process_figures(started_at: float) -> dict[str, Any]:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    rss = 0
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/statm") as handle:
-        rss = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return {
-        "pid": os.getpid(),
-        "uptime_seconds": round(time.time() - started_at, 1),
-        "rss_bytes": rss,
-        "max_rss_bytes": usage.ru_maxrss * 1024,
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
-    }

@@ -12,8 +12,8 @@ from pydantic import BaseModel
 
 from tests.threads.agent.conftest import KeyedScript, Runtime, agent_config, make_runtime
 from threads.agent.tools import ToolContext, tool
+from threads.errors import ThreadNotLoadedError
 from threads.llm.base import ModelRequest, ModelResponse
-from threads.manager import ThreadNotLoadedError
 from threads.messages import Message, ReasoningPart, ToolCallPart
 from threads.sinks import DropSink
 from threads.supervision import Supervisor

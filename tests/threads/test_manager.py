@@ -22,8 +22,8 @@ from tests.threads.conftest import (
     texts,
     turn_entries,
 )
+from threads.errors import ManagerClosedError, NoTurnRunningError, ThreadNotLoadedError
 from threads.llm.base import ModelRequest, ModelResponse
-from threads.manager import ManagerClosedError, NoTurnRunningError, ThreadNotLoadedError
 from threads.messages import Message
 from threads.session import Session
 from threads.store import open_store
