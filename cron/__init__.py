@@ -3,13 +3,13 @@
 The gateway wires it::
 
     store = await connect_store(config.state_store_url())
-    service = CronService.from_config(config, store, waker=thread_manager,
+    service = CronService.from_config(config, store, waker=ManagerWaker(thread_manager),
                                       session_sink=...)   # optional
     async with service: ...                                # start / stop
 
-``Waker`` is the port the thread manager satisfies; ``JobStore`` the state
-store's cron share (SQLite or Redis). ``cron.service`` is the only module that
-imports APScheduler.
+``Waker`` is cron's port to the thread manager, which ``cron.manager_waker``
+adapts to it; ``JobStore`` the state store's cron share (SQLite or Redis).
+``cron.service`` is the only module that imports APScheduler.
 """
 
 from cron.base import JobStore, SessionSinkFactory, Waker

@@ -1,7 +1,9 @@
 """The ports of the cron package: what it needs from the gateway, and its job store.
 
 * :class:`Waker` — the gateway's thread manager, seen from cron: hand a wake
-  to a session (durable before it returns) and ask whether a session exists.
+  to a session (durable before it returns), ask whether a session exists, and
+  which cron wakes a session already holds (``cron.manager_waker`` adapts the
+  thread manager to it).
 * :class:`JobStore` — jobs, their schedule state, the run ledger, run-now
   requests and the running service's heartbeat, kept in the gateway's state
   store (``cron.sqlite_store`` by default, ``cron.redis_store`` on Redis).
@@ -12,7 +14,7 @@ Nothing here imports APScheduler; ``cron.service`` is the one module that does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -36,6 +38,20 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldWake:
+    """A wake a session already holds: as what it was accepted, when, and its meta.
+
+    ``handed_over`` is the wake's own ``created`` time (when cron handed it
+    over); ``accepted_at`` when the session wrote it.
+    """
+
+    accepted: Accepted
+    meta: Mapping[str, str]
+    handed_over: datetime
+    accepted_at: datetime
+
+
 class Waker(Protocol):
     """The gateway's thread manager, as cron uses it.
 
@@ -47,6 +63,16 @@ class Waker(Protocol):
     async def wake(self, key: SessionKey, wake: Wake) -> Accepted: ...
 
     async def session_exists(self, key: SessionKey) -> bool: ...
+
+    async def held_wakes(self, key: SessionKey, meta: Mapping[str, str]) -> list[HeldWake]:
+        """The wakes the key's session holds whose meta has every item of ``meta``.
+
+        Accepted wakes only, in the order the session accepted them; an empty
+        list when the key names no session. A restarted cron service asks this
+        before firing a due time again (a crash may have come between a wake's
+        acceptance and its ledger record).
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

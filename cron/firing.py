@@ -6,15 +6,23 @@ job's due times under the :class:`~cron.misfire.MisfirePolicy`; a
 and writes the run records to the ledger (batched by a
 :class:`~cron.ledger.LedgerWriter` while the service runs, straight to the
 store otherwise), then calls every run listener with each stored record.
+
+A fire is stamped twice: ``handed_over`` when its wake goes to the waker, and
+``fired`` when the waker returns — the wake is then durable in its session —
+so lateness includes the hand-over. After a restart, :meth:`Firer.recover`
+finds the due times whose wakes the session already holds (a crash came
+between acceptance and the ledger write) and records them as fired instead of
+waking the session again (decision cron-11).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
-from cron.base import Advance, Clock, JobStore, Recording, SessionSinkFactory, Waker
+from cron.base import Advance, Beat, Clock, HeldWake, JobStore, Recording, SessionSinkFactory, Waker
 from cron.errors import ServiceStateError
 from cron.ledger import LedgerWriter
 from cron.misfire import MisfirePolicy, Planned
@@ -22,9 +30,42 @@ from cron.models import Job, RunRecord, RunVia
 from cron.wakes import Outcome, send_wake
 from threads.wake import Accepted
 
+RECOVERED = (
+    "the session already held this wake when the gateway restarted (accepted before a crash, "
+    "recorded after it); it was not delivered again"
+)
+LOST = (
+    "settled before a crash whose ledger write was lost; the session holds no wake for it, "
+    "and a later due time's wake was already delivered"
+)
+
 log = logging.getLogger(__name__)
 
 RunListener = Callable[[RunRecord], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatchUp:
+    """The due times a restarted service checks against their sessions before firing.
+
+    ``[horizon, started)``: everything due before the start that the start may
+    fire (within grace), and, when a dead service left its heartbeat, whatever
+    it may have fired before it died — it beat at most one beat interval
+    before, and fires nothing later than grace after its time.
+    """
+
+    horizon: datetime
+    started: datetime
+
+    @classmethod
+    def after(
+        cls, beat: Beat | None, started: datetime, grace: timedelta, beat_seconds: float
+    ) -> CatchUp:
+        last_alive = min(beat.at, started) if beat is not None else started
+        return cls(horizon=last_alive - grace - timedelta(seconds=beat_seconds), started=started)
+
+    def covers(self, scheduled: datetime) -> bool:
+        return self.horizon <= scheduled < self.started
 
 
 class Firer:
@@ -96,24 +137,129 @@ class Firer:
         """Hand a planned fire's wake to its session (a missed or skipped one: nothing)."""
         if planned.action != "fire":
             return Outcome(planned=planned, via=via)
-        fired = self._clock()
+        handed_over = self._clock()
         try:
-            accepted = await self._wake(job, planned.scheduled, via, fired)
+            accepted = await self._wake(job, planned.scheduled, via, handed_over)
         except Exception as exc:
             log.warning("cron: job %s failed to wake %s: %s", job.id, job.session_key, exc)
             return Outcome(
-                planned=planned, via=via, fired=fired, error=f"{type(exc).__name__}: {exc}"
+                planned=planned,
+                via=via,
+                handed_over=handed_over,
+                error=f"{type(exc).__name__}: {exc}",
             )
-        return Outcome(planned=planned, via=via, fired=fired, accepted=accepted)
+        return Outcome(
+            planned=planned,
+            via=via,
+            handed_over=handed_over,
+            fired=self._clock(),
+            accepted=accepted,
+        )
 
-    async def _wake(self, job: Job, scheduled: datetime, via: RunVia, fired: datetime) -> Accepted:
-        if self._waker is None:
-            raise ServiceStateError("the cron service has no waker")
+    async def _wake(
+        self, job: Job, scheduled: datetime, via: RunVia, handed_over: datetime
+    ) -> Accepted:
         return await send_wake(
-            self._waker,
+            self._require_waker(),
             job,
             scheduled=scheduled,
             via=via,
-            fired=fired,
+            handed_over=handed_over,
             session_sink=self._session_sink,
         )
+
+    def _require_waker(self) -> Waker:
+        if self._waker is None:
+            raise ServiceStateError("the cron service has no waker")
+        return self._waker
+
+    # --- after a restart: wakes the session already holds -------------------------------
+
+    async def recover(
+        self, job: Job, due: list[datetime], now: datetime, catch_up: CatchUp | None
+    ) -> tuple[list[Outcome], list[datetime]]:
+        """At catch-up, settle the due times whose wakes the session already holds.
+
+        Returns their outcomes and the due times left for the misfire policy.
+        """
+        candidates = [t for t in due if catch_up is not None and catch_up.covers(t)]
+        if not candidates:
+            return [], due
+        try:
+            held = await self.held_fires(job, candidates)
+        except Exception as exc:
+            # A wake delivered twice is better than one never delivered.
+            log.warning(
+                "cron: job %s: could not ask session %s which of its wakes it already holds "
+                "(%s); firing its due times as if it held none",
+                job.id,
+                job.session_key,
+                exc,
+            )
+            return [], due
+        return self.recovered(due, held, now)
+
+    async def held_fires(self, job: Job, due: Sequence[datetime]) -> dict[datetime, HeldWake]:
+        """The due times in ``due`` whose wake ``job``'s session already holds, by job id and time."""
+        wanted = set(due)
+        held = await self._require_waker().held_wakes(job.session_key, {"cron_job": job.id})
+        out: dict[datetime, HeldWake] = {}
+        for wake in held:
+            try:
+                scheduled = datetime.fromisoformat(wake.meta.get("scheduled", "")).astimezone(UTC)
+            except ValueError:
+                continue  # not one of ours: a cron wake always names its time
+            if scheduled in wanted:
+                out[scheduled] = wake
+        return out
+
+    def recovered(
+        self, due: Sequence[datetime], held: dict[datetime, HeldWake], now: datetime
+    ) -> tuple[list[Outcome], list[datetime]]:
+        """Outcomes for the due times up to the last held one; the due times still to plan.
+
+        A held due time is recorded fired, as the session accepted it. A due time
+        before it that the session does not hold was settled by the same lost
+        ledger write: with coalescing it was folded into the next held fire
+        (counted in ``coalesced``); without, it is recorded missed.
+        """
+        if not held:
+            return [], list(due)
+        last = max(held)
+        outcomes: list[Outcome] = []
+        lost: list[datetime] = []
+        for scheduled in (t for t in due if t <= last):
+            wake = held.get(scheduled)
+            if wake is None:
+                lost.append(scheduled)
+                continue
+            if not self._policy.coalesce:
+                outcomes += [self._lost(t, now) for t in lost]
+            planned = Planned(
+                action="fire",
+                scheduled=scheduled,
+                lateness=max(wake.accepted_at - scheduled, timedelta(0)),
+                coalesced=len(lost) if self._policy.coalesce else 0,
+            )
+            outcomes.append(
+                Outcome(
+                    planned=planned,
+                    via="schedule",
+                    handed_over=wake.handed_over,
+                    fired=wake.accepted_at,
+                    accepted=wake.accepted,
+                    note=RECOVERED,
+                )
+            )
+            lost = []
+        return outcomes, [t for t in due if t > last]
+
+    @staticmethod
+    def _lost(scheduled: datetime, now: datetime) -> Outcome:
+        planned = Planned(
+            action="missed",
+            scheduled=scheduled,
+            lateness=max(now - scheduled, timedelta(0)),
+            note=LOST,
+        )
+        return Outcome(planned=planned, via="schedule")

@@ -271,11 +271,14 @@ class JobState(Record):
 class RunRecord(Record):
     """One line of the run ledger: what became of one scheduled fire.
 
-    ``scheduled`` is the time the fire was due; ``fired`` when its wake was
-    handed to the session (None for missed and skipped); ``lateness_ms`` how
-    late it was handed over (or, for missed and skipped, how late it was
-    judged). ``coalesced`` counts earlier due times this record also stands
-    for. ``run_id`` is the id of the turn the wake runs as.
+    ``scheduled`` is the time the fire was due; ``handed_over`` when cron
+    handed its wake to the thread manager; ``fired`` when the session accepted
+    it (durable in the session; None for missed, skipped and failed).
+    ``lateness_ms`` is ``fired - scheduled``: how late the wake was in its
+    session, hand-over included (for a failed fire, how late the hand-over
+    began; for missed and skipped, how late they were judged). ``coalesced``
+    counts earlier due times this record also stands for. ``run_id`` is the id
+    of the turn the wake runs as.
     """
 
     job_id: str
@@ -283,6 +286,7 @@ class RunRecord(Record):
     status: RunStatus
     via: RunVia = "schedule"
     scheduled: datetime
+    handed_over: datetime | None = None
     fired: datetime | None = None
     lateness_ms: float = 0.0
     coalesced: int = Field(default=0, ge=0)

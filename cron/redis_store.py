@@ -1,6 +1,7 @@
 """The cron job store on Redis, for gateways whose state lives in Redis.
 
-Keys live under one prefix (``gateway:cron:`` by default). Each edit is one
+Keys live under one prefix (``gateway:cron:`` by default, or the URL's
+``cron_prefix`` query parameter). Each edit is one
 Lua script, which Redis runs atomically: it bumps the ``version`` counter and
 writes the one job it touches, so concurrent edits from several processes
 never lose each other and a polling service sees every edit exactly once.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 import redis.asyncio as aioredis
@@ -28,6 +30,7 @@ from cron.errors import StoreError
 from cron.models import Job, JobState, RunRecord
 
 DEFAULT_PREFIX = "gateway:cron:"
+PREFIX_PARAM = "cron_prefix"
 
 _BUMP = "local rev = redis.call('INCR', KEYS[1])\n"
 
@@ -167,13 +170,26 @@ class RedisJobStore:
         cls,
         url: str,
         *,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         keep_runs: int = 1000,
         max_connections: int = 16,
     ) -> RedisJobStore:
+        """Connect to the Redis at ``url``; keys under ``prefix``.
+
+        Without ``prefix``, the URL's ``cron_prefix`` query parameter names it
+        (``redis://host:6379/0?cron_prefix=staging:cron:``), else ``gateway:cron:``.
+        Two gateways sharing one Redis database keep their jobs apart this way.
+        """
+        address, named = split_prefix(url)
+        if prefix is None:
+            prefix = named if named is not None else DEFAULT_PREFIX
+        if not prefix:
+            raise StoreError(
+                url, f"has an empty {PREFIX_PARAM}: name a key prefix such as 'a:cron:'"
+            )
         # A blocking pool: a burst of fires waits for a free connection instead of failing.
         pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=30, decode_responses=True
+            address, max_connections=max_connections, timeout=30, decode_responses=True
         )
         client = aioredis.Redis.from_pool(pool)
         try:
@@ -335,6 +351,17 @@ class RedisJobStore:
             return Job.model_validate(fields)
         except (orjson.JSONDecodeError, ValidationError) as exc:
             raise StoreError(self.url, f"stored cron job cannot be read: {exc}") from exc
+
+
+def split_prefix(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``cron_prefix`` query parameter, and that parameter (None: absent)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    named = [value for name, value in query if name == PREFIX_PARAM]
+    if not named:
+        return url, None
+    rest = urlencode([(name, value) for name, value in query if name != PREFIX_PARAM])
+    return urlunsplit(parts._replace(query=rest)), named[-1]
 
 
 def _text(value: bytes | str) -> str:

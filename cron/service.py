@@ -10,7 +10,9 @@ due time is dropped unseen). The service's :class:`~cron.misfire.MisfirePolicy`
 sorts them into fired, missed and skipped; a fire builds a cron :class:`Wake`
 and hands it to the :class:`~cron.base.Waker`; the outcome goes to the run
 ledger together with the job's next pending fire, which is what lets a
-restarted service see what came due while it was down.
+restarted service see what came due while it was down — and a due time whose
+wake its session already holds (a crash came before the record) is recorded,
+not delivered twice (decision cron-11).
 
 One :class:`CronService` serves every editor. Not started (the CLI), it
 validates, writes the store and reads it back (the API it inherits from
@@ -48,7 +50,7 @@ from cron import crontab
 from cron.base import Advance, Clock, JobStore, SessionSinkFactory, Waker, utc_now
 from cron.editing import JobEditor
 from cron.errors import InvalidJobError, ServiceStateError
-from cron.firing import Firer, RunListener
+from cron.firing import CatchUp, Firer, RunListener
 from cron.misfire import MisfirePolicy
 from cron.models import Job, JobState, RunRecord, check_zone
 from cron.wakes import milliseconds
@@ -292,6 +294,7 @@ class CronService(JobEditor):
         self._stopping = asyncio.Event()
         self._last_beat: datetime | None = None
         self._cron_triggers: CronTriggers = {}
+        self._catch_up: CatchUp | None = None
 
     @classmethod
     def from_config(
@@ -337,6 +340,9 @@ class CronService(JobEditor):
         self._seen = await self.store.version()
         jobs = await self.store.jobs()
         states = await self.store.states()
+        # Read before this service beats: a beat left behind is a previous service that died.
+        beat = await self.store.last_beat()
+        self._catch_up = CatchUp.after(beat, self._clock(), self.policy.grace, BEAT_SECONDS)
         scheduler = AsyncIOScheduler(timezone=UTC)
         scheduler.add_executor(_CronExecutor(self), alias=EXECUTOR)
         scheduler.add_listener(self._on_max_instances, EVENT_JOB_MAX_INSTANCES)
@@ -558,8 +564,9 @@ class CronService(JobEditor):
             return
         now = self._clock()
         due = [t.astimezone(UTC) for t in run_times]
+        outcomes, due = await self._firer.recover(job, due, now, self._catch_up)
         plan = self.policy.plan(due, now, enabled=job.enabled)
-        outcomes = [await self._firer.hand_over(job, p, "schedule") for p in plan]
+        outcomes += [await self._firer.hand_over(job, p, "schedule") for p in plan]
         # Wakes first, bookkeeping after: let the other fires due in this instant
         # hand their wakes over before this one builds records and writes them.
         await asyncio.sleep(0)

@@ -13,16 +13,20 @@ from contextlib import asynccontextmanager
 
 from cron.base import JobStore
 from cron.errors import StoreError
-from cron.redis_store import DEFAULT_PREFIX, RedisJobStore
+from cron.redis_store import RedisJobStore
 from cron.sqlite_store import SqliteJobStore
 
 __all__ = ["JobStore", "RedisJobStore", "SqliteJobStore", "connect_store", "open_store"]
 
 
 async def connect_store(
-    url: str, *, keep_runs: int = 1000, redis_prefix: str = DEFAULT_PREFIX
+    url: str, *, keep_runs: int = 1000, redis_prefix: str | None = None
 ) -> JobStore:
-    """Open the store at ``url``; the caller closes it."""
+    """Open the store at ``url``; the caller closes it.
+
+    On Redis, keys live under ``redis_prefix``, else under the URL's
+    ``cron_prefix`` query parameter, else under ``gateway:cron:``.
+    """
     if url.startswith("sqlite:///"):
         return await SqliteJobStore.open(url, keep_runs=keep_runs)
     if url.startswith(("redis://", "rediss://", "unix://")):
@@ -32,7 +36,7 @@ async def connect_store(
 
 @asynccontextmanager
 async def open_store(
-    url: str, *, keep_runs: int = 1000, redis_prefix: str = DEFAULT_PREFIX
+    url: str, *, keep_runs: int = 1000, redis_prefix: str | None = None
 ) -> AsyncIterator[JobStore]:
     """``async with open_store(url) as store:`` — opened, and closed on the way out."""
     store = await connect_store(url, keep_runs=keep_runs, redis_prefix=redis_prefix)

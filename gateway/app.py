@@ -22,6 +22,7 @@ from channels.cli import CliChannel
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
+from cron.manager_waker import ManagerWaker
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
 from gateway.lifetimes import Lifetimes
@@ -230,7 +231,10 @@ class Gateway:
         store = await connect_store(self.config.state_store_url())
         self._lifetimes.push("cron store", store.close)
         service = CronService.from_config(
-            self.config, store, waker=self.manager, session_sink=self.manager.session_sink
+            self.config,
+            store,
+            waker=ManagerWaker(self.manager),
+            session_sink=self.manager.session_sink,
         )
         await service.start()
         self._lifetimes.push("cron", service.stop)
@@ -243,7 +247,8 @@ class Gateway:
         assert self.cron is not None
         jobs = await self.cron.list_jobs()
         upcoming = sorted(
-            ((v.next_fire, v.job) for v in jobs if v.next_fire is not None), key=lambda p: p[0]
+            ((v.next_fire, v.job) for v in jobs if v.next_fire is not None and v.job.enabled),
+            key=lambda p: p[0],
         )
         return {
             "running": self.cron.running,

@@ -1,5 +1,10 @@
 """Cron test fixtures: the stores (SQLite file, real Redis db 5), a fake waker, run collectors.
 
+Each test's Redis keys live under a prefix of its own, carried by the store
+URL (``?cron_prefix=…``) so that separate processes given the URL use it too;
+only those keys are deleted afterwards. The database is never flushed: two
+suites on one machine share it.
+
 The fake :class:`FakeWaker` stands at the gateway's port (``cron.base.Waker``):
 it records wakes, knows which sessions exist, can fail, and can hold a session
 busy with a running turn, applying the configured busy policy the way the
@@ -9,7 +14,9 @@ thread manager does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import secrets
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,8 +26,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from config.models import GatewayConfig
-from cron.base import JobStore
+from cron.base import HeldWake, JobStore
 from cron.models import RunRecord
+from cron.redis_store import PREFIX_PARAM
 from cron.service import CronService
 from cron.store import connect_store
 from tests.conftest import require_service
@@ -32,10 +40,24 @@ REDIS_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
 DEADLINE = 5.0
 
 
-async def flush_redis() -> None:
+@asynccontextmanager
+async def redis_space() -> AsyncIterator[str]:
+    """A Redis store URL whose keys are this test's alone; they are deleted at the end."""
+    require_service("redis", REDIS_HOST, REDIS_PORT)
+    prefix = f"test:cron:{secrets.token_hex(8)}:"
+    try:
+        yield f"{REDIS_URL}?{PREFIX_PARAM}={prefix}"
+    finally:
+        await delete_keys(prefix)
+
+
+async def delete_keys(prefix: str) -> None:
+    """Delete the keys under ``prefix`` (and nothing else) from the test database."""
     client = aioredis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
     try:
-        await client.flushdb()
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=500)]
+        if keys:
+            await client.delete(*keys)
     finally:
         await client.aclose()
 
@@ -45,24 +67,14 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'data' / 'gateway.db'}"
 
 
-@pytest.fixture
-async def redis_url() -> AsyncIterator[str]:
-    require_service("redis", REDIS_HOST, REDIS_PORT)
-    await flush_redis()
-    yield REDIS_URL
-    await flush_redis()
-
-
 @pytest.fixture(params=["sqlite", "redis"])
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """The URL of an empty cron store, once per backend."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'data' / 'gateway.db'}"
         return
-    require_service("redis", REDIS_HOST, REDIS_PORT)
-    await flush_redis()
-    yield REDIS_URL
-    await flush_redis()
+    async with redis_space() as url:
+        yield url
 
 
 @dataclass
@@ -122,6 +134,10 @@ class FakeWaker:
         self.queued: dict[str, list[Wake]] = {}
         self.running: dict[str, Turn] = {}
         self.failure: Exception | None = None
+        self.accepting: asyncio.Event | None = None
+        self.handing = asyncio.Event()
+        self.accepted_at: list[datetime] = []
+        self.asked: list[tuple[str, dict[str, str]]] = []
         self.busy_policy = GatewayConfig().threads.busy_policy
         self._arrived = asyncio.Event()
 
@@ -135,6 +151,10 @@ class FakeWaker:
         return str(key) in self.sessions
 
     async def wake(self, key: SessionKey, wake: Wake) -> Accepted:
+        if self.accepting is not None:
+            # The session's durable write, taking as long as the test wants.
+            self.handing.set()
+            await self.accepting.wait()
         if self.failure is not None:
             raise self.failure
         created = str(key) not in self.sessions
@@ -148,7 +168,25 @@ class FakeWaker:
                 turn.interrupted = True
         self.wakes.append((key, wake))
         self._arrived.set()
-        number = len(self.wakes)
+        accepted = self._accepted(key, len(self.wakes), created=created)
+        self.accepted_at.append(datetime.now(UTC))
+        return accepted
+
+    async def held_wakes(self, key: SessionKey, meta: Mapping[str, str]) -> list[HeldWake]:
+        self.asked.append((str(key), dict(meta)))
+        return [
+            HeldWake(
+                accepted=self._accepted(key, number),
+                meta=dict(wake.meta),
+                handed_over=wake.created,
+                accepted_at=self.accepted_at[number - 1],
+            )
+            for number, (to, wake) in enumerate(self.wakes, 1)
+            if to == key and all(wake.meta.get(k) == v for k, v in meta.items())
+        ]
+
+    @staticmethod
+    def _accepted(key: SessionKey, number: int, *, created: bool = False) -> Accepted:
         return Accepted(
             key=key, session_id=f"s_{key}", run_id=f"s_{key}-t{number}", created=created
         )

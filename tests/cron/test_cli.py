@@ -15,15 +15,7 @@ from typer.testing import CliRunner, Result
 from cron.service import CronService
 from cron.store import connect_store
 from gateway.cron_cli import app
-from tests.conftest import require_service
-from tests.cron.conftest import (
-    REDIS_HOST,
-    REDIS_PORT,
-    REDIS_URL,
-    FakeWaker,
-    eventually,
-    flush_redis,
-)
+from tests.cron.conftest import FakeWaker, eventually, redis_space
 
 ROOT = Path(__file__).resolve().parents[2]
 Cli = Callable[..., Result]
@@ -222,14 +214,12 @@ async def gateway_cron(config: Path, *args: str) -> tuple[int, str]:
 
 @pytest.fixture(params=["sqlite", "redis"])
 async def process_config(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Path]:
-    """A config file whose state store is SQLite, or the test Redis (flushed)."""
+    """A config file whose state store is SQLite, or the test Redis (keys of its own)."""
     if request.param == "sqlite":
         yield write_config(tmp_path)
         return
-    require_service("redis", REDIS_HOST, REDIS_PORT)
-    await flush_redis()
-    yield write_config(tmp_path, REDIS_URL)
-    await flush_redis()
+    async with redis_space() as url:
+        yield write_config(tmp_path, url)
 
 
 async def test_a_cli_edit_is_applied_by_the_running_gateway_within_one_second(

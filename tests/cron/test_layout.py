@@ -19,11 +19,30 @@ def imported_roots(path: Path) -> set[str]:
     return roots
 
 
+def modules(root: Path = CRON) -> list[Path]:
+    """Every module of the package, its subpackages' included."""
+    return sorted(root.rglob("*.py"))
+
+
 def test_cron_never_imports_gateway_or_channels() -> None:
-    for path in CRON.glob("*.py"):
-        assert not imported_roots(path) & {"gateway", "channels"}, path.name
+    for path in modules():
+        assert not imported_roots(path) & {"gateway", "channels"}, path.relative_to(CRON)
 
 
 def test_only_the_service_module_imports_apscheduler() -> None:
-    importers = {p.name for p in CRON.glob("*.py") if "apscheduler" in imported_roots(p)}
+    importers = {
+        path.relative_to(CRON).as_posix()
+        for path in modules()
+        if "apscheduler" in imported_roots(path)
+    }
     assert importers == {"service.py"}
+
+
+def test_an_apscheduler_import_in_a_subpackage_is_found(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "sub" / "timers.py").write_text(
+        "from apscheduler.triggers.cron import CronTrigger\n", encoding="utf-8"
+    )
+    found = [p for p in modules(tmp_path) if "apscheduler" in imported_roots(p)]
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == ["sub/timers.py"]

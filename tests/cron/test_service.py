@@ -11,7 +11,7 @@ import pytest
 from cron.base import JobStore
 from cron.errors import JobConflictError, NoGatewayError, ServiceStateError
 from cron.service import CronService
-from tests.cron.conftest import FakeWaker, Runs, Stores, eventually
+from tests.cron.conftest import DEADLINE, FakeWaker, Runs, Stores, eventually
 from threads.keys import SessionKey
 from threads.sinks import DropSink, Sink
 from threads.wake import SystemCaller, WakeSource
@@ -50,6 +50,44 @@ async def test_a_job_fires_in_real_time_one_second_ahead(
     assert record.fired >= due
     assert record.lateness_ms == pytest.approx((record.fired - due).total_seconds() * 1000, abs=1)
     assert record.lateness_ms < 1000
+
+
+async def test_a_fire_is_stamped_when_its_session_accepts_the_wake_not_when_it_is_handed_over(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    waker.accepting = asyncio.Event()
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    runs = Runs(service)
+    due = now() + timedelta(seconds=0.3)
+    await checkin(service, "slow", due)
+    await asyncio.wait_for(waker.handing.wait(), DEADLINE)
+    released = now()
+    waker.accepting.set()
+    [record] = await runs.wait(1)
+    assert record.status == "fired"
+    assert record.handed_over is not None
+    assert record.fired is not None
+    assert due <= record.handed_over < released <= record.fired
+    assert record.lateness_ms == pytest.approx((record.fired - due).total_seconds() * 1000, abs=1)
+
+
+async def test_a_run_now_is_stamped_when_its_session_accepts_the_wake(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    await checkin(service, "slow", now() + timedelta(hours=1))
+    waker.accepting = asyncio.Event()
+    fired = asyncio.create_task(service.run_now("slow"))
+    await asyncio.wait_for(waker.handing.wait(), DEADLINE)
+    released = now()
+    waker.accepting.set()
+    record = await asyncio.wait_for(fired, DEADLINE)
+    assert record is not None
+    assert record.handed_over is not None
+    assert record.fired is not None
+    assert record.handed_over < released <= record.fired
 
 
 async def test_an_at_job_fires_once_then_is_disabled_and_kept(
@@ -247,7 +285,7 @@ async def test_a_job_paused_elsewhere_records_its_fire_as_skipped(
     assert waker.wakes == []
 
 
-async def test_a_failing_waker_records_failed_with_the_error(
+async def test_a_failing_waker_records_failed_with_the_error_handed_over_but_never_fired(
     sqlite_store: JobStore, waker: FakeWaker, make_service: Make
 ) -> None:
     service = make_service(sqlite_store, waker)
@@ -258,7 +296,8 @@ async def test_a_failing_waker_records_failed_with_the_error(
     [record] = await runs.wait(1)
     assert record.status == "failed"
     assert record.error == "RuntimeError: thread manager is closing"
-    assert record.fired is not None
+    assert record.handed_over is not None
+    assert record.fired is None
     assert record.run_id is None
     assert (await service.get("broken")).last_status == "failed"
 

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+import redis.asyncio as aioredis
+
 from cron.base import Advance, JobStore
+from cron.errors import StoreError
 from cron.models import Job, RunRecord, build_job
+from cron.redis_store import split_prefix
 from cron.store import connect_store
-from tests.cron.conftest import Stores
+from tests.conftest import require_service
+from tests.cron.conftest import REDIS_DB, REDIS_HOST, REDIS_PORT, Stores, redis_space
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -228,3 +235,45 @@ async def test_the_newest_heartbeat_is_reported_and_cleared(store: JobStore) -> 
     beat = await store.last_beat()
     assert beat is not None
     assert beat.owner == "g1"
+
+
+# --- Redis: one key prefix per store, and tests that keep to their own keys -------------
+
+
+async def test_the_cron_prefix_of_a_redis_url_holds_every_key_and_nothing_else_is_touched() -> None:
+    client = aioredis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
+    require_service("redis", REDIS_HOST, REDIS_PORT)
+    neighbour = f"another-suite:{secrets.token_hex(8)}"
+    await client.set(neighbour, "theirs")
+    try:
+        async with redis_space() as url:
+            _, prefix = split_prefix(url)
+            assert prefix
+            store = await connect_store(url)
+            try:
+                await store.upsert(every_job("a"), next_fire=NOW)
+                await store.record("a", [run("a")], advance=None)
+                await store.beat("gateway", NOW)
+            finally:
+                await store.close()
+            ours = [key async for key in client.scan_iter(match=f"{prefix}*")]
+            assert len(ours) >= 5
+            assert not [key async for key in client.scan_iter(match="gateway:cron:*")]
+        assert not [key async for key in client.scan_iter(match=f"{prefix}*")]
+        assert await client.get(neighbour) == b"theirs"
+    finally:
+        await client.delete(neighbour)
+        await client.aclose()
+
+
+def test_the_cron_prefix_leaves_the_rest_of_the_url_as_it_was() -> None:
+    assert split_prefix("redis://h:6379/5?cron_prefix=a:cron:&socket_timeout=2") == (
+        "redis://h:6379/5?socket_timeout=2",
+        "a:cron:",
+    )
+    assert split_prefix("redis://h:6379/5") == ("redis://h:6379/5", None)
+
+
+async def test_an_empty_cron_prefix_is_refused_naming_the_parameter() -> None:
+    with pytest.raises(StoreError, match="empty cron_prefix"):
+        await connect_store("redis://127.0.0.1:6379/5?cron_prefix=")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,11 +12,15 @@ import pytest
 from pydantic import BaseModel
 
 from channels.base import ChannelSink
+from config import load_config
+from cron import CronService, JobNotFoundError, open_store
+from cron.misfire import MisfirePolicy
 from gateway.app import Gateway
 from tests.gateway.conftest import make_config
 from tests.gateway.test_skeleton import Replies
 from tests.threads.agent.conftest import KeyedScript
 from threads.agent.tools import ToolContext, tool
+from threads.messages import ToolResultPart
 from threads.store.entries import TurnEntry
 from threads.testing.scripted import ScriptedModel, call, dispatch
 from threads.wake import UserCaller, Wake, WakeSource
@@ -154,3 +159,89 @@ async def test_an_agent_without_cron_tools_is_not_offered_them(
     tools = {t.name for t in script.requests["cli"][0].tools}
     assert "schedule_check_in" not in tools
     assert "dispatch" in tools
+
+
+def tool_result(script: KeyedScript, key: str, request: int) -> ToolResultPart:
+    """The one tool result the model was shown last in its ``request``-th call for ``key``."""
+    [result] = script.requests[key][request].messages[-1].tool_results()
+    return result
+
+
+async def test_an_agent_lists_and_removes_its_check_ins(
+    gw: tuple[Gateway, KeyedScript, Replies],
+) -> None:
+    gateway, script, replies = gw
+    assert gateway.cli is not None
+    assert gateway.cron is not None
+    later = datetime.now(UTC) + timedelta(hours=2)
+    others = await gateway.cron.set_check_in("telegram:9", later.isoformat(), "not the cli's")
+    script.add(
+        "cli",
+        call("schedule_check_in", at=later.isoformat(), task="first", job_id="mine-1"),
+        call(
+            "schedule_check_in",
+            at=(later + timedelta(hours=1)).isoformat(),
+            task="second",
+            job_id="mine-2",
+        ),
+        call("list_check_ins"),
+        call("remove_check_in", job_id="mine-1"),
+        call("remove_check_in", job_id=others.job.id),
+        call("list_check_ins"),
+        dispatch(("caller:user", "tidied")),
+    )
+    await gateway.cli.submit("tidy my check-ins")
+    assert await replies.wait(1) == ["tidied"]
+
+    listed = json.loads(tool_result(script, "cli", 3).content)["check_ins"]
+    assert [(c["job_id"], c["task"], c["enabled"]) for c in listed] == [
+        ("mine-1", "first", True),
+        ("mine-2", "second", True),
+    ]
+    removed = tool_result(script, "cli", 4)
+    assert (removed.is_error, json.loads(removed.content)) == (False, {"removed": "mine-1"})
+    refused = tool_result(script, "cli", 5)
+    assert refused.is_error
+    assert others.job.id in refused.content
+    after = json.loads(tool_result(script, "cli", 6).content)["check_ins"]
+    assert [c["job_id"] for c in after] == ["mine-2"]
+
+    assert [v.job.id for v in await gateway.cron.list_check_ins("cli")] == ["mine-2"]
+    with pytest.raises(JobNotFoundError):
+        await gateway.cron.get("mine-1")
+    assert (await gateway.cron.get(others.job.id)).job.enabled
+
+
+async def test_misfire_grace_and_coalesce_come_from_the_cron_config(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        f'data_dir = "{data}"\n'
+        "[store]\n"
+        f'url = "jsonl://{data / "sessions"}"\n'
+        "[channels.web]\n"
+        "enabled = false\n"
+        "[cron]\n"
+        "misfire_grace_seconds = 120\n"
+        "coalesce = false\n"
+        "poll_seconds = 0.1\n",
+        encoding="utf-8",
+    )
+    config = load_config(path, env={})
+    # Set 150 s ago, every minute: due 90 s and 30 s ago when the gateway starts. The
+    # defaults (60 s, coalescing) would record the first missed; this config fires both.
+    set_at = datetime.now(UTC) - timedelta(seconds=150)
+    async with open_store(config.state_store_url()) as store:
+        editor = CronService.from_config(config, store, clock=lambda: set_at)
+        await editor.upsert(editor.draft(id="tick", kind="every", every="1m", task="tick"))
+
+    async with Gateway(config, control=False) as gateway:
+        assert gateway.cron is not None
+        assert gateway.cron.policy == MisfirePolicy(grace=timedelta(seconds=120), coalesce=False)
+        async with asyncio.timeout(5):
+            while len(records := await gateway.cron.runs("tick")) < 2:
+                await asyncio.sleep(0.02)  # polling the ledger with a deadline
+    assert [(r.status, r.scheduled, r.coalesced) for r in records] == [
+        ("fired", set_at + timedelta(minutes=1), 0),
+        ("fired", set_at + timedelta(minutes=2), 0),
+    ]

@@ -1,0 +1,102 @@
+"""The thread manager as cron's :class:`~cron.base.Waker`.
+
+``ThreadManager`` hands wakes over and knows which sessions exist; what it does
+not answer is which cron wakes a session already holds. :class:`ManagerWaker`
+adds that by reading the session's entries — the live thread's when it is
+loaded, the store's otherwise — and matching the wake meta each accepted
+prompt and receipt carries. A restarted cron service asks it before firing a
+due time again, so a wake accepted just before a crash is not delivered twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from cron.base import HeldWake
+from threads.errors import NotFoundError
+from threads.keys import SessionKey
+from threads.manager import ThreadManager
+from threads.messages import JSON
+from threads.store.entries import Entry, MessageEntry, ReceiptEntry
+from threads.wake import Accepted, Wake
+
+# A prompt entry, or the receipt of a wake accepted while the session was busy; the
+# receipts that settle an earlier one (delivered, deferred, dropped) carry no wake.
+_ACCEPTING = frozenset({"accepted", "queued"})
+
+
+class ManagerWaker:
+    """Wakes sessions through a :class:`ThreadManager`; answers cron's held-wake question."""
+
+    def __init__(self, manager: ThreadManager) -> None:
+        self.manager = manager
+
+    async def wake(self, key: SessionKey, wake: Wake) -> Accepted:
+        return await self.manager.wake(key, wake)
+
+    async def session_exists(self, key: SessionKey) -> bool:
+        return await self.manager.session_exists(key)
+
+    async def held_wakes(self, key: SessionKey, meta: Mapping[str, str]) -> list[HeldWake]:
+        thread = self.manager.thread(key)
+        if thread is not None:
+            session_id, entries = thread.session.id, thread.session.entries()
+        else:
+            found = await self.manager.store.resolve(key)
+            if found is None:
+                return []
+            try:
+                loaded = await self.manager.store.load(found)
+            except NotFoundError:
+                return []
+            session_id, entries = found, loaded.entries
+        return held_in(key, session_id, entries, meta)
+
+
+def held_in(
+    key: SessionKey, session_id: str, entries: Sequence[Entry], meta: Mapping[str, str]
+) -> list[HeldWake]:
+    """The wakes among ``entries`` whose meta has every item of ``meta``, in append order.
+
+    A wake accepted while busy appears twice — its receipt, then its prompt when
+    its turn starts — with one run id and one meta; it is reported once.
+    """
+    out: list[HeldWake] = []
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for entry in entries:
+        found = _accepted_wake(entry)
+        if found is None:
+            continue
+        run_id, wire = found
+        held = wire.get("meta")
+        if not isinstance(held, Mapping):
+            continue
+        if any(held.get(name) != value for name, value in meta.items()):
+            continue
+        items = {str(k): str(v) for k, v in held.items()}
+        once = (run_id, tuple(sorted(items.items())))
+        if once in seen:
+            continue
+        seen.add(once)
+        created = wire.get("created")
+        out.append(
+            HeldWake(
+                accepted=Accepted(key=key, session_id=session_id, run_id=run_id),
+                meta=items,
+                handed_over=datetime.fromisoformat(created)
+                if isinstance(created, str)
+                else entry.created,
+                accepted_at=entry.created,
+            )
+        )
+    return out
+
+
+def _accepted_wake(entry: Entry) -> tuple[str, Mapping[str, JSON]] | None:
+    """The run id and wake of an entry that accepted a wake (a prompt or its receipt)."""
+    if isinstance(entry, MessageEntry) or (
+        isinstance(entry, ReceiptEntry) and entry.status in _ACCEPTING
+    ):
+        return (entry.run_id, entry.wake) if entry.run_id and entry.wake else None
+    return None
