@@ -8,17 +8,26 @@ are separate protocols a backend may also satisfy, found with ``isinstance``.
 Rules every backend keeps (the conformance suite pins them):
 
 * ids are vetted with :func:`threads.ids.valid_id` on every method;
-* an append batch is encoded whole before anything is written, and after a
-  crash a load sees all of the batch or none of it;
+* an append batch is encoded whole before anything is written — an entry
+  the format could not read back refuses the whole batch with
+  :class:`ValueError` naming the entry and the field — and after a crash a
+  load sees all of the batch or none of it;
 * what ``load`` returns never aliases what is stored;
 * one writer per session: a second Storage value or process gets
   :class:`LockedError`; readers never lock;
-* a cancelled call writes nothing it has not already made durable.
+* a store applies its writes to one session in the order they were called;
+* cancellation: a call cancelled before the backend starts it writes
+  nothing; once started it runs to its end — an append's batch is written
+  whole — and the caller still sees ``CancelledError``. A file backend
+  starts a call when its writer thread takes it from the queue (jsonl,
+  sqlite); memory and redis when the store's earlier writes to the session
+  are done (their started write runs on in a task of its own). A caller that
+  must know whether a cancelled append landed loads the session.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
@@ -29,6 +38,17 @@ LIST_DEFAULT_LIMIT = 50
 LIST_MAX_LIMIT = 500
 
 FsyncPolicy = Literal["every_append", "on_flush"]
+
+Pause = Callable[[str], Awaitable[None] | None]
+"""A test seam every backend takes: called at named points inside a write.
+
+Every backend calls it at ``"append:started"``, once the append is started
+(see the cancellation rule above). jsonl and sqlite call it on their writer
+thread, where it may block to hold the write, and it returns None; memory and
+redis call it on the event loop, and an awaitable it returns is awaited by the
+started write. Tests use it to cancel a caller, or to hold a write, at a
+known point; production code leaves it None.
+"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,7 +131,12 @@ class Storage(Protocol):
         ...
 
     async def append(self, session: str, entries: Sequence[Entry]) -> None:
-        """Append a batch, atomically against the writer's death."""
+        """Append a batch, atomically against the writer's death.
+
+        :class:`ValueError` (nothing written) when an entry of the batch is one
+        the format could not read back; :class:`NotFoundError`,
+        :class:`LockedError` as the session and its writer lock decide.
+        """
         ...
 
     async def load(self, session: str) -> Loaded:

@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 import orjson
 
 from threads.errors import NewerFormatError
+from threads.ids import valid_id
 from threads.messages import (
     Message,
     TextPart,
@@ -182,7 +183,11 @@ _SPECS: dict[type[Entry], tuple[_FieldSpec, ...]] = {
 
 
 def entry_to_wire(entry: Entry) -> dict[str, JSON]:
-    """The JSON object of one entry line."""
+    """The JSON object of one entry line.
+
+    Raises :class:`ValueError` naming the entry and the field for a required
+    field that is None (the format has no way to say it).
+    """
     out: dict[str, JSON] = {"type": entry.TYPE}
     version = entry.wire_version()
     if version:
@@ -193,6 +198,8 @@ def entry_to_wire(entry: Entry) -> dict[str, JSON]:
     out["created"] = _time_to_wire(entry.created)
     for name, encode, _decode, required, default in _SPECS[type(entry)]:
         value = getattr(entry, name)
+        if required and value is None:
+            raise ValueError(f"{entry.TYPE} entry {entry.id}: '{name}' is required and is None")
         if required or value != default:
             out[name] = encode(value)
     return out
@@ -347,8 +354,39 @@ def entry_from_wire(obj: JSON) -> Entry:
 
 
 def encode_entry(entry: Entry) -> bytes:
-    """One entry as a line of bytes, newline included."""
-    return orjson.dumps(entry_to_wire(entry)) + b"\n"
+    """One entry as a line of bytes, newline included, once it is sure to read back.
+
+    An entry the format cannot read back would make its session fail to load
+    forever, so it is refused here, before anything is written: an ``id`` or
+    ``parent`` that is not a valid id (:func:`threads.ids.valid_id`), a
+    required field that is None, or any field the decoder would not accept
+    raises :class:`ValueError` naming the entry and the field. A value JSON
+    cannot hold raises :class:`TypeError` naming the entry.
+    """
+    kind = entry.TYPE
+    if not isinstance(entry.id, str) or not valid_id(entry.id):
+        raise ValueError(
+            f"{kind} entry: 'id' {entry.id!r} is not a valid id (1 to 128 letters, digits, "
+            "'_' or '-'); mint one with threads.ids.new_entry_id()"
+        )
+    if not isinstance(entry.parent, str) or (entry.parent and not valid_id(entry.parent)):
+        raise ValueError(
+            f"{kind} entry {entry.id}: 'parent' {entry.parent!r} is not a valid entry id "
+            "(1 to 128 letters, digits, '_' or '-'); leave it empty on a root"
+        )
+    if not isinstance(entry.created, datetime):
+        raise ValueError(f"{kind} entry {entry.id}: 'created' must be a datetime")
+    try:
+        line = orjson.dumps(entry_to_wire(entry)) + b"\n"
+    except TypeError as exc:
+        raise TypeError(f"{kind} entry {entry.id} cannot be encoded as JSON: {exc}") from None
+    except (AttributeError, WireError) as exc:
+        raise ValueError(f"{kind} entry {entry.id} cannot be encoded: {exc}") from None
+    try:
+        entry_from_wire(orjson.loads(line))
+    except WireError as exc:
+        raise ValueError(f"{kind} entry {entry.id} would not read back: {exc}") from None
+    return line
 
 
 def decode_entry(line: bytes | str) -> Entry:

@@ -4,22 +4,35 @@ A session is held from the writer's first write to it until it is released,
 the store closes, or the set evicts it. Holding a session opens its file,
 takes the exclusive ``flock`` (:class:`LockedError` for a second writer) and
 truncates a torn final line or batch a crashed writer left, before anything
-is appended. At most ``max_open`` sessions are held; past that, the least
-recently used one without a lease is closed, which lets its lock go.
+is appended. At most ``max_open`` sessions are held, and never more than
+half the soft open-files limit, so readers and the rest of the process keep
+descriptors; past that, the least recently used one without a lease is
+closed, which lets its lock go.
 
-Everything here runs on the store's writer thread.
+A leased session keeps its descriptor (its lock lives on it) however many
+there are, so the process's open-files limit bounds the live sessions of a
+store: :func:`raise_descriptor_limit` lifts the soft limit to the hard one
+when a store opens, and at the limit :meth:`Handles.open` first closes held
+sessions without a lease, then fails with :func:`descriptor_limit_error`,
+which names the limit and what to do.
+
+Everything here but :func:`raise_descriptor_limit` and
+:func:`descriptor_limit_error` runs on the store's writer thread.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
+import resource
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
 from threads.errors import CorruptError, LockedError, NotFoundError
 from threads.store.lines import complete_end
@@ -29,6 +42,9 @@ log = logging.getLogger(__name__)
 
 OpenExisting = Callable[[str, int], int]
 """Opens a session's file with the given flags; :class:`NotFoundError` when there is none."""
+
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+_NR_OPEN = "/proc/sys/fs/nr_open"
 
 
 @dataclass(slots=True, eq=False)
@@ -66,6 +82,9 @@ class Handles:
 
     def __init__(self, open_existing: OpenExisting, *, max_open: int, no_lock: bool) -> None:
         self._open_existing = open_existing
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft != resource.RLIM_INFINITY:
+            max_open = min(max_open, soft // 2)
         self._max_open = max(1, max_open)
         self._no_lock = no_lock
         self._held: OrderedDict[str, Handle] = OrderedDict()
@@ -85,7 +104,7 @@ class Handles:
             self._held.move_to_end(session)
             return handle
         for _ in range(3):
-            fd = self._open_existing(session, os.O_RDWR | os.O_APPEND)
+            fd = self.open(session, partial(self._open_existing, session, os.O_RDWR | os.O_APPEND))
             try:
                 self.lock(session, fd)
                 st = os.fstat(fd)
@@ -106,12 +125,54 @@ class Handles:
         """Hold ``handle`` (a session just created or opened); evict past ``max_open``."""
         self._held[handle.session] = handle
         if len(self._held) > self._max_open:
-            for session, held in list(self._held.items()):
-                if len(self._held) <= self._max_open:
-                    break
-                if not held.pinned and held is not handle:
-                    del self._held[session]
-                    held.close()
+            self._evict(self._max_open, keep=handle)
+
+    def open(self, session: str, opener: Callable[[], int]) -> int:
+        """Run ``opener`` (an ``os.open`` for ``session``) and return its descriptor.
+
+        Out of descriptors (the rest of the process holds more than the
+        budget left it), lower the cap on held sessions to three quarters of
+        those held — readers need descriptors too — closing the least recently
+        used without a lease down to it, and try again; with none left to
+        close, raise :func:`descriptor_limit_error`.
+        """
+        while True:
+            try:
+                return opener()
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    raise
+                cap = max(1, len(self._held) * 3 // 4)
+                closed = self._evict(cap)
+                if not closed:
+                    raise descriptor_limit_error(
+                        f"session {session}", len(self._held), self.leased()
+                    ) from exc
+                log.warning(
+                    "out of file descriptors opening session %s: closed %d sessions held "
+                    "without a lease and lowered the cap on held sessions from %d to %d",
+                    session,
+                    closed,
+                    self._max_open,
+                    cap,
+                )
+                self._max_open = min(self._max_open, cap)
+
+    def _evict(self, cap: int, keep: Handle | None = None) -> int:
+        """Close the least recently used sessions without a lease until ``cap`` are held."""
+        closed = 0
+        for session, held in list(self._held.items()):
+            if len(self._held) <= cap:
+                break
+            if not held.pinned and held is not keep:
+                del self._held[session]
+                held.close()
+                closed += 1
+        return closed
+
+    def leased(self) -> int:
+        """How many held sessions have a lease (and so are never closed to make room)."""
+        return sum(1 for handle in self._held.values() if handle.pinned)
 
     def forget(self, handle: Handle) -> None:
         """Drop a handle whose file is gone, closing its descriptor without a sync."""
@@ -139,6 +200,71 @@ class Handles:
                 errors.append(exc)
         self._held.clear()
         return errors
+
+
+def raise_descriptor_limit() -> None:
+    """Lift this process's soft open-files limit to its hard limit, and log it.
+
+    A jsonl store keeps one descriptor per held session, and a leased session
+    is never closed to make room; the soft limit (often 1024) is a default
+    for programs that open few files, not a ceiling the system needs.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else _system_ceiling()
+    if soft != resource.RLIM_INFINITY and soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning(
+            "could not raise the open-files limit (RLIMIT_NOFILE) from %d to %d: %s; "
+            "the jsonl store can hold about %d sessions at once",
+            soft,
+            target,
+            exc,
+            soft,
+        )
+        return
+    log.info(
+        "raised the open-files limit (RLIMIT_NOFILE) from %d to %d, the hard limit: "
+        "the jsonl store keeps a descriptor open for each session it holds",
+        soft,
+        target,
+    )
+
+
+def descriptor_limit_error(what: str, held: int = -1, leased: int = 0) -> OSError:
+    """The error for a descriptor the process may not open: the limit, and what to do.
+
+    ``held`` and ``leased`` count the writer's held sessions (-1: not known,
+    as on a reader's thread).
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    holding = (
+        f"holds {held} sessions open, {leased} of them leased"
+        if held >= 0
+        else "keeps a descriptor open for each session it holds"
+    )
+    return OSError(
+        errno.EMFILE,
+        f"{what}: cannot open a file, this process has reached its open-files limit "
+        f"(RLIMIT_NOFILE {_shown(soft)}, hard limit {_shown(hard)}); the jsonl store "
+        f"{holding}. Raise the limit (`ulimit -n` before starting, LimitNOFILE= under "
+        "systemd, nofile in limits.conf) or close idle sessions so their leases end",
+    )
+
+
+def _system_ceiling() -> int:
+    """The most descriptors Linux lets one process have (fs.nr_open); 1 Mi elsewhere."""
+    try:
+        with open(_NR_OPEN, "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def _shown(limit: int) -> str:
+    return "unlimited" if limit == resource.RLIM_INFINITY else str(limit)
 
 
 def repair_tail(session: str, fd: int, size: int) -> int:

@@ -21,6 +21,7 @@ appended. Reads take nothing and run on the default executor.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import gc
 import os
@@ -34,14 +35,21 @@ from typing import Any, TypeVar
 
 from threads.errors import ExistsError, NewerFormatError, NotFoundError
 from threads.messages import WireError
-from threads.store.base import Loaded, Page, Query, StoreOptions
+from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header
-from threads.store.handles import Handle, Handles, repair_tail
+from threads.store.filetail import FileTail, pread_all
+from threads.store.handles import (
+    Handle,
+    Handles,
+    descriptor_limit_error,
+    raise_descriptor_limit,
+    repair_tail,
+)
 from threads.store.keyfile import KeyJournal, encode_point, fsync_dir, read_journal
 from threads.store.leases import Leases
-from threads.store.lines import complete_end, decode_session, encode_batch
+from threads.store.lines import decode_session, encode_batch
 from threads.store.listing import DirectoryListing
 from threads.store.rules import ZERO_TIME, check_header, check_id
 from threads.store.watching import Pulse, tail
@@ -62,18 +70,24 @@ class JsonlStore:
         *,
         max_open: int = 512,
         poll_interval: float = 0.05,
-        pause: Callable[[str], None] | None = None,
+        pause: Pause | None = None,
     ) -> None:
         """Open a store over ``root`` (created on first use).
 
-        ``max_open`` bounds the descriptors kept open; the least recently used
-        held session without a lease is closed (and so released) past it.
+        ``max_open`` bounds the sessions held open (never more than half the
+        soft open-files limit); past it the least recently used without a
+        lease is closed (and so released). A leased session keeps its
+        descriptor, so opening a store raises the process's soft open-files
+        limit to its hard limit (logged).
         ``poll_interval`` is how often a watcher looks for another process's
-        appends. ``pause`` is a test seam: when set, the writer calls it at
+        appends. ``pause`` is a test seam, called on the writer thread (where
+        it may block, and must return None) at ``"append:started"`` (the
+        writer has begun an append: it will be written whole),
         ``"create:written"`` (header durable in the temporary file, not yet
         linked) and ``"append:half-written"`` (half of the batch written), so
-        a crash test can kill the process inside those windows.
+        a test can cancel a caller or kill the process inside those windows.
         """
+        raise_descriptor_limit()
         self._root = os.fspath(root)
         self._options = options or StoreOptions()
         self._every = self._options.fsync == "every_append"
@@ -180,10 +194,11 @@ class JsonlStore:
 
     async def watch(self, session: str, after: str = "") -> AsyncIterator[Entry]:
         check_id(session)
+        reader = FileTail(partial(self._open_for_read, session))
         stream = tail(
             session,
             after,
-            partial(self._read_from, session),
+            partial(self._off_loop, reader.read),
             self._pulse,
             salvage=self._options.salvage,
             poll_interval=self._poll,
@@ -234,15 +249,14 @@ class JsonlStore:
             raise ExistsError(header.id)
         tmp = os.path.join(self._root, f".{header.id}.{secrets.token_hex(6)}.tmp")
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600)
+        fd = self._handles.open(header.id, partial(os.open, tmp, flags, 0o600))
         try:
             if not self._options.no_lock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new inode: nobody else has it
             _write_all(fd, line)
             if self._every:
                 os.fsync(fd)
-            if self._pause is not None:
-                self._pause("create:written")
+            self._paused("create:written")
             try:
                 os.link(tmp, path)
             except FileExistsError:
@@ -259,6 +273,7 @@ class JsonlStore:
         self._handles.adopt(handle)
 
     def _w_append(self, session: str, data: bytes, count: int, rnd: Round, op: Op[Any]) -> None:
+        self._paused("append:started")
         handle = self._handles.hold(session)
         if not data:
             return
@@ -277,7 +292,7 @@ class JsonlStore:
             if self._pause is not None:
                 half = len(data) // 2
                 _write_all(fd, data[:half])
-                self._pause("append:half-written")
+                self._paused("append:half-written")
                 _write_all(fd, data[half:])
             else:
                 written = os.write(fd, data)
@@ -300,7 +315,7 @@ class JsonlStore:
         handle = self._handles.hold(session)
         handle.pinned = True
         if handle.lines < 0:
-            data = _pread_all(handle.fd, handle.size)
+            data = pread_all(handle.fd, handle.size)
             handle.lines = max(data.count(b"\n") - 1, 0)
             end = data.find(b"\n")
             try:
@@ -373,9 +388,9 @@ class JsonlStore:
     # -- reads (executor threads)
 
     def _load_sync(self, session: str) -> Loaded:
-        fd = self._open_existing(session, os.O_RDONLY)
+        fd = self._open_for_read(session)
         try:
-            data = _pread_all(fd, os.fstat(fd).st_size)
+            data = pread_all(fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)
         enabled = gc.isenabled()
@@ -389,24 +404,12 @@ class JsonlStore:
     def _list_sync(self, query: Query) -> Page:
         if not os.path.isdir(self._root):
             return Page(sessions=[], total=0)
-        return self._listing.page(query)
-
-    async def _read_from(self, session: str, position: int) -> tuple[int, bytes, int]:
-        def read() -> tuple[int, bytes, int]:
-            fd = self._open_existing(session, os.O_RDONLY)
-            try:
-                st = os.fstat(fd)
-                data = (
-                    _pread_all(fd, st.st_size - position, position)
-                    if st.st_size > position
-                    else b""
-                )
-            finally:
-                os.close(fd)
-            end = complete_end(data)
-            return st.st_ino, data[:end], position + end
-
-        return await self._off_loop(read)
+        try:
+            return self._listing.page(query)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise descriptor_limit_error(f"listing the sessions in {self._root}") from exc
+            raise
 
     async def _key_map(self) -> dict[str, str]:
         if self._keys is not None:
@@ -444,6 +447,22 @@ class JsonlStore:
         except FileNotFoundError:
             raise NotFoundError(session) from None
 
+    def _open_for_read(self, session: str) -> int:
+        """A reader's descriptor of the session's file (any thread)."""
+        try:
+            return self._open_existing(session, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise descriptor_limit_error(f"session {session}") from exc
+            raise
+
+    def _paused(self, point: str) -> None:
+        if self._pause is not None and self._pause(point) is not None:
+            raise TypeError(
+                f"the jsonl store's pause seam returned a value at {point!r}: it runs on the "
+                "writer thread, so it blocks there and returns None"
+            )
+
     def _must_exist(self, session: str) -> None:
         if not os.path.exists(self._path(session)):
             raise NotFoundError(session)
@@ -477,16 +496,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def _pread_all(fd: int, size: int, offset: int = 0) -> bytes:
-    """Read ``size`` bytes from ``offset`` (fewer if the file is shorter)."""
-    chunks = []
-    while size > 0:
-        chunk = os.pread(fd, size, offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        offset += len(chunk)
-        size -= len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

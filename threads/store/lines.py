@@ -3,8 +3,9 @@
 Every backend keeps a session as the bytes a jsonl file would hold and
 decodes them here, so the rules are one: bytes after the last newline are a
 torn tail, dropped and reported; a malformed line elsewhere is
-:class:`CorruptError` naming the line, or skipped and reported under salvage;
-data from a newer build is always :class:`NewerFormatError`.
+:class:`CorruptError` naming the line (and its entry, when the line is JSON
+with an id), or skipped and reported under salvage; data from a newer build
+is always :class:`NewerFormatError`.
 
 A batch of several entries is framed so that a crash inside its one write
 cannot leave a prefix of it that decodes: every line of the batch but the
@@ -19,7 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import orjson
+
 from threads.errors import CorruptError, NewerFormatError
+from threads.ids import valid_id
 from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
 from threads.store.codec import decode_entry, decode_header, encode_entry
@@ -29,17 +33,28 @@ _MORE = re.compile(rb',"more":[0-9]+\}$')
 
 
 def encode_batch(entries: Sequence[Entry]) -> bytes:
-    """Encode a whole batch before anything is written; raises on any bad entry."""
-    if len(entries) == 1:
-        return encode_entry(entries[0])
+    """Encode a whole batch before anything is written.
+
+    An entry the format could not read back (see
+    :func:`~threads.store.codec.encode_entry`) fails the whole batch with
+    :class:`ValueError` (:class:`TypeError` for a value JSON cannot hold)
+    naming its place in the batch, the entry and the field.
+    """
     last = len(entries) - 1
     lines = []
     for index, entry in enumerate(entries):
-        line = encode_entry(entry)
+        try:
+            line = encode_entry(entry)
+        except (ValueError, TypeError) as exc:
+            refusal = TypeError if isinstance(exc, TypeError) else ValueError
+            raise refusal(
+                f"entry {index + 1} of a batch of {len(entries)}: {exc}; "
+                "nothing of the batch was written"
+            ) from None
         if index < last:
             line = line[:-2] + b',"more":%d}\n' % (last - index)
         lines.append(line)
-    return b"".join(lines)
+    return lines[0] if len(lines) == 1 else b"".join(lines)
 
 
 def complete_end(data: bytes) -> int:
@@ -83,12 +98,22 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
             raise NewerFormatError(f"session {session} line {number}: {exc}") from None
         except (WireError, ValueError, TypeError) as exc:
             if not salvage:
-                raise CorruptError(session, number, "", str(exc)) from None
+                raise CorruptError(session, number, entry_id_of(line), str(exc)) from None
             skipped.append(number)
     report = None
     if torn_line or skipped:
         report = LoadReport(torn=torn_line, skipped=tuple(skipped))
     return Loaded(header=header, entries=entries, report=report)
+
+
+def entry_id_of(line: bytes) -> str:
+    """The id a line that failed to decode names, when it is JSON with a valid id; else ""."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return ""
+    entry_id = obj.get("id") if isinstance(obj, dict) else None
+    return entry_id if isinstance(entry_id, str) and valid_id(entry_id) else ""
 
 
 def count_lines(data: bytes) -> int:

@@ -1,11 +1,16 @@
 """The jsonl backend's view of its directory for ``list``: a header cache kept fresh.
 
 Headers never change once written, so each file's header is read once and
-remembered with the file's inode; every ``list`` rescans only the directory's
-names (a session created or deleted by another process is seen at once, and
-a session created again under the same id has a new inode). Titles are entry
-state: they are read, only for a query that searches them, from the part of
-each file not yet scanned.
+remembered; a ``list`` rescans only the directory when it changed (a session
+created or deleted by another process is seen at once). A session deleted
+and created again under its id between two scans must not keep the old
+header, and its inode number does not tell (ext4 hands a freed inode to the
+next file it creates). What does is the inode's change time: a new file's is
+the time it was made, later than anything the old file had. The clock behind
+it is coarse, though, so a file whose change time is not yet two seconds
+older than the scan that remembered it is checked by reading its header line
+again. Titles are entry state: they are read, only for a query that searches
+them, from the part of each file not yet scanned.
 """
 
 from __future__ import annotations
@@ -32,13 +37,30 @@ _SETTLED_NS = 2_000_000_000
 
 @dataclass(slots=True, eq=False)
 class _Listed:
-    """What ``list`` remembers of one session file between calls."""
+    """What ``list`` remembers of one session file between calls.
+
+    ``inode`` and ``changed`` (its ctime, ns) as the file had them when its
+    header line ``line`` was last read.
+    """
 
     inode: int
+    changed: int
+    line: bytes
     header: Header | None
     key: tuple[int, str]
+    settled: bool = False
     title_offset: int = 0
     title: str = ""
+
+    def remember(self, st: os.stat_result, read_at: int) -> None:
+        """The file as it was when its header line was read at ``read_at`` (ns).
+
+        A file created after that has a later change time, unless the coarse
+        clock had not moved on: so an unchanged change time proves the file
+        is the same only when it was well before ``read_at`` (``settled``).
+        """
+        self.inode, self.changed = st.st_ino, st.st_ctime_ns
+        self.settled = read_at - st.st_ctime_ns > _SETTLED_NS
 
 
 class DirectoryListing:
@@ -99,23 +121,46 @@ class DirectoryListing:
         old = self._listed
         fresh: dict[str, _Listed] = {}
         suffix = self._suffix
+        added = False
         with os.scandir(self._root) as it:
             for item in it:
                 name = item.name
                 known = old.get(name)
-                inode = item.inode()
-                if known is not None and known.inode == inode:
+                if known is None:
+                    if not name.endswith(suffix) or name.startswith("."):
+                        continue
+                    if not valid_id(name[: -len(suffix)]):
+                        continue
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # deleted since the directory was read
+                if (
+                    known is not None
+                    and st.st_ctime_ns == known.changed
+                    and st.st_ino == known.inode
+                    and known.settled
+                ):
                     fresh[name] = known
                     continue
-                if not name.endswith(suffix) or name.startswith("."):
-                    continue
                 session = name[: -len(suffix)]
-                if not valid_id(session):
+                read_at = time.time_ns()
+                line = _read_header_line(item.path)
+                if line is None:
                     continue
-                header = _read_header(item.path)
+                if known is not None and known.inode == st.st_ino and known.line == line:
+                    known.remember(st, read_at)
+                    fresh[name] = known  # appended to since: the same file
+                    continue
+                header = _decode_header(line)
                 key = (created_us(header.created), session) if header else (0, session)
-                fresh[name] = _Listed(inode=inode, header=header, key=key)
+                listed = _Listed(inode=0, changed=0, line=line, header=header, key=key)
+                listed.remember(st, read_at)
+                fresh[name] = listed
+                added = True
         self._listed = fresh
+        if not added and len(fresh) == len(old):
+            return  # the same files: the list order stands
         rows = sorted((item.key, item.header) for item in fresh.values() if item.header)
         self._keys = [key for key, _ in rows]
         self._headers = [header for _, header in rows]
@@ -142,18 +187,23 @@ class DirectoryListing:
         return item.title
 
 
-def _read_header(path: str) -> Header | None:
+def _read_header_line(path: str) -> bytes | None:
+    """The file's first line (b"" when it has none yet), or None when the file is gone."""
     try:
         with open(path, "rb") as f:
             data = f.read(4096)
             while b"\n" not in data:
                 more = f.read(65536)
                 if not more:
-                    return None
+                    return b""
                 data += more
     except FileNotFoundError:
         return None
+    return data[: data.index(b"\n")]
+
+
+def _decode_header(line: bytes) -> Header | None:
     try:
-        return decode_header(data[: data.index(b"\n")])
+        return decode_header(line)
     except (WireError, ValueError, NewerFormatError):
         return None

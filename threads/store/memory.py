@@ -4,7 +4,9 @@ It keeps each session's encoded lines, exactly as a file would hold them, so
 the corruption rules of the conformance suite apply to it as to disk (tests
 put raw bytes in with :meth:`MemoryStore.inject` and :meth:`MemoryStore.plant`,
 test hooks every backend has). It has no second writer to refuse: the one
-writer it tells apart is a lease holder.
+writer it tells apart is a lease holder. Its writes to a session run in call
+order and, once started, to their end (:mod:`threads.store.inflight`), as
+on every backend.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from datetime import datetime
 from functools import partial
 
 from threads.errors import ExistsError, NotFoundError
-from threads.store.base import Loaded, Page, Query, StoreOptions
+from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import encode_header
 from threads.store.entries import Entry, Header, InfoEntry
+from threads.store.inflight import InFlight
 from threads.store.leases import Leases
 from threads.store.lines import count_lines, decode_session, encode_batch, header_of, split_torn
 from threads.store.rules import ZERO_TIME, check_header, check_id, select_page
@@ -27,8 +30,10 @@ from threads.store.watching import Pulse, tail
 class MemoryStore:
     """A Storage, KeyIndex, Watcher, Flusher, Releaser and Leaser held in memory."""
 
-    def __init__(self, options: StoreOptions | None = None) -> None:
+    def __init__(self, options: StoreOptions | None = None, *, pause: Pause | None = None) -> None:
+        """An empty store. ``pause`` is the test seam of :data:`~threads.store.base.Pause`."""
         self._options = options or StoreOptions()
+        self._writes = InFlight("memory store", pause)
         self._data: dict[str, bytearray] = {}
         self._titles: dict[str, str] = {}
         self._generations: dict[str, int] = {}
@@ -40,24 +45,17 @@ class MemoryStore:
     async def create(self, header: Header) -> None:
         check_header(header)
         line = encode_header(header)
-        await asyncio.sleep(0)  # a call is a suspension point on every backend
-        if header.id in self._data:
-            raise ExistsError(header.id)
-        self._store(header.id, bytearray(line))
+        await self._writes.run(header.id, "create:started", partial(self._create, header, line))
 
     async def append(self, session: str, entries: Sequence[Entry]) -> None:
         check_id(session)
         batch = encode_batch(entries)
-        await asyncio.sleep(0)
-        data = self._get(session)
-        if not batch:
-            return
-        self._repair(data)
-        data += batch
-        for entry in entries:
-            if isinstance(entry, InfoEntry) and entry.title:
-                self._titles[session] = entry.title
-        self._pulse.fire()
+        title = next(
+            (e.title for e in reversed(entries) if isinstance(e, InfoEntry) and e.title), ""
+        )
+        await self._writes.run(
+            session, "append:started", partial(self._append, session, batch, title)
+        )
 
     async def load(self, session: str) -> Loaded:
         await asyncio.sleep(0)
@@ -75,16 +73,36 @@ class MemoryStore:
 
     async def delete(self, session: str) -> None:
         check_id(session)
-        await asyncio.sleep(0)
+        await self._writes.run(session, "delete:started", partial(self._delete, session))
+
+    async def close(self) -> None:
+        await self._writes.drain()
+        self._leases.clear()
+
+    # -- writes, once started
+
+    async def _create(self, header: Header, line: bytes) -> None:
+        if header.id in self._data:
+            raise ExistsError(header.id)
+        self._store(header.id, bytearray(line))
+
+    async def _append(self, session: str, batch: bytes, title: str) -> None:
+        data = self._get(session)
+        if not batch:
+            return
+        self._repair(data)
+        data += batch
+        if title:
+            self._titles[session] = title
+        self._pulse.fire()
+
+    async def _delete(self, session: str) -> None:
         self._get(session)
         del self._data[session]
         self._titles.pop(session, None)
         self._generations.pop(session, None)
         self._leases.drop(session)
         self._pulse.fire()
-
-    async def close(self) -> None:
-        self._leases.clear()
 
     # -- KeyIndex
 

@@ -12,8 +12,16 @@ MULTI/EXEC, so it never sees part of a session.
 The writer lock is ``<prefix>lock:<id>`` holding this store's random token
 with an expiry: taken by the first write, renewed while held by one task per
 store, deleted on release. A crashed writer's lock lapses after ``lock_ttl``
-seconds. Durability is the server's (``appendfsync``); ``flush`` checks the
-session and has nothing of its own to complete.
+seconds. A store that finds its own lock gone (it lapsed: a stalled process,
+a partition) re-takes it only if the session holds as many lines as this
+store last wrote or saw; otherwise another writer has moved the session on,
+and the append is refused with :class:`StaleError`. Durability is the
+server's (``appendfsync``); ``flush`` checks the session and has nothing of
+its own to complete.
+
+A store's writes to one session run in call order and, once started, to
+their end (:mod:`threads.store.inflight`): the bookkeeping after a script
+(the held locks, the known line counts) never misses a write that landed.
 """
 
 from __future__ import annotations
@@ -30,11 +38,12 @@ from typing import Any, TypeAlias
 import orjson
 import redis.asyncio as aioredis
 
-from threads.errors import ExistsError, LockedError, NewerFormatError, NotFoundError
+from threads.errors import ExistsError, LockedError, NewerFormatError, NotFoundError, StaleError
 from threads.messages import WireError
-from threads.store.base import Loaded, Page, Query, StoreOptions
+from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
 from threads.store.entries import Entry, Header, InfoEntry
+from threads.store.inflight import InFlight
 from threads.store.leases import Leases
 from threads.store.lines import complete_end, decode_session, encode_batch
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us, page_of
@@ -47,7 +56,7 @@ _Headers: TypeAlias = list[Header | None]
 _Rows: TypeAlias = list[tuple[tuple[int, str], Header]]
 _Args: TypeAlias = list[bytes | str | int | float]
 
-_NOT_FOUND, _LOCKED, _EXISTS = -1, -2, -3
+_NOT_FOUND, _LOCKED, _EXISTS, _STALE = -1, -2, -3, -4
 
 # KEYS: hash, chunks, lock, index. ARGV: token, ttl_ms, id, created_us, header, meta, gen, listable
 _CREATE = """
@@ -60,14 +69,20 @@ if ARGV[1] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
 return 1
 """
 
-# KEYS: hash, chunks, lock. ARGV: token, ttl_ms, data, newlines, title.
-# Takes (or confirms) the lock, repairs a torn tail ('torn' is how many bytes of the
-# last chunk are whole, -1 when all are), appends; returns {1, lines, header}.
+# KEYS: hash, chunks, lock. ARGV: token, ttl_ms, data, newlines, title, expected lines.
+# Takes (or confirms) the lock — refusing, when it must take it, a session whose line
+# count is not the expected one (-1: no expectation) — repairs a torn tail ('torn' is
+# how many bytes of the last chunk are whole, -1 when all are), appends; returns
+# {1, lines, header}, {-4, lines} when stale.
 _APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local owner = redis.call('GET', KEYS[3])
 if owner and owner ~= ARGV[1] then return {-2} end
-if not owner then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
+if not owner then
+  local lines = tonumber(redis.call('HGET', KEYS[1], 'lines'))
+  if ARGV[6] ~= '-1' and lines ~= tonumber(ARGV[6]) then return {-4, lines} end
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+end
 local keep = tonumber(redis.call('HGET', KEYS[1], 'torn'))
 if keep >= 0 then
   local last = redis.call('LINDEX', KEYS[2], -1) or ''
@@ -132,7 +147,12 @@ class RedisStore:
         lock_ttl: float = 30.0,
         poll_interval: float = 0.05,
         max_connections: int = 32,
+        pause: Pause | None = None,
     ) -> None:
+        """A store over the Redis database ``url``, every key under ``prefix``.
+
+        ``pause`` is the test seam of :data:`~threads.store.base.Pause`.
+        """
         # A blocking pool: a burst of concurrent calls waits for a connection
         # instead of failing with "Too many connections".
         pool = aioredis.BlockingConnectionPool.from_url(
@@ -145,6 +165,8 @@ class RedisStore:
         self._poll = poll_interval
         self._token = secrets.token_hex(12)
         self._held: set[str] = set()
+        self._known: dict[str, int] = {}  # complete lines of each session as this store left it
+        self._writes = InFlight("redis store", pause)
         self._renewer: asyncio.Task[None] | None = None
         self._leases = Leases()
         self._pulse = Pulse()
@@ -161,7 +183,8 @@ class RedisStore:
     async def create(self, header: Header) -> None:
         check_header(header)
         line = encode_header(header)[:-1]
-        await self._create_raw(header.id, line, header, b"")
+        create = partial(self._create_raw, header.id, line, header, b"")
+        await self._writes.run(header.id, "create:started", create)
 
     async def append(self, session: str, entries: Sequence[Entry]) -> None:
         check_id(session)
@@ -169,8 +192,9 @@ class RedisStore:
         title = next(
             (e.title for e in reversed(entries) if isinstance(e, InfoEntry) and e.title), ""
         )
-        await self._hold(session, data, title)
-        self._pulse.fire()
+        await self._writes.run(
+            session, "append:started", partial(self._append_now, session, data, title)
+        )
 
     async def load(self, session: str) -> Loaded:
         check_id(session)
@@ -216,18 +240,14 @@ class RedisStore:
 
     async def delete(self, session: str) -> None:
         check_id(session)
-        keys = [self._hash(session), self._chunks(session), self._lock(session), self._index]
-        result = await self._delete(keys=keys, args=[self._token, session])
-        self._check(session, int(result))
-        self._held.discard(session)
-        self._leases.drop(session)
-        self._pulse.fire()
+        await self._writes.run(session, "delete:started", partial(self._delete_now, session))
 
     async def close(self) -> None:
         """Release every lock this store holds and close the connection pool."""
         if self._closed:
             return
         self._closed = True
+        await self._writes.drain()
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -239,6 +259,7 @@ class RedisStore:
                 )
         finally:
             self._held.clear()
+            self._known.clear()
             self._leases.clear()
             await self._redis.aclose()
 
@@ -267,17 +288,13 @@ class RedisStore:
 
     async def release(self, session: str) -> None:
         check_id(session)
-        result = await self._release(
-            keys=[self._hash(session), self._lock(session)], args=[self._token]
-        )
-        self._check(session, int(result))
-        self._held.discard(session)
-        self._leases.drop(session)
+        await self._writes.run(session, "release:started", partial(self._release_now, session))
 
     async def acquire(self, session: str, holder: object) -> tuple[int, datetime]:
         check_id(session)
         self._leases.check(session, holder)
-        lines, header = await self._hold(session, b"", "")
+        hold = partial(self._hold, session, b"", "", expect=False)
+        lines, header = await self._writes.run(session, "acquire:started", hold)
         self._leases.check(session, holder)
         self._leases.take(session, holder)
         try:
@@ -311,12 +328,7 @@ class RedisStore:
     async def inject(self, session: str, data: bytes) -> None:
         """Append raw bytes to a session, as a damaged disk or a crash leaves them."""
         check_id(session)
-        keep = complete_end(data)
-        torn = keep if keep < len(data) else -1
-        keys = [self._hash(session), self._chunks(session)]
-        result = await self._inject(keys=keys, args=[data, data[:keep].count(b"\n"), torn])
-        self._check(session, int(result))
-        self._pulse.fire()
+        await self._writes.run(session, "inject:started", partial(self._inject_now, session, data))
 
     async def plant(self, session: str, data: bytes) -> None:
         """Store raw bytes as a whole session, header line included."""
@@ -326,7 +338,43 @@ class RedisStore:
             header: Header | None = decode_header(first)
         except (WireError, ValueError, NewerFormatError):
             header = None
-        await self._create_raw(session, first, header, rest, lock=False)
+        plant = partial(self._create_raw, session, first, header, rest, lock=False)
+        await self._writes.run(session, "plant:started", plant)
+
+    # -- writes, once started
+
+    async def _append_now(self, session: str, data: bytes, title: str) -> None:
+        await self._hold(session, data, title)
+        self._pulse.fire()
+
+    async def _delete_now(self, session: str) -> None:
+        keys = [self._hash(session), self._chunks(session), self._lock(session), self._index]
+        result = await self._delete(keys=keys, args=[self._token, session])
+        self._check(session, int(result))
+        self._held.discard(session)
+        self._known.pop(session, None)
+        self._leases.drop(session)
+        self._pulse.fire()
+
+    async def _release_now(self, session: str) -> None:
+        result = await self._release(
+            keys=[self._hash(session), self._lock(session)], args=[self._token]
+        )
+        self._check(session, int(result))
+        self._held.discard(session)
+        self._known.pop(session, None)
+        self._leases.drop(session)
+
+    async def _inject_now(self, session: str, data: bytes) -> None:
+        keep = complete_end(data)
+        torn = keep if keep < len(data) else -1
+        keys = [self._hash(session), self._chunks(session)]
+        lines = data[:keep].count(b"\n")
+        result = await self._inject(keys=keys, args=[data, lines, torn])
+        self._check(session, int(result))
+        if session in self._known:
+            self._known[session] += lines
+        self._pulse.fire()
 
     # -- internals
 
@@ -367,16 +415,34 @@ class RedisStore:
         ]
         self._check(session, int(await self._create(keys=keys, args=args)))
         if lock:
+            self._known[session] = 0
             self._mark_held(session)
         if rest:
-            await self.inject(session, rest)
+            await self._inject_now(session, rest)
         self._pulse.fire()
 
-    async def _hold(self, session: str, data: bytes, title: str) -> tuple[int, bytes]:
+    async def _hold(
+        self, session: str, data: bytes, title: str, *, expect: bool = True
+    ) -> tuple[int, bytes]:
+        """Take (or confirm) the lock and append ``data``; the line count and the header.
+
+        With ``expect``, a lock this store must take again is taken only if the
+        session holds the lines this store knows of (:class:`StaleError`
+        otherwise); ``acquire`` takes it whatever the count, and reports it.
+        """
         keys = [self._hash(session), self._chunks(session), self._lock(session)]
-        args: _Args = [self._token, self._ttl_ms, data, data.count(b"\n"), title]
+        expected = self._known.get(session, -1) if expect else -1
+        args: _Args = [self._token, self._ttl_ms, data, data.count(b"\n"), title, expected]
         result = await self._append(keys=keys, args=args)
-        self._check(session, int(result[0]))
+        code = int(result[0])
+        if code == _STALE:
+            raise StaleError(
+                session,
+                f"this store's lock lapsed and the session moved on: it holds {int(result[1])} "
+                f"lines, this store left it at {expected}",
+            )
+        self._check(session, code)
+        self._known[session] = int(result[1])
         self._mark_held(session)
         return int(result[1]), bytes(result[2])
 

@@ -39,7 +39,7 @@ import orjson
 
 from threads.errors import ExistsError, LockedError, NewerFormatError, NotFoundError
 from threads.messages import WireError
-from threads.store.base import Loaded, Page, Query, StoreOptions
+from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header, InfoEntry
@@ -136,8 +136,16 @@ class SqliteStore:
         options: StoreOptions | None = None,
         *,
         poll_interval: float = 0.05,
+        pause: Pause | None = None,
     ) -> None:
+        """A store over the database file ``path`` (created on first use).
+
+        ``pause`` is the test seam of :data:`~threads.store.base.Pause`, called
+        on the writer thread at ``"append:started"`` (inside the round's
+        transaction: the append will commit whole).
+        """
         self._path = os.fspath(path)
+        self._pause = pause
         self._options = options or StoreOptions()
         self._poll = poll_interval
         self._owner = secrets.token_hex(8)
@@ -341,6 +349,11 @@ class SqliteStore:
         self._taking.add(header.id)
 
     def _w_append(self, session: str, data: bytes, title: str, conn: sqlite3.Connection) -> None:
+        if self._pause is not None and self._pause("append:started") is not None:
+            raise TypeError(
+                "the sqlite store's pause seam returned a value: it runs on the writer "
+                "thread, so it blocks there and returns None"
+            )
         next_seq = self._hold(conn, session)
         if not data:
             return

@@ -18,7 +18,7 @@ from threads.errors import CorruptError, NewerFormatError, NoEntryError, NotFoun
 from threads.messages import WireError
 from threads.store.codec import decode_entry, decode_header
 from threads.store.entries import Entry
-from threads.store.lines import complete_end
+from threads.store.lines import complete_end, entry_id_of
 
 ReadFrom = Callable[[int], Awaitable[tuple[Hashable, bytes, int]]]
 
@@ -93,7 +93,7 @@ async def tail(
             except (WireError, ValueError, TypeError) as exc:
                 if salvage:
                     continue
-                raise CorruptError(session, line_number, "", str(exc)) from None
+                raise CorruptError(session, line_number, entry_id_of(line), str(exc)) from None
             if started:
                 yield entry
             elif entry.id == after:

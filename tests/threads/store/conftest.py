@@ -1,21 +1,53 @@
-"""Backends under test: every conformance test runs once per backend."""
+"""Backends under test: every conformance test runs once per backend.
+
+Redis tests share one server, and other suites (another checkout, another
+engineer's run) may use it at the same time: each test writes under a key
+prefix of its own and deletes only that prefix's keys afterwards. Nothing
+here flushes a database.
+"""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from tests.conftest import require_service
-from threads.store import open_store
-from threads.store.base import SessionStore, StoreOptions
+from threads.store.base import Pause, SessionStore, StoreOptions
+from threads.store.jsonl import JsonlStore
+from threads.store.memory import MemoryStore
+from threads.store.redis import RedisStore
+from threads.store.sqlite import SqliteStore
 
 REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 1
 REDIS_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
 BACKENDS = ["memory", "jsonl", "sqlite", "redis"]
+
+
+def redis_prefix() -> str:
+    """A key prefix no other test, run or checkout uses."""
+    return f"test-{secrets.token_hex(8)}:"
+
+
+async def delete_prefix(prefix: str) -> None:
+    """Delete the keys under ``prefix``, and only those."""
+    client = aioredis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
+    try:
+        batch: list[bytes] = []
+        async for key in client.scan_iter(match=f"{prefix}*", count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                await client.unlink(*batch)
+                batch.clear()
+        if batch:
+            await client.unlink(*batch)
+    finally:
+        await client.aclose()
 
 
 @dataclass
@@ -23,12 +55,32 @@ class Backend:
     """One backend's location; ``open`` makes another Storage value over it."""
 
     name: str
-    url: str
+    location: str  # a directory, a file or a Redis key prefix
     shared: bool  # whether a second Storage value sees the same sessions
     stores: list[SessionStore] = field(default_factory=list)
 
-    def open(self, options: StoreOptions | None = None) -> Any:
-        store = open_store(self.url, options)
+    def open(
+        self,
+        options: StoreOptions | None = None,
+        *,
+        pause: Pause | None = None,
+        poll_interval: float | None = None,
+    ) -> Any:
+        """Another store over this backend's location.
+
+        ``pause`` is the backend's test seam; ``poll_interval`` how often its
+        watchers look for another store's writes (memory has no other store).
+        """
+        polling = {} if poll_interval is None else {"poll_interval": poll_interval}
+        store: SessionStore
+        if self.name == "memory":
+            store = MemoryStore(options, pause=pause)
+        elif self.name == "jsonl":
+            store = JsonlStore(self.location, options, pause=pause, **polling)
+        elif self.name == "sqlite":
+            store = SqliteStore(self.location, options, pause=pause, **polling)
+        else:
+            store = RedisStore(REDIS_URL, options, prefix=self.location, pause=pause, **polling)
         self.stores.append(store)
         return store
 
@@ -38,24 +90,14 @@ class Backend:
         self.stores.clear()
 
 
-async def flush_redis() -> None:
-    import redis.asyncio as aioredis
-
-    client = aioredis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
-    try:
-        await client.flushdb()
-    finally:
-        await client.aclose()
-
-
-def backend_url(name: str, tmp_path: Path) -> str:
+def backend_location(name: str, tmp_path: Path) -> str:
     if name == "memory":
-        return "memory://"
+        return ""
     if name == "jsonl":
-        return f"jsonl://{tmp_path / 'sessions'}"
+        return str(tmp_path / "sessions")
     if name == "sqlite":
-        return f"sqlite:///{tmp_path / 'gateway.db'}"
-    return REDIS_URL
+        return str(tmp_path / "gateway.db")
+    return redis_prefix()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -63,12 +105,15 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     name: str = request.param
     if name == "redis":
         require_service("redis", REDIS_HOST, REDIS_PORT)
-        await flush_redis()
-    found = Backend(name=name, url=backend_url(name, tmp_path), shared=name != "memory")
+    found = Backend(name=name, location=backend_location(name, tmp_path), shared=name != "memory")
     try:
         yield found
     finally:
-        await found.close_all()
+        try:
+            await found.close_all()
+        finally:
+            if name == "redis":
+                await delete_prefix(found.location)
 
 
 @pytest.fixture

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import orjson
 
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message
 from threads.store.entries import Entry, Header, InfoEntry, MessageEntry
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
+WAIT = 10.0  # seconds a test waits on an event before it fails
 
 
 def header(session: str | None = None, *, created: datetime | None = None, **meta: str) -> Header:
@@ -34,3 +40,80 @@ def info(title: str) -> InfoEntry:
 
 def texts(entries: list[Entry]) -> list[str]:
     return [e.message.text() for e in entries if isinstance(e, MessageEntry)]
+
+
+async def next_entry(stream: Any) -> Entry:
+    """A watcher's next entry, within a deadline."""
+    return await asyncio.wait_for(anext(stream), WAIT)
+
+
+def entry_line(**fields: Any) -> bytes:
+    """A raw entry line, as a damaged disk or another build might have left it."""
+    base = {"id": "e_raw", "created": "2025-01-01T00:00:00Z"}
+    return orjson.dumps({**base, **fields}) + b"\n"
+
+
+class Gate:
+    """The test side of a backend's ``pause`` seam at ``"append:started"``.
+
+    It counts the appends the backend started, and can hold the first of them
+    there (``hold_first``) or cancel a caller's task as its append starts
+    (``cancel``). On a writer thread (jsonl, sqlite) it blocks; on the event
+    loop (memory, redis) it hands the started write an awaitable.
+    """
+
+    def __init__(self, *, hold_first: bool = False) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.hold_first = hold_first
+        self.cancel: asyncio.Task[Any] | None = None
+        self.started = 0
+        self._reached = asyncio.Event()
+        self._open = threading.Event()
+        self._open_on_loop = asyncio.Event()
+
+    def __call__(self, point: str) -> Awaitable[None] | None:
+        if point != "append:started":
+            return None
+        on_loop = self._on_loop()
+        self.started += 1
+        first = self.started == 1
+        if on_loop:
+            self._reached.set()
+        else:
+            self.loop.call_soon_threadsafe(self._reached.set)
+        if self.cancel is not None:
+            self._cancel(self.cancel, on_loop)
+        if self.hold_first and first:
+            if on_loop:
+                return self._open_on_loop.wait()
+            assert self._open.wait(WAIT), "the test never let the held append go on"
+        return None
+
+    async def reached(self) -> None:
+        """Wait until the backend has started an append."""
+        await asyncio.wait_for(self._reached.wait(), WAIT)
+
+    def release(self) -> None:
+        """Let the held append go on."""
+        self._open.set()
+        self._open_on_loop.set()
+
+    def _cancel(self, task: asyncio.Task[Any], on_loop: bool) -> None:
+        if on_loop:
+            task.cancel()
+            return
+        # Off the loop: cancel there, and hold the write until the caller has seen it.
+        done = threading.Event()
+
+        def cancel() -> None:
+            task.cancel()
+            task.add_done_callback(lambda _: done.set())
+
+        self.loop.call_soon_threadsafe(cancel)
+        assert done.wait(WAIT), "the cancelled caller never finished"
+
+    def _on_loop(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False

@@ -2,44 +2,28 @@
 
 The claims are seed 003's ``Storage`` contract and issue 3's list; the
 ``backend`` fixture (conftest.py) parametrizes memory, jsonl, sqlite and
-redis. Raw bytes reach a backend only through its ``inject`` / ``plant``
-test hooks, the way a crash or a damaged disk would leave them.
+redis. This module holds the core: round trips, batches, ids, list, delete,
+concurrency and cancellation; ``test_conformance_corruption.py`` holds what
+a backend does with bytes it cannot read, ``test_conformance_capabilities.py``
+the flush, release, lease, watch and key-index rules.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
-import orjson
 import pytest
 
 from tests.threads.store.conftest import Backend
-from tests.threads.store.helpers import at, header, info, msg, texts
-from threads.errors import (
-    CorruptError,
-    ExistsError,
-    InvalidIdError,
-    LockedError,
-    NewerFormatError,
-    NoEntryError,
-    NotFoundError,
-)
-from threads.messages import ToolCallPart
-from threads.store.base import (
-    Flusher,
-    KeyIndex,
-    Leaser,
-    Page,
-    Query,
-    Releaser,
-    StoreOptions,
-    Watcher,
-)
+from tests.threads.store.helpers import Gate, at, header, info, msg, next_entry, texts
+from threads.errors import ExistsError, InvalidIdError, NotFoundError
+from threads.messages import Message, ToolCallPart
+from threads.store.base import Flusher, Leaser, Page, Query, Releaser, StoreOptions, Watcher
 from threads.store.codec import encode_header
-from threads.store.entries import CustomEntry, Entry, MessageEntry
+from threads.store.entries import CustomEntry, Entry, LabelEntry, MessageEntry
 
 BULK = StoreOptions(fsync="on_flush")  # many creates; durability is not what these test
 INVALID_IDS = ["", "../x", "a/b", "x.jsonl", ".", "a" * 129]
@@ -55,10 +39,6 @@ async def all_pages(store: Any, limit: int, **filters: Any) -> list[str]:
         seen.extend(h.id for h in page.sessions)
         last = page.sessions[-1]
         query = Query(limit=limit, before=last.created, before_id=last.id, **filters)
-
-
-async def next_entry(stream: Any) -> Entry:
-    return await asyncio.wait_for(anext(stream), 5)
 
 
 # -- round trip, batches, order
@@ -100,6 +80,49 @@ async def test_an_unencodable_entry_anywhere_in_a_batch_writes_nothing(
     with pytest.raises(TypeError):
         await store.append(h.id, batch)
     assert texts((await store.load(h.id)).entries) == ["kept"]
+
+
+def _unreadable(case: str) -> Entry:
+    """An entry the format could not read back, as an append might be handed it."""
+    if case == "empty id":
+        return MessageEntry(id="", message=Message.user("x"))
+    if case == "path as id":
+        return MessageEntry(id="e/../x", message=Message.user("x"))
+    if case == "parent not an id":
+        return MessageEntry(id="e_child", parent="e/../y", message=Message.user("x"))
+    if case == "required field None":
+        return MessageEntry(id="e_nothing", message=None)  # type: ignore[arg-type]
+    return LabelEntry(id="e_label", entry="e_1", name=5)  # type: ignore[arg-type]
+
+
+UNREADABLE = {
+    # case: (the field the error names, the entry it names)
+    "empty id": ("'id'", "entry 2 of a batch of 3"),
+    "path as id": ("'id'", "'e/../x'"),
+    "parent not an id": ("'parent'", "e_child"),
+    "required field None": ("'message'", "e_nothing"),
+    "field of the wrong type": ("'name'", "e_label"),
+}
+
+
+@pytest.mark.parametrize("case", UNREADABLE)
+async def test_a_batch_with_an_entry_the_format_cannot_read_back_writes_nothing(
+    store: Any, case: str
+) -> None:
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("kept")])
+    batch: list[Entry] = [msg("a"), _unreadable(case), msg("c")]
+    with pytest.raises(ValueError, match="nothing of the batch was written") as caught:
+        await store.append(h.id, batch)
+    field, entry = UNREADABLE[case]
+    assert field in str(caught.value)
+    assert entry in str(caught.value)
+    with pytest.raises(ValueError, match=field):
+        await store.append(h.id, [_unreadable(case)])
+    loaded = await store.load(h.id)
+    assert texts(loaded.entries) == ["kept"]
+    assert loaded.report is None
 
 
 async def test_entries_load_in_arrival_order_across_and_within_batches(store: Any) -> None:
@@ -292,6 +315,20 @@ async def test_delete_removes_the_session_and_its_id_can_be_created_again(store:
     assert texts((await store.load(h.id)).entries) == ["new"]
 
 
+async def test_list_shows_the_header_of_a_session_created_again_under_its_id(
+    store: Any,
+) -> None:
+    old = header(created=at(1), key="old")
+    await store.create(old)
+    await store.append(old.id, [msg("old")])
+    assert (await store.list()).sessions == [old]
+    await store.delete(old.id)
+    again = header(old.id, created=at(2), key="again")
+    await store.create(again)
+    assert (await store.list()).sessions == [again]
+    assert (await store.list(Query(meta={"key": "old"}))).total == 0
+
+
 # -- concurrency
 
 
@@ -345,436 +382,53 @@ async def test_a_load_racing_a_delete_sees_everything_or_not_found(store: Any) -
                 assert len(result.entries) == 200
 
 
-async def test_a_cancelled_call_writes_nothing(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    append = asyncio.create_task(store.append(h.id, [msg("never")]))
-    create = asyncio.create_task(store.create(header("s_never")))
-    append.cancel()
-    create.cancel()
-    for task in (append, create):
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    assert (await store.load(h.id)).entries == []
-    with pytest.raises(NotFoundError):
-        await store.load("s_never")
-
-
-# -- corruption is loud
-
-
-def entry_line(**fields: Any) -> bytes:
-    base = {"id": "e_raw", "created": "2025-01-01T00:00:00Z"}
-    return orjson.dumps({**base, **fields}) + b"\n"
-
-
-async def test_an_unknown_kind_fails_with_newer_format_even_under_salvage(
+async def test_a_call_cancelled_before_the_backend_starts_it_writes_nothing(
     backend: Backend,
 ) -> None:
-    for options in (None, StoreOptions(salvage=True)):
-        store = backend.open(options)
-        h = header()
-        await store.create(h)
-        await store.inject(h.id, entry_line(type="hologram", v=9))
-        with pytest.raises(NewerFormatError, match="hologram"):
-            await store.load(h.id)
+    gate = Gate(hold_first=True)
+    store = backend.open(pause=gate)
+    h = header()
+    await store.create(h)
+    first = asyncio.create_task(store.append(h.id, [msg("first")]))
+    await gate.reached()  # the backend has started the first append, and holds it there
+    call = store.append(h.id, [msg("never a"), msg("never b")])
+    waiting = asyncio.create_task(call)
+    for _ in range(10):  # a few loop turns: the call runs until it waits for the backend
+        if inspect.getcoroutinestate(call) != inspect.CORO_CREATED:
+            break
+        await asyncio.sleep(0)
+    assert inspect.getcoroutinestate(call) == inspect.CORO_SUSPENDED  # inside, not yet started
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    gate.release()
+    await first
+    await store.append(h.id, [msg("after")])  # behind whatever the backend still had queued
+    assert texts((await store.load(h.id)).entries) == ["first", "after"]
+    assert gate.started == 2  # the cancelled call never started
 
 
-async def test_a_higher_version_fails_with_newer_format_even_under_salvage(
+async def test_a_call_cancelled_once_the_backend_started_it_writes_its_batch_whole(
     backend: Backend,
 ) -> None:
-    for options in (None, StoreOptions(salvage=True)):
-        store = backend.open(options)
-        h = header()
-        await store.create(h)
-        await store.append(h.id, [msg("fine")])
-        await store.inject(h.id, entry_line(type="receipt", v=4, status="queued"))
-        with pytest.raises(NewerFormatError, match="v=4"):
-            await store.load(h.id)
-
-
-async def test_a_malformed_middle_line_is_corrupt_naming_line_three(backend: Backend) -> None:
-    store = backend.open()
+    gate = Gate()
+    store = backend.open(pause=gate)
     h = header()
     await store.create(h)
-    await store.append(h.id, [msg("one")])
-    await store.inject(h.id, b'{"type":"message", broken\n')
-    await store.append(h.id, [msg("three")])
-    with pytest.raises(CorruptError) as caught:
-        await store.load(h.id)
-    assert caught.value.line == 3
-    assert caught.value.session == h.id
-    assert "line 3" in str(caught.value)
-    # The corrupt session is still listed: list reads headers only.
-    assert [s.id for s in (await store.list()).sessions] == [h.id]
-
-
-async def test_salvage_skips_a_malformed_line_and_reports_it(backend: Backend) -> None:
-    store = backend.open(StoreOptions(salvage=True))
-    h = header()
-    await store.create(h)
-    await store.append(h.id, [msg("one")])
-    await store.inject(h.id, b'{"type":"message", broken\n')
-    await store.append(h.id, [msg("three")])
-    await store.inject(h.id, b'{"type":"mess')
-    salvaged = await store.load(h.id)
-    assert texts(salvaged.entries) == ["one", "three"]
-    assert salvaged.report is not None
-    assert salvaged.report.skipped == (3,)
-    assert salvaged.report.torn == 5
-
-
-async def test_a_torn_tail_is_dropped_and_reported_as_its_line(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    await store.append(h.id, [msg("one")])
-    await store.inject(h.id, b'{"type":"message","id":"e_to')
+    await store.append(h.id, [msg("before")])
+    call = asyncio.create_task(store.append(h.id, [msg("a"), msg("b"), msg("c")]))
+    gate.cancel = call  # cancelled the moment the backend starts it
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert gate.started == 2
+    gate.cancel = None
+    await store.append(h.id, [msg("after")])  # runs after the started call, on every backend
     loaded = await store.load(h.id)
-    assert texts(loaded.entries) == ["one"]
-    assert loaded.report is not None
-    assert loaded.report.torn == 3
-    assert loaded.report.skipped == ()
-
-
-async def test_torn_tail_is_repaired_before_the_next_append(backend: Backend) -> None:
-    writer = backend.open()
-    h = header()
-    await writer.create(h)
-    await writer.append(h.id, [msg("one")])
-    await writer.release(h.id)
-    await writer.inject(h.id, b'{"type":"message","id":"e_half')
-    # A writer that takes the session now (a new store, as after a restart) repairs it.
-    nxt = backend.open() if backend.shared else writer
-    await nxt.append(h.id, [msg("two")])
-    loaded = await nxt.load(h.id)
-    assert texts(loaded.entries) == ["one", "two"]
+    assert texts(loaded.entries) == ["before", "a", "b", "c", "after"]
     assert loaded.report is None
-    # ... and so does a writer that already holds the session.
-    await nxt.inject(h.id, b'{"type":"mess')
-    await nxt.append(h.id, [msg("three")])
-    again = await nxt.load(h.id)
-    assert texts(again.entries) == ["one", "two", "three"]
-    assert again.report is None
 
 
-async def test_an_incomplete_batch_is_torn_whole_and_repaired_before_the_next_append(
-    backend: Backend,
-) -> None:
-    from threads.store.lines import encode_batch
-
-    store = backend.open()
-    h = header()
-    await store.create(h)
-    await store.append(h.id, [msg("one")])
-    framed = encode_batch([msg("a"), msg("b"), msg("c")])
-    assert framed.count(b'"more":') == 2
-    # A crash inside the batch's write left its first two lines, whole, and no third.
-    await store.inject(h.id, framed[: framed.index(b"\n", framed.index(b"\n") + 1) + 1])
-    loaded = await store.load(h.id)
-    assert texts(loaded.entries) == ["one"]
-    assert loaded.report is not None
-    assert loaded.report.torn == 3
-    assert (await store.acquire(h.id, object()))[0] == 1
-    await store.append(h.id, [msg("two"), msg("three")])
-    again = await store.load(h.id)
-    assert texts(again.entries) == ["one", "two", "three"]
-    assert again.report is None
-
-
-async def test_a_corrupt_header_is_corrupt_at_line_one_and_not_listed(store: Any) -> None:
-    await store.plant("s_badhead", b'{"type":"session","weft":1,"id":\n' + entry_line(type="leaf"))
-    with pytest.raises(CorruptError) as caught:
-        await store.load("s_badhead")
-    assert caught.value.line == 1
-    assert (await store.list()).total == 0
-
-
-async def test_a_newer_header_fails_with_newer_format(store: Any) -> None:
-    newer = orjson.dumps(
-        {"type": "session", "weft": 2, "id": "s_newer", "created": "2025-01-01T00:00:00Z"}
-    )
-    await store.plant("s_newer", newer + b"\n")
-    with pytest.raises(NewerFormatError, match="weft=2"):
-        await store.load("s_newer")
-    count, created = await store.acquire("s_newer", object())
-    assert count == 0
-    assert created.year == 1  # the zero time: the header cannot be read
-
-
-async def test_unknown_keys_are_ignored(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    await store.inject(
-        h.id,
-        entry_line(
-            type="message",
-            future_field={"x": 1},
-            message={"role": "user", "content": [{"type": "text", "text": "hi"}]},
-        ),
-    )
-    assert texts((await store.load(h.id)).entries) == ["hi"]
-
-
-# -- flush, release, lease
-
-
-async def test_flush_makes_on_flush_appends_durable_and_checks_the_session(
-    backend: Backend,
-) -> None:
-    store = backend.open(StoreOptions(fsync="on_flush"))
-    h = header()
-    await store.create(h)
-    await store.append(h.id, [msg("buffered")])
-    await store.flush(h.id)
-    assert texts((await store.load(h.id)).entries) == ["buffered"]
-
-
-async def test_a_second_holder_is_locked_out_naming_the_session(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    first, second = object(), object()
-    assert await store.acquire(h.id, first) == (0, h.created)
-    assert await store.acquire(h.id, first) == (0, h.created)  # idempotent for the holder
-    with pytest.raises(LockedError, match=h.id) as caught:
-        await store.acquire(h.id, second)
-    assert "/" not in str(caught.value)
-    # Yielding by a holder that does not have the lease releases nothing.
-    await store.yield_lease(h.id, second)
-    with pytest.raises(LockedError):
-        await store.acquire(h.id, second)
-
-
-async def test_yield_hands_the_lease_over(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    first, second = object(), object()
-    await store.acquire(h.id, first)
-    await store.append(h.id, [msg("by first")])
-    await store.yield_lease(h.id, first)
-    assert await store.acquire(h.id, second) == (1, h.created)
-
-
-async def test_readers_are_never_refused_by_a_lease(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    await store.acquire(h.id, object())
-    await store.append(h.id, [msg("held")])
-    assert texts((await store.load(h.id)).entries) == ["held"]
-    assert (await store.list()).total == 1
-    stream = store.watch(h.id)
-    assert texts([await next_entry(stream)]) == ["held"]
-    await stream.aclose()
-
-
-async def test_delete_ends_the_lease(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    await store.acquire(h.id, object())
-    await store.delete(h.id)
-    await store.create(header(h.id))
-    assert (await store.acquire(h.id, object()))[0] == 0
-
-
-async def test_the_count_and_created_are_the_stale_signal(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    await store.append(h.id, [msg("a"), msg("b")])
-    await store.inject(h.id, b'{"type":"torn')
-    holder = object()
-    assert await store.acquire(h.id, holder) == (2, h.created)  # the torn tail never counts
-    await store.append(h.id, [msg("c")])
-    await store.yield_lease(h.id, holder)
-    assert (await store.acquire(h.id, object()))[0] == 3
-    # Deleted and created again with as many entries: created tells them apart.
-    await store.delete(h.id)
-    again = header(h.id, created=h.created + timedelta(seconds=1))
-    await store.create(again)
-    await store.append(h.id, [msg("x"), msg("y"), msg("z")])
-    assert await store.acquire(h.id, object()) == (3, again.created)
-
-
-async def test_release_lets_another_store_write(backend: Backend) -> None:
-    if not backend.shared:
-        pytest.skip("one memory store has no second Storage value to hand over to")
-    first, second = backend.open(), backend.open()
-    h = header()
-    await first.create(h)
-    await first.append(h.id, [msg("first")])
-    with pytest.raises(LockedError, match=h.id) as caught:
-        await second.append(h.id, [msg("second")])
-    assert "/" not in str(caught.value)
-    with pytest.raises(LockedError):
-        await second.delete(h.id)
-    await first.release(h.id)
-    await second.append(h.id, [msg("second")])
-    # The first store's next write re-takes the lock, and now finds it taken.
-    with pytest.raises(LockedError):
-        await first.append(h.id, [msg("late")])
-    assert texts((await first.load(h.id)).entries) == ["first", "second"]
-
-
-async def test_a_second_store_over_the_same_location_is_locked_out(backend: Backend) -> None:
-    if not backend.shared:
-        pytest.skip("memory stores share nothing")
-    first, second = backend.open(), backend.open()
-    h = header()
-    await first.create(h)
-    await first.acquire(h.id, object())
-    with pytest.raises(LockedError, match=h.id):
-        await second.acquire(h.id, object())
-    with pytest.raises(LockedError, match=h.id):
-        await second.append(h.id, [msg("intruder")])
-    assert (await second.load(h.id)).entries == []  # reading takes nothing
-
-
-async def test_a_closed_store_lets_go_of_its_sessions(backend: Backend) -> None:
-    if not backend.shared:
-        pytest.skip("memory stores share nothing")
-    first = backend.open()
-    h = header()
-    await first.create(h)
-    await first.append(h.id, [msg("one")])
-    await first.close()
-    second = backend.open()
-    await second.append(h.id, [msg("two")])
-    assert texts((await second.load(h.id)).entries) == ["one", "two"]
-
-
-# -- watch
-
-
-async def test_watch_yields_the_backlog_then_each_new_entry_once(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    first, second = msg("1"), msg("2")
-    await store.append(h.id, [first, second])
-    stream = store.watch(h.id)
-    assert [await next_entry(stream), await next_entry(stream)] == [first, second]
-    later = [msg("3"), msg("4")]
-    await store.append(h.id, later)
-    assert [await next_entry(stream), await next_entry(stream)] == later
-    await stream.aclose()
-    resumed = store.watch(h.id, after=first.id)
-    assert await next_entry(resumed) == second
-    await resumed.aclose()
-    with pytest.raises(NoEntryError):
-        await next_entry(store.watch(h.id, after="e_nowhere"))
-
-
-async def test_a_watcher_follows_a_session_another_store_writes(backend: Backend) -> None:
-    if not backend.shared:
-        pytest.skip("memory stores share nothing")
-    writer, reader = backend.open(), backend.open()
-    h = header()
-    await writer.create(h)
-    await writer.append(h.id, [msg("1")])
-    stream = reader.watch(h.id)
-    assert texts([await next_entry(stream)]) == ["1"]
-    pending = asyncio.ensure_future(next_entry(stream))
-    await writer.append(h.id, [msg("2"), msg("3")])
-    assert texts([await pending, await next_entry(stream)]) == ["2", "3"]
-    await stream.aclose()
-
-
-async def test_watch_waits_out_a_torn_tail(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    stream = store.watch(h.id)
-    pending = asyncio.ensure_future(next_entry(stream))
-    await store.inject(h.id, b'{"type":"message","id":"e_1","created":"2025-01-01T00:00:00Z",')
-    await asyncio.sleep(0.1)
-    assert not pending.done()
-    await store.inject(h.id, b'"message":{"role":"user","content":[{"type":"text","text":"x"}]}}\n')
-    entry = await pending
-    assert isinstance(entry, MessageEntry)
-    assert entry.id == "e_1"
-    await stream.aclose()
-
-
-async def test_watch_ends_with_not_found_when_the_session_is_deleted(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    await store.append(h.id, [msg("1")])
-    stream = store.watch(h.id)
-    await next_entry(stream)
-    pending = asyncio.ensure_future(next_entry(stream))
-    await asyncio.sleep(0)
-    await store.delete(h.id)
-    with pytest.raises(NotFoundError, match=h.id):
-        await pending
-
-
-async def test_watch_ends_with_not_found_when_the_session_is_created_again(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    await store.append(h.id, [msg("1")])
-    stream = store.watch(h.id)
-    await next_entry(stream)
-    pending = asyncio.ensure_future(next_entry(stream))
-    await asyncio.sleep(0)
-    await store.delete(h.id)
-    await store.create(h)
-    await store.append(h.id, [msg("1"), msg("2")])
-    with pytest.raises(NotFoundError, match=h.id):
-        await pending
-
-
-# -- key index
-
-
-async def test_keys_resolve_to_the_session_they_point_at(store: Any) -> None:
-    assert isinstance(store, KeyIndex)
-    assert await store.resolve("telegram:1") is None
-    a, b = header(), header()
-    await store.create(a)
-    await store.create(b)
-    await store.point("telegram:1", a.id)
-    await store.point("cli", b.id)
-    assert await store.resolve("telegram:1") == a.id
-    await store.point("telegram:1", b.id)  # /new
-    assert await store.resolve("telegram:1") == b.id
-    assert await store.keys() == {"telegram:1": b.id, "cli": b.id}
-
-
-async def test_the_key_index_survives_a_restart(backend: Backend) -> None:
-    if not backend.shared:
-        pytest.skip("memory keeps nothing across stores")
-    first = backend.open()
-    a, b = header(), header()
-    await first.create(a)
-    await first.create(b)
-    await first.point("web:1", a.id)
-    await first.point("web:1", b.id)
-    await first.point("cron:daily", a.id)
-    await first.close()
-    second = backend.open()
-    assert await second.resolve("web:1") == b.id
-    assert await second.keys() == {"web:1": b.id, "cron:daily": a.id}
-
-
-async def test_unpoint_forgets_a_key_and_keeps_its_session(store: Any) -> None:
-    h = header()
-    await store.create(h)
-    await store.point("agent:a:subagent:1", h.id)
-    await store.unpoint("agent:a:subagent:1")
-    await store.unpoint("never:pointed")
-    assert await store.resolve("agent:a:subagent:1") is None
-    assert "agent:a:subagent:1" not in await store.keys()
-    assert (await store.load(h.id)).header.id == h.id
-
-
-async def test_a_forgotten_key_stays_forgotten_after_a_restart(backend: Backend) -> None:
-    if not backend.shared:
-        pytest.skip("memory keeps nothing across stores")
-    first = backend.open()
-    h = header()
-    await first.create(h)
-    await first.point("web:gone", h.id)
-    await first.point("web:kept", h.id)
-    await first.unpoint("web:gone")
-    await first.close()
-    second = backend.open()
-    assert await second.keys() == {"web:kept": h.id}
+# -- restart
 
 
 async def test_sessions_survive_a_restart(backend: Backend) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import stat
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,12 +16,16 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.threads.store.helpers import header, msg, texts
-from threads.errors import LockedError
+from tests.threads.store.helpers import at, header, msg, texts
+from threads.errors import LockedError, NotFoundError
 from threads.store import open_store
 from threads.store.base import StoreOptions
+from threads.store.codec import encode_header
 from threads.store.jsonl import JsonlStore
 from threads.store.keyfile import JOURNAL
+from threads.store.lines import encode_batch
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Spy:
@@ -153,6 +160,157 @@ async def test_open_descriptors_are_bounded_and_leased_sessions_stay_held(
     await other.append(plain[0].id, [msg("taken over")])
     await store.close()
     await other.close()
+
+
+# A child process: lower the open-files limit, open some descriptors of its own
+# (the rest of a gateway), then hold N sessions (leased unless told otherwise), each
+# one written and read back. It prints "ok <soft limit>" or "error <message>".
+MANY_SESSIONS = textwrap.dedent(
+    """
+    import asyncio, logging, os, resource, sys
+    root, soft, hard, sessions = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    leased, others = sys.argv[5] == "leased", int(sys.argv[6])
+    kept = [os.open(os.devnull, os.O_RDONLY) for _ in range(others)]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+    from threads.messages import Message
+    from threads.store.base import StoreOptions
+    from threads.store.entries import Header, MessageEntry
+    from threads.store.jsonl import JsonlStore
+
+    async def main():
+        store = JsonlStore(root, StoreOptions(fsync="on_flush"))
+        ids = [f"s_{n}" for n in range(sessions)]
+        try:
+            for session in ids:
+                await store.create(Header(id=session))
+                if leased:
+                    await store.acquire(session, object())
+            for session in ids:
+                await store.append(session, [MessageEntry(id="e_1", message=Message.user("x"))])
+            for session in ids:
+                assert len((await store.load(session)).entries) == 1
+            print("ok", resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        except OSError as exc:
+            print("error", exc)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def run_many_sessions(
+    root: Path, soft: int, hard: int, sessions: int, *, leased: bool = True, others: int = 0
+) -> tuple[str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        MANY_SESSIONS,
+        str(root),
+        str(soft),
+        str(hard),
+        str(sessions),
+        "leased" if leased else "plain",
+        str(others),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 50)
+    assert proc.returncode == 0, err.decode()
+    return out.decode().strip(), err.decode()
+
+
+async def test_four_hundred_leased_sessions_work_under_a_soft_limit_of_256(
+    tmp_path: Path,
+) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"the hard open-files limit here is {hard}: there is nothing to raise to")
+    out, err = await run_many_sessions(tmp_path / "sessions", 256, hard, 400)
+    assert out.startswith("ok"), out
+    assert int(out.split()[1]) > 400  # the store raised the soft limit when it opened
+    assert "raised the open-files limit (RLIMIT_NOFILE) from 256" in err
+
+
+async def test_running_out_of_descriptors_is_an_error_naming_the_limit(tmp_path: Path) -> None:
+    out, _ = await run_many_sessions(tmp_path / "sessions", 256, 256, 400)
+    assert out.startswith("error"), out
+    assert "open-files limit (RLIMIT_NOFILE 256, hard limit 256)" in out
+    assert "leased" in out
+    assert "ulimit -n" in out
+
+
+async def test_at_the_limit_sessions_without_a_lease_are_closed_to_make_room(
+    tmp_path: Path,
+) -> None:
+    # The rest of the process holds 150 of 256: the writer's budget (half) is too
+    # much, and it learns so at the limit, leaving descriptors for readers.
+    root = tmp_path / "sessions"
+    out, err = await run_many_sessions(root, 256, 256, 400, leased=False, others=150)
+    assert out.startswith("ok"), out
+    assert "out of file descriptors opening session" in err
+
+
+def create_again_on_the_same_inode(path: Path, kept: Path, data: bytes) -> None:
+    """Create a session file again at ``path`` with ``data``, on the inode ``kept`` holds.
+
+    This is what ext4 does when it hands a deleted session's inode to the next
+    file created under its id — only on purpose, so a test need not hope for
+    it: ``kept`` is a second link that kept the inode alive through the delete.
+    """
+    with kept.open("r+b") as f:
+        f.truncate(0)
+        f.write(data)
+    os.link(kept, path)
+    os.unlink(kept)
+
+
+async def test_list_does_not_trust_an_inode_number_a_new_session_reuses(tmp_path: Path) -> None:
+    root = tmp_path / "sessions"
+    store = JsonlStore(root)
+    old = header(created=at(1), key="old")
+    await store.create(old)
+    await store.append(old.id, [msg("old")])
+    assert (await store.list()).sessions == [old]
+    path, kept = root / f"{old.id}.jsonl", tmp_path / "kept"
+    inode = path.stat().st_ino
+    os.link(path, kept)
+    await store.delete(old.id)
+    again = header(old.id, created=at(2), key="again")
+    create_again_on_the_same_inode(path, kept, encode_header(again))
+    assert path.stat().st_ino == inode
+    assert (await store.list()).sessions == [again]
+    await store.close()
+
+
+async def test_a_watcher_ends_when_its_session_is_created_again_on_the_same_inode(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "sessions"
+    writer = JsonlStore(root)
+    reader = JsonlStore(root, poll_interval=3600)  # it looks again only when woken
+    h = header()
+    await writer.create(h)
+    await writer.append(h.id, [msg("1"), msg("2")])
+    stream = reader.watch(h.id)
+    assert texts([await anext(stream), await anext(stream)]) == ["1", "2"]
+    pending = asyncio.ensure_future(anext(stream))
+    path, kept = root / f"{h.id}.jsonl", tmp_path / "kept"
+    os.link(path, kept)
+    await writer.delete(h.id)
+    # Created again, header and all, with a longer history, on the old inode.
+    history = b"".join(encode_batch([msg(str(n))]) for n in (3, 4, 5))
+    create_again_on_the_same_inode(path, kept, encode_header(h) + history)
+    assert not pending.done()
+    await reader.create(header())  # a write of its own wakes the reader's watchers
+    with pytest.raises(NotFoundError, match=h.id):
+        await asyncio.wait_for(pending, 10)
+    await writer.close()
+    await reader.close()
 
 
 async def test_a_torn_tail_is_truncated_in_the_file_by_the_next_writer(tmp_path: Path) -> None:

@@ -1,4 +1,7 @@
-"""What only the redis backend promises: its writer lock is a key with an expiry."""
+"""What only the redis backend promises: its writer lock is a key with an expiry.
+
+Each test keeps its keys under a prefix of its own and deletes only those.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +13,31 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.conftest import require_service
-from tests.threads.store.conftest import REDIS_DB, REDIS_HOST, REDIS_PORT, REDIS_URL, flush_redis
+from tests.threads.store.conftest import (
+    REDIS_DB,
+    REDIS_HOST,
+    REDIS_PORT,
+    REDIS_URL,
+    delete_prefix,
+    redis_prefix,
+)
 from tests.threads.store.helpers import header, msg, texts
-from threads.errors import LockedError
+from threads.errors import LockedError, StaleError
 from threads.store.redis import RedisStore
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[aioredis.Redis]:
+async def prefix() -> AsyncIterator[str]:
     require_service("redis", REDIS_HOST, REDIS_PORT)
-    await flush_redis()
+    found = redis_prefix()
+    try:
+        yield found
+    finally:
+        await delete_prefix(found)
+
+
+@pytest.fixture
+async def client(prefix: str) -> AsyncIterator[aioredis.Redis]:
     found = aioredis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
     try:
         yield found
@@ -27,22 +45,22 @@ async def client() -> AsyncIterator[aioredis.Redis]:
         await found.aclose()
 
 
-async def test_the_writer_lock_is_a_key_with_an_expiry(client: aioredis.Redis) -> None:
-    store = RedisStore(REDIS_URL, lock_ttl=30)
+async def test_the_writer_lock_is_a_key_with_an_expiry(client: aioredis.Redis, prefix: str) -> None:
+    store = RedisStore(REDIS_URL, prefix=prefix, lock_ttl=30)
     h = header()
     await store.create(h)
-    ttl = await client.pttl(f"weft:lock:{h.id}")
+    ttl = await client.pttl(f"{prefix}lock:{h.id}")
     assert 0 < ttl <= 30_000
     await store.release(h.id)
-    assert await client.exists(f"weft:lock:{h.id}") == 0
+    assert await client.exists(f"{prefix}lock:{h.id}") == 0
     await store.close()
 
 
-async def test_a_held_lock_is_renewed_before_it_lapses(client: aioredis.Redis) -> None:
-    store = RedisStore(REDIS_URL, lock_ttl=0.6)
+async def test_a_held_lock_is_renewed_before_it_lapses(client: aioredis.Redis, prefix: str) -> None:
+    store = RedisStore(REDIS_URL, prefix=prefix, lock_ttl=0.6)
     h = header()
     await store.create(h)
-    lock = f"weft:lock:{h.id}"
+    lock = f"{prefix}lock:{h.id}"
     deadline = time.monotonic() + 5
     lowest = await client.pttl(lock)
     renewed = False
@@ -58,9 +76,9 @@ async def test_a_held_lock_is_renewed_before_it_lapses(client: aioredis.Redis) -
 
 
 async def test_a_dead_writers_lock_lapses_and_the_session_can_be_taken(
-    client: aioredis.Redis,
+    client: aioredis.Redis, prefix: str
 ) -> None:
-    dead = RedisStore(REDIS_URL, lock_ttl=0.5)
+    dead = RedisStore(REDIS_URL, prefix=prefix, lock_ttl=0.5)
     h = header()
     await dead.create(h)
     await dead.append(h.id, [msg("before the crash")])
@@ -68,7 +86,7 @@ async def test_a_dead_writers_lock_lapses_and_the_session_can_be_taken(
     assert dead._renewer is not None
     dead._renewer.cancel()
     await dead._redis.aclose()
-    survivor = RedisStore(REDIS_URL)
+    survivor = RedisStore(REDIS_URL, prefix=prefix)
     with pytest.raises(LockedError, match=h.id):
         await survivor.append(h.id, [msg("too early")])
     deadline = time.monotonic() + 5
@@ -81,3 +99,42 @@ async def test_a_dead_writers_lock_lapses_and_the_session_can_be_taken(
             await asyncio.sleep(0.05)
     assert texts((await survivor.load(h.id)).entries) == ["before the crash", "after the lapse"]
     await survivor.close()
+
+
+async def test_a_writer_whose_lock_lapsed_is_refused_once_the_session_moved_on(
+    client: aioredis.Redis, prefix: str
+) -> None:
+    stalled = RedisStore(REDIS_URL, prefix=prefix)
+    other = RedisStore(REDIS_URL, prefix=prefix)
+    h = header()
+    await stalled.create(h)
+    await stalled.append(h.id, [msg("one")])
+    # The stalled writer's lock lapses (its process stood still past the expiry) ...
+    await client.delete(f"{prefix}lock:{h.id}")
+    # ... and another writer takes the session, moves it on and lets go.
+    await other.append(h.id, [msg("two")])
+    await other.release(h.id)
+    with pytest.raises(StaleError, match=h.id):
+        await stalled.append(h.id, [msg("from a stale view")])
+    assert await client.exists(f"{prefix}lock:{h.id}") == 0  # the refusal took nothing
+    assert texts((await stalled.load(h.id)).entries) == ["one", "two"]
+    # Acquiring again is how the writer catches up: it learns the count, then writes.
+    assert (await stalled.acquire(h.id, object()))[0] == 2
+    await stalled.append(h.id, [msg("three")])
+    assert texts((await other.load(h.id)).entries) == ["one", "two", "three"]
+    await stalled.close()
+    await other.close()
+
+
+async def test_a_lapsed_lock_is_taken_again_when_nobody_wrote_meanwhile(
+    client: aioredis.Redis, prefix: str
+) -> None:
+    store = RedisStore(REDIS_URL, prefix=prefix)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("one")])
+    await client.delete(f"{prefix}lock:{h.id}")
+    await store.append(h.id, [msg("two")])
+    assert await client.get(f"{prefix}lock:{h.id}") is not None
+    assert texts((await store.load(h.id)).entries) == ["one", "two"]
+    await store.close()
