@@ -99,7 +99,9 @@ async def loop_turns(base_url: str, count: int, concurrency: int) -> tuple[float
     config = validate(
         {
             "models": {
-                "providers": {"fake": {"kind": "openai", "base_url": base_url, "api_key": "bench"}}
+                "providers": {"fake": {"kind": "openai", "base_url": base_url, "api_key": "bench"}},
+                # Like the baseline's requests: whole answers, not streams.
+                "settings": {"fake/bench": {"stream": False}},
             },
             "agents": {"default": {"model": "fake/bench", "tools": ["noop"]}},
         },
