@@ -16,8 +16,7 @@ from config import load_config
 from cron import CronService, JobNotFoundError, open_store
 from cron.misfire import MisfirePolicy
 from gateway.app import Gateway
-from tests.gateway.conftest import make_config
-from tests.gateway.test_skeleton import Replies
+from tests.gateway.conftest import Replies, make_config
 from tests.threads.agent.conftest import KeyedScript
 from threads.agent.tools import ToolContext, tool
 from threads.messages import ToolResultPart

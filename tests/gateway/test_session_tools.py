@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from channels.base import Inbound, InboundHandler
 from channels.cli import CliChannel
 from config import GatewayConfig
 from gateway.app import Gateway
-from tests.gateway.conftest import make_config
+from tests.gateway.conftest import Replies, make_config
 from tests.threads.sessions.conftest import SUBAGENT, GatedModel, SessionScript
 from threads.keys import SessionKey
 from threads.sessions.policy import PolicySink
@@ -44,23 +43,6 @@ class FakeChannel:
     async def receive(self, **fields: Any) -> None:
         assert self.handler is not None
         await self.handler(Inbound(channel=self.name, **fields))
-
-
-class Replies:
-    def __init__(self) -> None:
-        self.items: list[str] = []
-        self.arrived = asyncio.Event()
-
-    def __call__(self, text: str) -> None:
-        self.items.append(text)
-        self.arrived.set()
-
-    async def wait(self, count: int = 1) -> list[str]:
-        async with asyncio.timeout(10):
-            while len(self.items) < count:
-                self.arrived.clear()
-                await self.arrived.wait()
-        return self.items
 
 
 def scripted_config(tmp_path: Path, **session: Any) -> GatewayConfig:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -14,25 +13,7 @@ import pytest
 from config import GatewayConfig
 from gateway.app import Gateway
 from gateway.errors import ControlError
-
-
-class Replies:
-    """Collects what the terminal channel prints; wait() returns the next one."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-        self._arrived = asyncio.Event()
-
-    def __call__(self, text: str) -> None:
-        self.items.append(text)
-        self._arrived.set()
-
-    async def wait(self, count: int = 1) -> list[str]:
-        async with asyncio.timeout(10):
-            while len(self.items) < count:
-                self._arrived.clear()
-                await self._arrived.wait()
-        return self.items
+from tests.gateway.conftest import Replies
 
 
 def session_lines(data_dir: Path) -> list[dict[str, object]]:

@@ -13,8 +13,7 @@ from pydantic import BaseModel
 
 from gateway.app import Gateway
 from gateway.errors import StartupError
-from tests.gateway.conftest import make_config
-from tests.gateway.test_skeleton import Replies
+from tests.gateway.conftest import Replies, make_config
 from tests.threads.agent.conftest import KeyedScript
 from threads.agent.tools import ToolContext, tool
 from threads.testing.scripted import ScriptedModel, call, dispatch, say

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -12,6 +11,7 @@ from typing import Any
 import pytest
 
 from config import GatewayConfig, validate
+from tests.threads.conftest import Inbox
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolRegistry
@@ -21,43 +21,11 @@ from threads.llm.base import ModelRequest, ModelResponse
 from threads.llm.echo import split_wake
 from threads.manager import ThreadManager
 from threads.ops import check_session_tool, health_tool
-from threads.sinks import Delivery, OutboundMessage
 from threads.store.memory import MemoryStore
 from threads.supervision import Supervisor
 from threads.testing.scripted import ScriptedModel, Step, say
 from threads.turns import RunResult, Turn
 from threads.wake import UserCaller, Wake, WakeSource
-
-
-@dataclass
-class Inbox:
-    """A channel user's side of a chat: every message delivered to them."""
-
-    name: str = "user"
-    messages: list[str] = field(default_factory=list)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def drops(self) -> bool:
-        return False
-
-    def describe(self) -> str:
-        return f"Caller is the {self.name} — reply with dispatch(to=caller:user)"
-
-    def to_wire(self) -> dict[str, str]:
-        return {"kind": "channel", "channel": "test", "chat": self.name}
-
-    async def deliver(self, message: OutboundMessage) -> Delivery:
-        self.messages.append(message.text)
-        self.arrived.set()
-        return Delivery(delivered_to=f"test:{self.name}")
-
-    async def wait(self, count: int = 1) -> list[str]:
-        async with asyncio.timeout(10):
-            while len(self.messages) < count:
-                self.arrived.clear()
-                await self.arrived.wait()
-        return self.messages
 
 
 def agent_config(**agents: Mapping[str, Any]) -> GatewayConfig:
