@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,6 +58,8 @@ PayloadLoader = Callable[[Mapping[str, JSON]], Any]
 Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, JSON]] | None"]
 SessionState = Literal["running", "pending", "idle"]
 Injected = Message | Callable[[], Message]
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
@@ -287,8 +290,16 @@ class Session:
             await asyncio.shield(append)
         except asyncio.CancelledError:
             await asyncio.wait([append])
-            if not append.cancelled() and append.exception() is None:
+            if append.cancelled():
+                raise
+            failure = append.exception()
+            if failure is None:
                 self._record(entries)
+            else:
+                # Nobody is left to see it: the caller was cancelled meanwhile.
+                log.warning(
+                    "session %s: a write whose caller was cancelled failed: %s", self.id, failure
+                )
             raise
         self._record(entries)
 
