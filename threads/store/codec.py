@@ -377,13 +377,16 @@ def encode_entry(entry: Entry) -> bytes:
     if not isinstance(entry.created, datetime):
         raise ValueError(f"{kind} entry {entry.id}: 'created' must be a datetime")
     try:
-        line = orjson.dumps(entry_to_wire(entry)) + b"\n"
+        wire = entry_to_wire(entry)
+        line = orjson.dumps(wire) + b"\n"
     except TypeError as exc:
         raise TypeError(f"{kind} entry {entry.id} cannot be encoded as JSON: {exc}") from None
     except (AttributeError, WireError) as exc:
         raise ValueError(f"{kind} entry {entry.id} cannot be encoded: {exc}") from None
     try:
-        entry_from_wire(orjson.loads(line))
+        # The object just dumped is what a reader parses back; decode it without the
+        # round trip through the bytes.
+        entry_from_wire(wire)
     except WireError as exc:
         raise ValueError(f"{kind} entry {entry.id} would not read back: {exc}") from None
     return line
