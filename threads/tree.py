@@ -178,19 +178,14 @@ def summary_message(text: str) -> Message:
     )
 
 
-def build_context(path: Sequence[Entry]) -> list[Message]:
-    """The messages the model sees for a root→leaf path.
+def context_builder(path: Sequence[Entry]) -> ContextBuilder:
+    """The context of a root→leaf path, in a builder that later entries extend.
 
     The latest compaction's summary stands in place of what it covers (then the
     entries it pinned, then everything from its first kept entry on); branch
     summaries sit where they were written; bookkeeping kinds never appear;
-    repair runs last so every tool call has a result.
+    repair runs as the context grows, so every tool call has a result.
     """
-    return context_builder(path).messages()
-
-
-def context_builder(path: Sequence[Entry]) -> ContextBuilder:
-    """A builder holding the context of ``path``, ready to be extended entry by entry."""
     builder = ContextBuilder()
     start = 0
     for index in range(len(path) - 1, -1, -1):
@@ -277,14 +272,6 @@ class ContextBuilder:
             else:
                 out.append(interrupted)
         return out
-
-
-def repair(messages: list[Message]) -> list[Message]:
-    """Give every tool call a result and drop results that answer no call."""
-    builder = ContextBuilder()
-    for message in messages:
-        builder.add(message)
-    return builder.messages()
 
 
 def still_open(open_calls: dict[str, str], messages: Sequence[Message]) -> dict[str, str]:

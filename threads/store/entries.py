@@ -361,10 +361,3 @@ class Header:
     parent: ParentRef | None = None
     lineage: Lineage | None = None
     meta: Mapping[str, str] = field(default_factory=dict)
-
-
-def context_messages_of(entry: Entry) -> Message | None:
-    """The message an entry contributes to the context, if it is a message kind."""
-    if isinstance(entry, MessageEntry | CustomMessageEntry):
-        return entry.message
-    return None
