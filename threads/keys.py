@@ -113,11 +113,6 @@ def _validate(value: object) -> None:
             )
 
 
-def parse_session_key(value: str) -> SessionKey:
-    """Validate ``value`` as a session key; :class:`InvalidKeyError` names the broken rule."""
-    return SessionKey(value)
-
-
 def endpoint_key(channel: str, user_id: str) -> SessionKey:
     """The session key of a channel endpoint (``dispatch`` to ``channel`` + ``user_id``).
 

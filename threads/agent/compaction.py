@@ -22,7 +22,7 @@ from threads.llm.base import ModelClient, ModelRequest
 from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart, Usage, message_to_wire
 from threads.session import Session
 from threads.store.entries import CompactionEntry, MessageEntry, TurnEntry
-from threads.tree import message_of, summary_message
+from threads.tree import message_of
 from threads.turns import Run
 
 SUMMARY_SYSTEM = (
@@ -206,7 +206,3 @@ def context_estimate(session: Session) -> int:
 def over_threshold(session: Session, settings: ModelSettings) -> bool:
     """Whether the context has crossed the model's window minus its reserve."""
     return context_estimate(session) > settings.context_window - settings.reserve_tokens
-
-
-def summary_of(entry: CompactionEntry) -> Message:
-    return summary_message(entry.summary)

@@ -55,13 +55,6 @@ def matches(header: Header, title: str, query: Query) -> bool:
     return not query.title_search or query.title_search.casefold() in title.casefold()
 
 
-def before_cursor(header: Header, query: Query) -> bool:
-    """Whether a session lies after the query's cursor in list order."""
-    if query.before is None:
-        return True
-    return _after_cursor(order_key(header), query)
-
-
 def _after_cursor(key: tuple[int, str], query: Query) -> bool:
     assert query.before is not None
     cursor = created_us(query.before)

@@ -22,7 +22,7 @@ from typing import Any
 
 from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
 from threads.llm.echo import EchoModel
-from threads.messages import Message, TextPart, ToolCallPart, Usage
+from threads.messages import Message, ToolCallPart, Usage
 
 Step = ModelResponse | Callable[[ModelRequest], ModelResponse]
 
@@ -55,11 +55,6 @@ def dispatch(*sends: tuple[str, str] | Mapping[str, Any]) -> ModelResponse:
     """A ``dispatch`` call; each send is ``(to, body)`` or a full send object."""
     objects = [{"to": s[0], "body": s[1]} if isinstance(s, tuple) else dict(s) for s in sends]
     return call("dispatch", sends=objects)
-
-
-def text_and_call(text: str, name: str, **args: Any) -> ModelResponse:
-    parts = (TextPart(text=text), ToolCallPart(id=f"call_{next(_ids)}", name=name, args=args))
-    return ModelResponse(message=Message(role="assistant", content=parts), stop_reason="tool_use")
 
 
 class ScriptedModel:
