@@ -149,6 +149,9 @@ class AgentConfig(Section):
     sandboxed: bool = False
     subagents: SubagentPolicy = Field(default_factory=SubagentPolicy)
     cron_tools: bool = True
+    # None: by session — owners' and operators' sessions see all, chat sessions
+    # see their own and what they spawned. "all" grants this agent every session.
+    session_tools_visibility: Visibility | None = None
 
 
 class SubagentDefaults(Section):
@@ -181,8 +184,22 @@ def _default_busy() -> dict[str, BusyPolicy]:
     }
 
 
+class BudgetConfig(Section):
+    """Model calls and tokens one session, and one exchange chain, may spend per hour.
+
+    A session or chain past a limit has its turn stopped and its owner told;
+    0 turns a limit off. A chain is everything one user message or one cron
+    fire set going: replies between sessions, children, their reports.
+    """
+
+    session_model_calls_per_hour: int = Field(default=1000, ge=0)
+    session_tokens_per_hour: int = Field(default=10_000_000, ge=0)
+    chain_model_calls_per_hour: int = Field(default=200, ge=0)
+    chain_tokens_per_hour: int = Field(default=2_000_000, ge=0)
+
+
 class ThreadsConfig(Section):
-    """The runtime: concurrency, eviction, inboxes, busy policies, progress wakes."""
+    """The runtime: concurrency, eviction, inboxes, busy policies, progress wakes, bounds."""
 
     max_concurrent_turns: int = Field(default=32, ge=1)
     idle_evict_seconds: float = Field(default=600.0, gt=0)
@@ -194,6 +211,8 @@ class ThreadsConfig(Section):
     progress_after_seconds: float = Field(default=60.0, gt=0)
     progress_interval_seconds: float = Field(default=60.0, gt=0)
     tool_timeout_seconds: float = Field(default=120.0, gt=0)
+    max_exchange_depth: int = Field(default=6, ge=1, le=100)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
     @field_validator("busy_policy")
     @classmethod

@@ -290,13 +290,34 @@ def health(config: ConfigOption = None, as_json: JsonOption = False) -> None:
 
 @app.command("stop-session")
 def stop_session(
-    key: Annotated[str, typer.Argument(help="the running thread's session key")],
+    key: Annotated[
+        str | None, typer.Argument(help="the session key whose turn to stop, e.g. cli")
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="stop every running turn and queued system wake")
+    ] = False,
+    drain: Annotated[
+        bool, typer.Option("--drain", help="also drop the user messages queued there")
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Soft-stop a running thread: its turn ends at the next step boundary (via the control socket)."""
+    """Stop a turn and the exchange chains it is part of (via the control socket).
+
+    A chat session's turn ends at once and its user is told; a child's winds down
+    at its next step boundary. The queued system wakes of those chains are dropped
+    everywhere; the user's own queued messages stay unless --drain.
+    """
+    if (key is None) == (not every):
+        typer.echo("error: name one session key, or pass --all", err=True)
+        raise typer.Exit(2)
     settings = load_or_exit(config)
+    fields: dict[str, Any] = {"drain": drain}
+    if every:
+        fields["all"] = True
+    else:
+        fields["key"] = key
     try:
-        answer = asyncio.run(_ask(settings, "stop_session", key=key))
+        answer = asyncio.run(_ask(settings, "stop_session", **fields))
     except ControlError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -307,7 +328,7 @@ def stop_session(
             err=True,
         )
         raise typer.Exit(1)
-    typer.echo(f"asked {key} to stop at its next step boundary")
+    typer.echo(f"{key or 'all sessions'}: {answer['text']}")
 
 
 @config_app.command("check")

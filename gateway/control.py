@@ -8,7 +8,9 @@ an optional ``id`` echoed in the answer:
 * ``chat`` ``{"text"}`` — a line from the attached terminal user; replies to
   the terminal chat come back on the same connection as ``{"event": "reply"}``
 * ``idle`` — answers once no turn is running or queued
-* ``health``, ``check_session`` ``{"key"}``, ``stop_session`` ``{"key"}``
+* ``health``, ``check_session`` ``{"key"}``
+* ``stop_session`` ``{"key"}`` or ``{"all": true}``, optional ``"drain": true`` —
+  answers what the stop did (``ended``, ``winding_down``, ``dropped``, ``text``)
 * ``send_policy`` ``{"key", "setting"}`` — a session's send policy override
   (allow | deny | inherit); answers the policy now in force
 
@@ -174,8 +176,13 @@ class ControlServer:
     async def _stop_session(
         self, request: dict[str, Any], connection: _Connection
     ) -> dict[str, Any]:
-        self.gateway.manager.stop_session(str(request["key"]))
-        return {"ok": True, "stopped": str(request["key"])}
+        manager = self.gateway.manager
+        drain = bool(request.get("drain"))
+        if request.get("all"):
+            report = await manager.stop_all(drain=drain)
+        else:
+            report = await manager.stop(str(request["key"]), drain=drain)
+        return {"ok": True, **report.to_json(), "text": report.describe()}
 
     async def _send_policy(
         self, request: dict[str, Any], connection: _Connection

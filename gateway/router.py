@@ -1,7 +1,8 @@
 """The router: an inbound channel message becomes a session key and a wake.
 
 Slash commands that must not wait for a turn are answered here, at once and
-without a turn: ``/stop`` (cancel the running turn and drop what is queued),
+without a turn: ``/stop`` (end the running turn and the work it set going;
+``/stop drain`` also drops the user's queued messages),
 ``/new`` (start a fresh session for this chat; the old one is kept),
 ``/status`` and ``/help``.
 """
@@ -12,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from channels.base import Channel, ChannelSink, Inbound
+from threads.errors import NoTurnRunningError, ThreadNotLoadedError
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.sinks import OutboundMessage, Sink
@@ -22,7 +24,7 @@ log = logging.getLogger(__name__)
 HELP = """Commands:
 /new — start a fresh conversation (the old one is kept)
 /compact — summarize the older part of this conversation now
-/stop — stop the running turn and drop queued messages
+/stop — stop the running turn and the work it started (/stop drain: drop your queued messages too)
 /status — what this conversation's thread is doing
 /send on|off|inherit — owners: allow, block or inherit replies to this chat
 /help — this list"""
@@ -113,14 +115,24 @@ class Router:
         return f"Started a new conversation ({session_id}). The previous one is kept."
 
     async def _stop(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
-        thread = self.manager.thread(key)
-        if thread is None:
+        drain = rest.lower() == "drain"
+        try:
+            report = await self.manager.stop(key, drain=drain, by_user=True)
+        except (ThreadNotLoadedError, NoTurnRunningError):
             return "Nothing is running."
-        stopped = thread.session.interrupt("stopped by the user with /stop")
-        dropped = await thread.session.clear_queue()
-        parts = ["Stopped the running turn." if stopped else "No turn was running."]
-        if dropped:
-            parts.append(f"Dropped {dropped} queued message{'s' if dropped != 1 else ''}.")
+        parts = [
+            "Stopped the running turn and what it started."
+            if str(key) in report.ended
+            else "No turn was running."
+        ]
+        if report.dropped:
+            parts.append(f"Dropped {_count(report.dropped, 'queued message')}.")
+        thread = self.manager.thread(key)
+        waiting = thread.session.pending_count() if thread is not None else 0
+        if waiting:
+            parts.append(
+                f"Your {_count(waiting, 'message')} will run next (/stop drain drops them)."
+            )
         return " ".join(parts)
 
     async def _status(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
@@ -143,3 +155,7 @@ class Router:
         else:
             lines.append("thread: not loaded (idle)")
         return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"

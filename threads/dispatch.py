@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from threads.agent.tools import ToolContext, ToolOutput, json_text, tool
-from threads.errors import InvalidKeyError
+from threads.errors import ExchangeRefusedError, InvalidKeyError
 from threads.keys import TASK_ID, USER_CHANNELS, SessionKey, endpoint_key
+from threads.sessions import access
+from threads.sessions.catalog import Catalog
+from threads.sessions.errors import SessionToolError
 from threads.sinks import OutboundMessage, Sink
-from threads.wake import SessionCaller, UserCaller, Wake, WakeSource
+from threads.wake import Cause, SessionCaller, UserCaller, Wake, WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -154,7 +157,7 @@ async def plan(sends: Sequence[Send], ctx: ToolContext) -> list[_Planned]:
         if send.to in ("subagent", "fork"):
             item = _plan_child(send, index, key, manager, problems)
         else:
-            item = await _plan_session(send, index, key, manager, problems)
+            item = await _plan_session(send, index, key, ctx.agent, manager, problems)
         if item is None:
             continue
         target = str(item.target)
@@ -244,7 +247,12 @@ def _plan_child(
 
 
 async def _plan_session(
-    send: Send, index: int, key: SessionKey, manager: ThreadManager, problems: list[str]
+    send: Send,
+    index: int,
+    key: SessionKey,
+    agent: str,
+    manager: ThreadManager,
+    problems: list[str],
 ) -> _Planned | None:
     where = f"sends[{index}].params"
     params = send.params
@@ -274,6 +282,9 @@ async def _plan_session(
                 'no session yet use {"channel": "telegram", "user_id": "123"} instead'
             )
             return None
+        if not await _may_wake(key, agent, target, manager):
+            problems.append(f"{where}.session_key {target}: {_NOT_YOURS}")
+            return None
         return _Planned(index=index, send=send, target=target)
     channel, user_id = params.get("channel", ""), params.get("user_id", "")
     if not channel or not user_id:
@@ -295,7 +306,36 @@ async def _plan_session(
     if target == key:
         problems.append(f"{where} names this session ({target}); a session cannot wake itself")
         return None
+    if not await _may_wake(key, agent, target, manager):
+        problems.append(f"{where} names {target}: {_NOT_YOURS}")
+        return None
     return _Planned(index=index, send=send, target=target)
+
+
+_NOT_YOURS = (
+    "another conversation, which this chat session may not wake: it reaches only the sessions "
+    "it started. Answer your own user instead (an operator may grant more: session.owners, or "
+    "the agent's session_tools_visibility = 'all')"
+)
+
+
+async def _may_wake(
+    key: SessionKey, agent: str, target: SessionKey, manager: ThreadManager
+) -> bool:
+    """Whether ``key``'s dispatch may wake ``target`` (the session-tool scope, see ``access``)."""
+    config = manager.config
+    seen = access.scope(key, agent, config)
+    if seen == "all":
+        return True
+    if seen == "own" and target.startswith(f"{key}:"):
+        return True
+    catalog = Catalog.of(manager)
+    try:
+        resolved = await catalog.resolve(target)
+        view = await catalog.view(resolved.key, resolved.session_id)
+    except (SessionToolError, InvalidKeyError):
+        return False
+    return access.visible(key, agent, config, target, view.meta)
 
 
 async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]:
@@ -303,6 +343,7 @@ async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]
     manager: ThreadManager = ctx.services
     key = SessionKey(ctx.key)
     wake: Wake = ctx.run.payload
+    cause = Cause.after(wake)
     delivered: list[dict[str, Any]] = []
     notes: list[str] = []
     replied = False
@@ -325,8 +366,10 @@ async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]
                     source=WakeSource.SESSION,
                     body=send.body,
                     caller=SessionCaller(session_key=key),
-                    sink=manager.session_sink(key, item.target),
+                    sink=manager.session_sink(key, item.target, cause=cause),
                     agent=item.agent,
+                    chain=cause.chain,
+                    depth=cause.depth,
                 )
                 accepted = await manager.wake(item.target, child_wake)
                 note = "resumed" if exists else "created"
@@ -337,6 +380,8 @@ async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]
                 entry["run_id"] = accepted.run_id
                 entry["note"] = note
                 notes.append(f"{item.target}: {note}")
+        except ExchangeRefusedError as exc:
+            entry["blocked"] = str(exc)
         except Exception as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
         delivered.append(entry)

@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -217,11 +217,26 @@ class TurnDriver:
 
     async def clear_queue(self) -> int:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
+        return await self.drop_queued(lambda payload: True)
+
+    async def drop_queued(self, matches: Callable[[Any], bool]) -> int:
+        """Drop the inputs not yet given to a model whose payload ``matches``; how many."""
         async with self._lock:
-            dropped = await self._inbox.clear()
+            dropped = await self._inbox.drop_where(lambda pending: matches(pending.payload))
         for pending in dropped:
             pending.turn.drop()
         return len(dropped)
+
+    def active_payload(self) -> Any:
+        """The payload of the turn in flight, or of the one whose prompt is written; else None."""
+        if self._running is not None:
+            return self._running.run.payload
+        head = self._inbox.head
+        return head.payload if head is not None and head.started else None
+
+    def waiting_payloads(self) -> list[Any]:
+        """The payloads of the inputs not yet given to a model."""
+        return [pending.payload for pending in self._inbox.waiting()]
 
     async def wait_idle(self) -> None:
         """Wait until no turn runs and nothing runnable is queued."""

@@ -19,6 +19,9 @@ Every error raised here derives from :class:`ThreadsError`::
     ├── ThreadNotLoadedError (LookupError)  no thread in memory for a key (stop-session)
     ├── NoTurnRunningError             a loaded thread that runs no turn (stop-session)
     ├── ManagerClosedError             a wake for a manager that is shutting down
+    ├── ExchangeRefusedError           a wake one session caused that may not run
+    │   ├── ExchangeLimitError             past threads.max_exchange_depth
+    │   └── ChainStoppedError              its chain was stopped (a stop, a budget)
     └── TurnError                      how a turn ended when it did not answer
         ├── DroppedError               removed from the queue before it ran
         └── NotRunError                never started
@@ -172,14 +175,14 @@ class ThreadNotLoadedError(ThreadsError, LookupError):
 
 
 class NoTurnRunningError(ThreadsError):
-    """A soft stop for a thread that is loaded but runs no turn."""
+    """A stop for a thread that is loaded but runs no turn and holds no system wake."""
 
     def __init__(self, key: str, state: str) -> None:
         self.key = key
         self.state = state
         super().__init__(
             f"session {key} is not running a turn (its thread is loaded and {state}): there is "
-            "nothing to stop; stop-session ends a running turn at its next step boundary"
+            "nothing to stop — no turn runs and no system wake waits there"
         )
 
 
@@ -192,3 +195,30 @@ class ManagerClosedError(ThreadsError):
             f"the thread manager is closed; wake for {key} refused: the gateway is shutting "
             "down and accepted nothing for it — send it again once the gateway is back"
         )
+
+
+class ExchangeRefusedError(ThreadsError):
+    """A wake caused by another session that the gateway will not run (DESIGN §11)."""
+
+
+class ExchangeLimitError(ExchangeRefusedError):
+    """The wake would be deeper in its exchange chain than ``threads.max_exchange_depth``."""
+
+    def __init__(self, key: str, depth: int, limit: int) -> None:
+        self.key = key
+        self.depth = depth
+        self.limit = limit
+        super().__init__(
+            f"not delivered to {key}: this exchange between sessions is already {depth - 1} "
+            f"wakes deep and may go {limit} (threads.max_exchange_depth). It is recorded here "
+            "and wakes nobody; answer your user or end the turn"
+        )
+
+
+class ChainStoppedError(ExchangeRefusedError):
+    """The wake belongs to an exchange chain that was stopped."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"not delivered to {key}: this exchange was stopped ({reason})")

@@ -36,6 +36,11 @@ def new_entry_id() -> str:
     return "e_" + _ulid()
 
 
+def new_chain_id() -> str:
+    """Return a new exchange chain id: ``c_`` plus 26 characters (see :class:`threads.wake.Wake`)."""
+    return "c_" + _ulid()
+
+
 def valid_id(value: str) -> bool:
     """Report whether ``value`` is safe as an id: exactly one path component.
 

@@ -271,13 +271,23 @@ class Inbox:
             self._queue.append(pending)
         return turn
 
+    def waiting(self) -> list[Pending]:
+        """Every input not yet given to a model: steers, then sends whose prompt is unwritten."""
+        return [*self._steers, *(p for p in self._queue if not p.started)]
+
     async def clear(self) -> list[Pending]:
         """Drop every input not yet given to a model, each with a ``dropped`` receipt.
 
         Returns what was dropped; the caller settles their turns once the lock is released.
         """
-        kept = [p for p in self._queue if p.started]
-        dropped = list(self._steers) + [p for p in self._queue if not p.started]
+        return await self.drop_where(lambda pending: True)
+
+    async def drop_where(self, matches: Callable[[Pending], bool]) -> list[Pending]:
+        """Drop the inputs not yet given to a model that ``matches``, each with a ``dropped`` receipt.
+
+        Returns what was dropped; the caller settles their turns once the lock is released.
+        """
+        dropped = [p for p in self.waiting() if matches(p)]
         if not dropped:
             return []
         receipts = [
@@ -286,8 +296,9 @@ class Inbox:
             if p.receipt_id
         ]
         await self._write(self._chain(*receipts))
-        self._steers.clear()
-        self._queue = deque(kept)
+        gone = {id(p) for p in dropped}
+        self._steers = deque(p for p in self._steers if id(p) not in gone)
+        self._queue = deque(p for p in self._queue if id(p) not in gone)
         return dropped
 
     # -- handing input to the running side

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -19,14 +20,18 @@ from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
-from threads import reports
+from threads import reports, stops
+from threads.budget import Budget, Overspent
+from threads.chains import StoppedChains
 from threads.errors import (
+    ChainStoppedError,
+    ExchangeLimitError,
+    ExchangeRefusedError,
     ManagerClosedError,
     NotFoundError,
-    NoTurnRunningError,
-    ThreadNotLoadedError,
 )
 from threads.history import strip_for_fork
+from threads.ids import new_chain_id
 from threads.keys import SessionKey
 from threads.messages import JSON, Message
 from threads.recovery import RecoveryLog
@@ -37,9 +42,10 @@ from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
 from threads.store.base import Loaded, SessionStore
 from threads.store.entries import MessageEntry, ParentRef
 from threads.tree import unfinished_runs, unsettled_receipts
-from threads.turns import Agent, Turn
+from threads.turns import Agent, Run, Turn
 from threads.wake import (
     Accepted,
+    Cause,
     Wake,
     WakeSource,
     render_prompt,
@@ -116,6 +122,8 @@ class ThreadManager:
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
+        self.stopped = StoppedChains()
+        self.budget = Budget(config.threads.budget)
 
     # -- lifetime
 
@@ -130,6 +138,7 @@ class ThreadManager:
         """
         self._sweeper = asyncio.create_task(self._sweep(), name="thread eviction")
         keys = await self._recovery.begin(self.store)
+        self.stopped.load(self._recovery.stopped)
         if not self.config.threads.continue_on_start:
             self._recovery.carry(keys)
             return
@@ -151,6 +160,9 @@ class ThreadManager:
             return
         thread = await self._thread(key, create=False, loaded=loaded)
         if thread is not None:
+            if self.stopped:
+                # Wakes of a chain stopped before the restart stay stopped.
+                await thread.session.drop_queued(self.refused)
             await thread.session.continue_()
 
     async def close(self) -> None:
@@ -220,9 +232,45 @@ class ThreadManager:
         if self._closed:
             raise ManagerClosedError(key)
         session_key = SessionKey(key)
+        wake = self._chained(session_key, wake)
         thread = await self._thread(session_key, create=True, agent=wake.agent)
         assert thread is not None
         return await thread.wake(wake)
+
+    def _chained(self, key: SessionKey, wake: Wake) -> Wake:
+        """The wake with its exchange chain named; refused when it may not run.
+
+        A wake no session caused starts a chain of its own here (and a session
+        sink it carries answers in that chain). A caused wake deeper than
+        ``threads.max_exchange_depth`` raises :class:`ExchangeLimitError`; one of
+        a stopped chain, :class:`ChainStoppedError`.
+        """
+        if not wake.chain:
+            chain = new_chain_id()
+            sink = wake.sink
+            if isinstance(sink, SessionSink) and not sink.chain:
+                sink = dataclasses.replace(sink, chain=chain, depth=wake.depth)
+            wake = dataclasses.replace(wake, chain=chain, sink=sink)
+        refusal = self.exchange_refusal(key, Cause(chain=wake.chain, depth=wake.depth))
+        if refusal is not None:
+            raise refusal
+        return wake
+
+    def exchange_refusal(self, key: str, cause: Cause) -> ExchangeRefusedError | None:
+        """Why a wake for ``key`` at ``cause`` would be refused, or None when it may run."""
+        limit = self.config.threads.max_exchange_depth
+        if cause.depth > limit:
+            return ExchangeLimitError(key, cause.depth, limit)
+        reason = self.stopped.refusal(cause.chain, cause.depth)
+        if reason:
+            return ChainStoppedError(key, reason)
+        return None
+
+    def refused(self, payload: object) -> bool:
+        """Whether a queued input's wake belongs to a stopped part of its chain."""
+        return isinstance(payload, Wake) and bool(
+            self.stopped.refusal(payload.chain, payload.depth)
+        )
 
     async def session_exists(self, key: str) -> bool:
         session_key = SessionKey(key)
@@ -375,7 +423,11 @@ class ThreadManager:
             return DropSink(reason=wire.get("reason", "system"))
         if kind == "session":
             return SessionSink(
-                target=SessionKey(wire["target"]), origin=SessionKey(wire["origin"]), manager=self
+                target=SessionKey(wire["target"]),
+                origin=SessionKey(wire["origin"]),
+                manager=self,
+                chain=wire.get("chain", ""),
+                depth=int(wire.get("depth", "0")),
             )
         if self._channel_sinks is None:
             return DropSink(reason=f"the unavailable channel {wire.get('channel', kind)}")
@@ -390,8 +442,19 @@ class ThreadManager:
             return None
         return self._user_sinks(key)
 
-    def session_sink(self, target: SessionKey, origin: SessionKey) -> SessionSink:
-        return SessionSink(target=target, origin=origin, manager=self)
+    def session_sink(
+        self, target: SessionKey, origin: SessionKey, *, cause: Cause | None = None
+    ) -> SessionSink:
+        """A sink whose replies wake ``target`` as ``origin``, for a wake of ``cause``'s chain.
+
+        Without ``cause`` (a cron fire) the sink answers in the chain the
+        wake it rides with starts when it is accepted.
+        """
+        if cause is None:
+            return SessionSink(target=target, origin=origin, manager=self)
+        return SessionSink(
+            target=target, origin=origin, manager=self, chain=cause.chain, depth=cause.depth
+        )
 
     def load_wake(self, wire: Mapping[str, JSON]) -> Wake:
         return wake_from_wire(wire, "", self.resolve_sink)
@@ -402,12 +465,17 @@ class ThreadManager:
         if not prompt.wake:
             return None
         original = self.load_wake(prompt.wake)
+        if self.refused(original):
+            return None  # its chain was stopped: the interrupted turn stays ended
         wake = Wake(
             source=WakeSource.RESUME,
             body=RESUME_BODY,
             caller=original.caller,
             sink=original.sink,
             agent=original.agent,
+            chain=original.chain,
+            depth=original.depth,
+            expects_reply=original.expects_reply,
         )
         key = session.header.meta.get("key", session.id)
         text = render_prompt(wake, thread=key, session_id=session.id, tz=self.tz)
@@ -468,17 +536,24 @@ class ThreadManager:
         await session.close()
         return session.id
 
-    def stop_session(self, key: str) -> None:
-        """A soft stop: the running turn ends at its next step boundary.
+    async def stop(
+        self, key: str, *, drain: bool = False, by_user: bool = False
+    ) -> stops.StopReport:
+        """Stop a key's turn and its exchange chains: see :func:`threads.stops.stop_key`."""
+        return await stops.stop_key(self, SessionKey(key), drain=drain, by_user=by_user)
 
-        Raises :class:`ThreadNotLoadedError` when the key has no thread in
-        memory and :class:`NoTurnRunningError` when its thread runs no turn.
-        """
-        thread = self._threads.get(SessionKey(key))
-        if thread is None:
-            raise ThreadNotLoadedError(key)
-        if not thread.session.request_stop():
-            raise NoTurnRunningError(key, thread.state)
+    async def stop_all(self, *, drain: bool = False) -> stops.StopReport:
+        """Stop every running turn and queued system wake: see :func:`threads.stops.stop_all`."""
+        return await stops.stop_all(self, drain=drain)
+
+    def stop_chain(self, chain: str, depth: int, reason: str) -> None:
+        """Refuse ``chain``'s wakes at ``depth`` and deeper from now on, across restarts."""
+        self.stopped.stop(chain, depth, reason)
+        self._recovery.record_stopped(self.stopped.to_record())
+
+    async def overspent(self, key: str, run: Run, over: Overspent) -> None:
+        """A turn's session or chain spent its budget: see :func:`threads.stops.overspent`."""
+        await stops.overspent(self, SessionKey(key), run, over)
 
     async def check_session(self, key: str) -> dict[str, Any]:
         """Seed 000's ``check_session``: see :func:`threads.reports.check_session`."""

@@ -3,7 +3,8 @@
 One small JSON record beside the store, replaced atomically. A start marks it
 unclean; a clean close writes the keys that still hold queued input. A start
 that finds no clean record (a first run, or a process that died) looks at
-every key.
+every key. The record also keeps the exchange chains that were stopped
+(:mod:`threads.chains`), written as soon as one is, so none starts again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class RecoveryLog:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._carried: list[str] = []
+        self.stopped: dict[str, Any] = {}
 
     def carry(self, keys: list[str]) -> None:
         """Keys this run leaves unexamined: the next clean record keeps them."""
@@ -39,6 +41,8 @@ class RecoveryLog:
         if self.path is not None and self.path.exists():
             with contextlib.suppress(orjson.JSONDecodeError, OSError):
                 record = orjson.loads(self.path.read_bytes())
+        stopped = record.get("stopped")
+        self.stopped = dict(stopped) if isinstance(stopped, dict) else {}
         if record.get("clean"):
             keys = [str(k) for k in record.get("pending", [])]
         else:
@@ -49,7 +53,14 @@ class RecoveryLog:
     async def end(self, pending: list[str]) -> None:
         self._write({"clean": True, "pending": sorted({*pending, *self._carried})})
 
+    def record_stopped(self, stopped: dict[str, Any]) -> None:
+        """Keep the stopped chains now (a crash after this still knows them)."""
+        self.stopped = dict(stopped)
+        self._write({"clean": False})
+
     def _write(self, record: dict[str, Any]) -> None:
+        if self.stopped:
+            record = {**record, "stopped": self.stopped}
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -537,6 +537,22 @@ class Session:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
         return await self._driver.clear_queue()
 
+    async def drop_queued(self, matches: Callable[[Any], bool]) -> int:
+        """Drop the inputs not yet given to a model whose payload ``matches``; how many.
+
+        Each gets a ``dropped`` receipt, so a restart does not run it either.
+        """
+        return await self._driver.drop_queued(matches)
+
+    @property
+    def active_payload(self) -> Any:
+        """The payload of the turn in flight, or of the one about to start; else None."""
+        return self._driver.active_payload()
+
+    def waiting_payloads(self) -> list[Any]:
+        """The payloads of the inputs not yet given to a model (what :meth:`queue` lists)."""
+        return self._driver.waiting_payloads()
+
     async def wait_idle(self) -> None:
         """Wait until no turn runs and nothing runnable is queued."""
         await self._driver.wait_idle()

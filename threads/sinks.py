@@ -16,11 +16,16 @@ from typing import Protocol, runtime_checkable
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OutboundMessage:
-    """A reply on its way to a sink: markdown text, optionally answering a message."""
+    """A reply on its way to a sink: markdown text, optionally answering a message.
+
+    ``expects_reply`` is false for a turn's plain-text final answer: a session
+    that receives it is told no reply is expected (channels ignore it).
+    """
 
     text: str
     reply_to: str = ""
     meta: Mapping[str, str] = field(default_factory=dict)
+    expects_reply: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,7 +22,7 @@ from threads.manager import ThreadManager
 from threads.runner import Thread
 from threads.sinks import DropSink
 from threads.turns import Outcome, Run, Turn
-from threads.wake import SessionCaller, SystemCaller, Wake, WakeSource
+from threads.wake import Cause, SessionCaller, SystemCaller, Wake, WakeSource
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +64,10 @@ class Supervisor:
             return
         if wake.caller.session_key != parent:
             return
-        turn.add_done_callback(lambda done: self._completed(thread.key, parent, done))
+        cause = Cause.after(wake)
+        turn.add_done_callback(lambda done: self._completed(thread.key, parent, done, cause))
 
-    def _completed(self, child: SessionKey, parent: SessionKey, turn: Turn) -> None:
+    def _completed(self, child: SessionKey, parent: SessionKey, turn: Turn, cause: Cause) -> None:
         if turn.outcome not in (Outcome.ANSWERED, Outcome.FAILED, Outcome.CANCELED):
             return  # a steer delivered or deferred: the turn that ran it reports
         result = turn.result
@@ -74,9 +75,13 @@ class Supervisor:
             return  # a soft stop ends silently
         if result is not None and result.data.get("replied_to_caller_session"):
             return  # the reply already woke the parent
-        self.manager.spawn(self._tell_parent(child, parent, turn), name=f"child_completed {child}")
+        self.manager.spawn(
+            self._tell_parent(child, parent, turn, cause), name=f"child_completed {child}"
+        )
 
-    async def _tell_parent(self, child: SessionKey, parent: SessionKey, turn: Turn) -> None:
+    async def _tell_parent(
+        self, child: SessionKey, parent: SessionKey, turn: Turn, cause: Cause
+    ) -> None:
         result = turn.result
         if result is None:
             status, answer = "canceled", "(the child's turn was canceled before it answered)"
@@ -92,6 +97,8 @@ class Supervisor:
             caller=SystemCaller(name="child_completed"),
             sink=DropSink(reason="child_completed"),
             meta={"child": str(child)},
+            chain=cause.chain,
+            depth=cause.depth,
         )
         try:
             await self.manager.wake(parent, wake)
@@ -149,10 +156,13 @@ class Supervisor:
             "This is a progress snapshot, not the child's result; the child keeps running. "
             "End with dispatch({}) to ignore it, or dispatch(to=user) to tell your user."
         )
+        cause = Cause.after(run.payload)
         return Wake(
             source=WakeSource.PROGRESS,
             body=body,
             caller=SystemCaller(name="progress"),
             sink=DropSink(reason="progress"),
             meta={"child": str(thread.key)},
+            chain=cause.chain,
+            depth=cause.depth,
         )

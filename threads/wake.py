@@ -71,7 +71,16 @@ def _now() -> datetime:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Wake:
-    """One input to a thread: who sent what, and where the reply to them goes."""
+    """One input to a thread: who sent what, and where the reply to them goes.
+
+    ``chain`` and ``depth`` bound exchanges between sessions (DESIGN §11): a
+    wake that no session caused (a user's message, a cron fire) starts a chain
+    at depth 0 — the thread manager names it when it accepts the wake — and
+    every wake a turn causes (a reply to a session, a send, a child's
+    completion, a progress report) carries its cause's chain one level deeper.
+    ``expects_reply`` is false for a session's plain-text final answer: it is
+    delivered once, and the receiving side's own plain answer goes nowhere.
+    """
 
     source: WakeSource
     body: str
@@ -80,6 +89,9 @@ class Wake:
     agent: str | None = None
     meta: Mapping[str, str] = field(default_factory=dict)
     created: datetime = field(default_factory=_now)
+    chain: str = ""
+    depth: int = 0
+    expects_reply: bool = True
 
     def __post_init__(self) -> None:
         # Frozen all the way down: the meta a wake carries cannot change under it.
@@ -88,6 +100,24 @@ class Wake:
     @property
     def caller_session_key(self) -> SessionKey | None:
         return self.caller.session_key if isinstance(self.caller, SessionCaller) else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cause:
+    """The chain a caused wake belongs to and its depth in it (see :class:`Wake`)."""
+
+    chain: str
+    depth: int
+
+    @classmethod
+    def after(cls, payload: object) -> Cause:
+        """The cause of what a turn started by ``payload`` (its wake) does: one level deeper.
+
+        A turn with no wake (a test's bare send) causes wakes at depth 1 of no chain.
+        """
+        if isinstance(payload, Wake):
+            return cls(chain=payload.chain, depth=payload.depth + 1)
+        return cls(chain="", depth=1)
 
 
 def caller_to_wire(caller: Caller) -> dict[str, str]:
@@ -125,6 +155,12 @@ def wake_to_wire(wake: Wake) -> dict[str, Any]:
         out["agent"] = wake.agent
     if wake.meta:
         out["meta"] = dict(wake.meta)
+    if wake.chain:
+        out["chain"] = wake.chain
+    if wake.depth:
+        out["depth"] = wake.depth
+    if not wake.expects_reply:
+        out["expects_reply"] = False
     return out
 
 
@@ -138,6 +174,9 @@ def wake_from_wire(obj: Mapping[str, Any], body: str, resolve_sink: SinkResolver
         agent=obj.get("agent"),
         meta=dict(obj.get("meta", {})),
         created=datetime.fromisoformat(obj["created"]),
+        chain=str(obj.get("chain", "")),
+        depth=int(obj.get("depth", 0)),
+        expects_reply=bool(obj.get("expects_reply", True)),
     )
 
 
@@ -171,6 +210,10 @@ def render_header(
         lines.append(f"sender_name: {_yaml_scalar(wake.caller.name)}")
     if isinstance(wake.caller, SessionCaller):
         lines.append(f"caller_session_key: {_yaml_scalar(str(wake.caller.session_key))}")
+        if not wake.expects_reply:
+            lines.append("reply_expected: false")
+    if wake.depth:
+        lines.append(f"exchange_depth: {wake.depth}")
     if wake.agent:
         lines.append(f"agent: {_yaml_scalar(wake.agent)}")
     lines.append(f"delivery: {_yaml_scalar(_delivery_words(wake))}")
@@ -205,6 +248,11 @@ def _delivery_words(wake: Wake) -> str:
     if wake.sink.drops:
         return wake.sink.describe()
     if isinstance(wake.caller, SessionCaller):
+        if not wake.expects_reply:
+            return (
+                f"Session {wake.caller.session_key} sent its final answer and expects no reply: "
+                "end with dispatch({}), or message your user with dispatch(to=user)"
+            )
         return (
             f"Caller is session {wake.caller.session_key} — reply with dispatch(to=caller:session)"
         )

@@ -31,7 +31,10 @@ def script() -> KeyedScript:
 
 @pytest.fixture
 async def rt(script: KeyedScript) -> AsyncIterator[Runtime]:
-    config = agent_config(search={"model": "scripted/test", "instructions": "You search."})
+    # The chat user is an owner: its dispatch may wake other sessions (scoping: test_scoping.py).
+    config = agent_config(
+        owners=[USER], search={"model": "scripted/test", "instructions": "You search."}
+    )
     runtime = await make_runtime(ScriptedModel(default=script), config)
     yield runtime
     await runtime.manager.close()
@@ -596,7 +599,7 @@ async def test_a_soft_stop_ends_the_child_at_the_next_boundary_without_child_com
         script.add(child, call("dig"), dispatch(), say("never reached"))
         await runtime.result(await runtime.say(USER, "go"))
         await asyncio.wait_for(started.wait(), 5)
-        runtime.manager.stop_session(child)
+        await runtime.manager.stop(child)
         thread = runtime.manager.thread(child)
         assert thread is not None
         assert thread.session.running is not None  # the in-flight tool call is not killed
@@ -613,7 +616,7 @@ async def test_a_soft_stop_ends_the_child_at_the_next_boundary_without_child_com
 
 async def test_stopping_a_key_with_no_loaded_thread_is_an_error(rt: Runtime) -> None:
     with pytest.raises(ThreadNotLoadedError, match="no thread is loaded"):
-        rt.manager.stop_session("telegram:404")
+        await rt.manager.stop("telegram:404")
 
 
 # -- check_session and health

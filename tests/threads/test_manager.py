@@ -459,7 +459,7 @@ async def test_stop_session_asks_the_running_turn_to_end_and_names_a_key_with_no
 ) -> None:
     rt = await make_runtime(memory_store, ScriptedModel())
     with pytest.raises(ThreadNotLoadedError, match="no thread is loaded for session cron:x"):
-        rt.manager.stop_session("cron:x")
+        await rt.manager.stop("cron:x")
     await rt.manager.close()
 
 
@@ -473,7 +473,7 @@ async def test_stop_session_of_a_loaded_idle_thread_says_it_is_not_running_a_tur
     with pytest.raises(
         NoTurnRunningError, match=f"session {KEY} is not running a turn .*loaded and idle"
     ) as refused:
-        rt.manager.stop_session(KEY)
+        await rt.manager.stop(KEY)
     assert "no thread is loaded" not in str(refused.value)
     await rt.manager.close()
 

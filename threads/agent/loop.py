@@ -20,9 +20,16 @@ from threads.agent.compaction import NOTICE as COMPACTION_NOTICE
 from threads.agent.compaction import CompactionError, compact, over_threshold
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolOutput, ToolRegistry
+from threads.budget import Overseer
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient, ModelRequest
-from threads.llm.errors import ContextOverflowError, ModelError
+from threads.llm.errors import (
+    ContextOverflowError,
+    ModelConfigError,
+    ModelError,
+    ModelTimeoutError,
+    RateLimitError,
+)
 from threads.messages import Message, ToolCallPart, ToolResultPart, Usage
 from threads.session import Session
 from threads.sinks import OutboundMessage
@@ -65,6 +72,16 @@ class AgentLoop:
         self.tool_filter = tool_filter
         self._systems: dict[str, str] = {}
 
+    @property
+    def services(self) -> Any:
+        """What tools reach (the thread manager); it also keeps the model budget."""
+        return self._services
+
+    @services.setter
+    def services(self, value: Any) -> None:
+        self._services = value
+        self._overseer: Overseer | None = value if isinstance(value, Overseer) else None
+
     def system_prompt(self, agent: str) -> str:
         cached = self._systems.get(agent)
         if cached is None:
@@ -87,13 +104,31 @@ class AgentLoop:
             name = self.config.default_agent
         return name
 
+    def model_ref(self, run: Run, agent: str) -> str:
+        """The ``provider/model`` a turn of ``agent`` calls."""
+        # A session created with a model of its own (sessions_spawn's model) keeps it.
+        return (
+            run.session.header.meta.get("model")
+            or self.config.agents[agent].model
+            or self.config.models.default
+        )
+
     async def run(self, run: Run) -> RunResult:
-        """Run one turn; a chat user hears about a turn that fails or hits its step cap."""
+        """Run one turn; a chat user hears, in one line, about a turn that fails or stops short."""
         try:
             result = await self._run(run)
         except ModelError as exc:
             log.warning("session %s: the model failed: %s", run.session.id, exc)
-            await self._notify_user(run, f"(Sorry — the model could not answer: {exc})")
+            provider = self.model_ref(run, self.agent_for(run)).partition("/")[0]
+            await self._notify_user(run, f"(Sorry — {unavailable(exc, provider)})")
+            return RunResult(
+                stop_reason="error", error=f"{type(exc).__name__}: {exc}", steps=run.steps
+            )
+        except Exception as exc:
+            log.exception("session %s: the turn failed", run.session.id)
+            await self._notify_user(
+                run, "(Sorry — something went wrong on our side and this turn failed.)"
+            )
             return RunResult(
                 stop_reason="error", error=f"{type(exc).__name__}: {exc}", steps=run.steps
             )
@@ -114,10 +149,11 @@ class AgentLoop:
     async def _run(self, run: Run) -> RunResult:
         agent_name = self.agent_for(run)
         agent = self.config.agents[agent_name]
-        # A session created with a model of its own (sessions_spawn's model) keeps it.
-        ref = run.session.header.meta.get("model") or agent.model or self.config.models.default
-        client, model, settings = self.models.resolve(ref)
+        client, model, settings = self.models.resolve(self.model_ref(run, agent_name))
         key = run.session.header.meta.get("key", run.session.id)
+        wake = run.payload if isinstance(run.payload, Wake) else None
+        chain = wake.chain if wake is not None else ""
+        overseer = self._overseer
         tools, specs = self.tools.select(
             agent.tools, without_groups=() if agent.cron_tools else ("cron",)
         )
@@ -145,6 +181,15 @@ class AgentLoop:
                 control = Message.user(STOP_CONTROL)
                 messages.append(control)
                 run.stage(control)
+            if overseer is not None and (over := overseer.budget.check(key, chain)) is not None:
+                await overseer.overspent(key, run, over)
+                return RunResult(
+                    stop_reason="budget",
+                    error=over.describe(),
+                    usage=usage,
+                    steps=run.steps,
+                    last_input=last_input,
+                )
             request = ModelRequest(
                 model=model,
                 messages=messages,
@@ -163,6 +208,8 @@ class AgentLoop:
                 request = dataclasses.replace(request, messages=messages)
                 response = await client.complete(request, on_delta)
             usage = usage + response.usage
+            if overseer is not None:
+                overseer.budget.charge(key, chain, response.usage.total_tokens)
             last_input = response.usage.input_tokens
             run.steps = step
             message = response.message
@@ -282,17 +329,41 @@ class AgentLoop:
         """A final text answer goes to the caller, as a reply would.
 
         A child's answer to the parent that woke it is not sent here: the
-        parent receives it in the ``child_completed`` wake.
+        parent receives it in the ``child_completed`` wake. An answer to a
+        session that expects no reply (its own final answer woke this turn)
+        is not sent either: two plain answers never wake each other. A text
+        answer to a session is delivered once and expects no reply.
         """
         wake = run.payload if isinstance(run.payload, Wake) else None
         if wake is None or not text.strip() or wake.sink.drops:
             return
-        if (
-            isinstance(wake.caller, SessionCaller)
-            and SessionKey(key).parent == wake.caller.session_key
-        ):
-            return
+        if isinstance(wake.caller, SessionCaller):
+            if SessionKey(key).parent == wake.caller.session_key:
+                return
+            if not wake.expects_reply:
+                log.info(
+                    "session %s: a text answer to %s, which expects no reply, stays here",
+                    key,
+                    wake.caller.session_key,
+                )
+                return
         try:
-            await wake.sink.deliver(OutboundMessage(text=text))
+            delivery = await wake.sink.deliver(OutboundMessage(text=text, expects_reply=False))
         except Exception:
             log.exception("session %s: delivering the final answer failed", key)
+            return
+        if delivery.blocked:
+            log.info("session %s: the final answer was not delivered: %s", key, delivery.blocked)
+
+
+def unavailable(exc: ModelError, provider: str) -> str:
+    """What a chat user is told about a failed model call: plain words, no internals."""
+    if isinstance(exc, RateLimitError):
+        return f"the model is busy (provider {provider} is rate limiting); try again in a minute."
+    if isinstance(exc, ModelTimeoutError):
+        return f"the model did not answer in time (provider {provider}); try again."
+    if isinstance(exc, ContextOverflowError):
+        return "this conversation no longer fits the model's context; send /compact or /new."
+    if isinstance(exc, ModelConfigError):
+        return f"the model is unavailable (provider {provider} is not set up right)."
+    return f"the model is unavailable (provider {provider})."

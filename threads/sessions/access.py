@@ -1,19 +1,29 @@
-"""What a session may see and use: sandbox visibility and the sub-agent tool set.
+"""What a session may see and reach: session-tool visibility and the sub-agent tool set.
 
-A sandboxed agent's session tools see only the sessions it spawned
-(``agent_defaults.sandbox.session_tools_visibility = "spawned"``, the default),
-or every session (``"all"``). Sub-agents (``agent:<agentId>:subagent:<uuid>``)
-get their agent's tools minus the session tools, or the selection
-``tools.subagents.tools`` makes; never ``sessions_spawn``.
+Session tools are scoped by default (DESIGN §11). The sessions of owners and
+operators — the terminal, the chats listed in ``session.owners``, cron jobs,
+and the children of any of them — see every session. A chat session sees its
+own session and the sessions it started (its subagents and forks, and the
+``sessions_spawn`` children whose ``spawned_by`` names it), and its
+``dispatch`` may wake only those. An agent's ``session_tools_visibility``
+overrides this wherever it runs: ``"all"`` grants every session, ``"spawned"``
+limits it to its ``sessions_spawn`` children. A sandboxed agent without the
+setting takes ``agent_defaults.sandbox.session_tools_visibility`` (seed 002's
+``spawned``, by default).
+
+Sub-agents (``agent:<agentId>:subagent:<uuid>``) get their agent's tools minus
+the session tools, or the selection ``tools.subagents.tools`` makes; never
+``sessions_spawn``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from config.models import AgentConfig, GatewayConfig
 from threads.agent.tools import Tool
+from threads.keys import SessionKey
 from threads.sessions import meta as m
 from threads.sessions.errors import NotVisibleError
 from threads.sessions.keys import is_subagent
@@ -24,28 +34,60 @@ SESSION_TOOL_NAMES = frozenset(
 SPAWN = "sessions_spawn"
 
 Tools = dict[str, Tool[Any]]
+Scope = Literal["all", "own", "spawned"]
 
 
-def sees_only_spawned(config: GatewayConfig, agent: str) -> bool:
-    """Whether ``agent``'s session tools are limited to the sessions it spawned."""
+def is_trusted(key: str, config: GatewayConfig) -> bool:
+    """Whether ``key`` is an owner's or an operator's session (or a child of one).
+
+    The terminal (``cli``), a chat listed in ``session.owners`` as
+    ``<channel>:<user id>``, and cron jobs' sessions (``cron:<id>``, created
+    only by operators) are trusted; web chats and other users' chats are not.
+    """
+    root = SessionKey(key).root
+    if root == "cli" or root.channel == "cron":
+        return True
+    parts = root.parts
+    owners = config.session.owners
+    if str(root) in owners:
+        return True
+    # A Discord direct message's key names its user: discord:dm:<user id>.
+    return len(parts) == 3 and parts[:2] == ["discord", "dm"] and f"discord:{parts[2]}" in owners
+
+
+def scope(requester: str, agent: str, config: GatewayConfig) -> Scope:
+    """What ``requester``'s session tools see when it runs ``agent``."""
     agent_config = config.agents.get(agent)
-    return (
-        agent_config is not None
-        and agent_config.sandboxed
-        and config.agent_defaults.sandbox.session_tools_visibility == "spawned"
-    )
+    setting = agent_config.session_tools_visibility if agent_config is not None else None
+    if setting is None and agent_config is not None and agent_config.sandboxed:
+        setting = config.agent_defaults.sandbox.session_tools_visibility
+    if setting is not None:
+        return setting
+    return "all" if is_trusted(requester, config) else "own"
 
 
-def visible(requester: str, agent: str, config: GatewayConfig, meta: Mapping[str, str]) -> bool:
-    """Whether the session with ``meta`` is visible to ``requester`` running ``agent``."""
-    return not sees_only_spawned(config, agent) or meta.get(m.SPAWNED_BY) == requester
+def started_by(requester: str, key: str, meta: Mapping[str, str]) -> bool:
+    """Whether ``key`` is one of ``requester``'s children (subagent, fork or spawned)."""
+    return key.startswith(f"{requester}:") or meta.get(m.SPAWNED_BY) == requester
+
+
+def visible(
+    requester: str, agent: str, config: GatewayConfig, key: str, meta: Mapping[str, str]
+) -> bool:
+    """Whether session ``key`` (with ``meta``) is visible to ``requester`` running ``agent``."""
+    seen = scope(requester, agent, config)
+    if seen == "all":
+        return True
+    if seen == "spawned":
+        return meta.get(m.SPAWNED_BY) == requester
+    return key == requester or started_by(requester, key, meta)
 
 
 def require_visible(
     requester: str, agent: str, config: GatewayConfig, key: str, meta: Mapping[str, str]
 ) -> None:
-    if not visible(requester, agent, config, meta):
-        raise NotVisibleError(key, requester)
+    if not visible(requester, agent, config, key, meta):
+        raise NotVisibleError(key, requester, scope(requester, agent, config))
 
 
 class SubagentToolFilter:

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from config.models import GatewayConfig
-from threads.errors import TurnError
+from threads.errors import ExchangeRefusedError, TurnError
 from threads.keys import SessionKey
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import RunResult, Turn
-from threads.wake import Accepted, SessionCaller, Wake, WakeSource
+from threads.wake import Accepted, Cause, SessionCaller, Wake, WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -113,6 +113,7 @@ class Exchange:
     target: SessionKey
     message: str
     hops: int  # of the primary run
+    cause: Cause  # the primary run's place in its exchange chain
 
     @property
     def config(self) -> GatewayConfig:
@@ -133,6 +134,8 @@ class Exchange:
             caller=SessionCaller(session_key=self.requester),
             sink=capture,
             meta={STEP: "primary", HOPS: str(self.hops)},
+            chain=self.cause.chain,
+            depth=self.cause.depth,
         )
         accepted, turn = await self.manager.wake_turn(self.target, wake)
         return accepted, turn, capture
@@ -174,6 +177,7 @@ class Exchange:
                 ),
                 step="reply",
                 hops=hops,
+                depth=self.cause.depth + index + 1,
             )
             if reply is None or not reply or is_skip(reply, REPLY_SKIP):
                 break
@@ -199,13 +203,14 @@ class Exchange:
             ),
             step="announce",
             hops=hop_cap(self.config),
+            depth=self.cause.depth + 1,
         )
         if not reply or is_skip(reply, ANNOUNCE_SKIP):
             return
         await sink.deliver(OutboundMessage(text=reply, meta={"a2a_from": str(self.requester)}))
 
     async def _step(
-        self, key: SessionKey, caller: SessionKey, body: str, *, step: str, hops: int
+        self, key: SessionKey, caller: SessionKey, body: str, *, step: str, hops: int, depth: int
     ) -> str | None:
         """Run one turn in ``key`` as ``caller`` and return its reply (None: no answer)."""
         capture = CaptureSink(caller=caller)
@@ -215,11 +220,13 @@ class Exchange:
             caller=SessionCaller(session_key=caller),
             sink=capture,
             meta={STEP: step, HOPS: str(hops)},
+            chain=self.cause.chain,
+            depth=depth,
         )
-        _accepted, turn = await self.manager.wake_turn(key, wake)
         try:
+            _accepted, turn = await self.manager.wake_turn(key, wake)
             result = await settle(turn, STEP_TIMEOUT)
-        except (TimeoutError, TurnError) as exc:
+        except (TimeoutError, TurnError, ExchangeRefusedError) as exc:
             log.info("agent-to-agent %s step in %s ended without a reply: %s", step, key, exc)
             return None
         if result is not None and not result.ok:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from threads.errors import NotFoundError, ThreadsError, TurnError
+from threads.errors import ExchangeRefusedError, NotFoundError, ThreadsError, TurnError
 from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.session import Session
@@ -57,7 +57,7 @@ from threads.store.entries import (
     TurnEntry,
 )
 from threads.turns import RunResult, Turn
-from threads.wake import Accepted, SessionCaller, SystemCaller, Wake, WakeSource
+from threads.wake import Accepted, Cause, SessionCaller, SystemCaller, Wake, WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -82,6 +82,8 @@ class Delegation:
     label: str = ""
     cleanup: str = "keep"
     run_timeout: float = 0.0
+    chain: str = ""
+    depth: int = 1  # the child's run; its announce step and its report go one deeper
 
     @property
     def name(self) -> str:
@@ -166,9 +168,19 @@ class Delegations:
         model: str | None = None,
         run_timeout: float = 0.0,
         cleanup: str = "keep",
+        cause: Cause | None = None,
     ) -> Accepted:
-        """Record, create and wake the child; its watcher runs in the background."""
+        """Record, create and wake the child; its watcher runs in the background.
+
+        ``cause`` is the spawning turn's place in its exchange chain; raises
+        :class:`ExchangeRefusedError` (nothing recorded) when the chain may not
+        go deeper.
+        """
         manager = self.manager
+        cause = cause or Cause(chain="", depth=1)
+        refusal = manager.exchange_refusal(child, cause)
+        if refusal is not None:
+            raise refusal
         accepted_receipt = await requester.pool_receipt(
             POOL_ACCEPTED, child=str(child), prompt=task
         )
@@ -179,7 +191,10 @@ class Delegations:
             SPAWN_SESSION: requester.id,
             m.SPAWN_RECEIPT: accepted_receipt.id,
             m.CLEANUP: cleanup,
+            m.SPAWN_DEPTH: str(cause.depth),
         }
+        if cause.chain:
+            meta[m.SPAWN_CHAIN] = cause.chain
         if label:
             meta[m.LABEL] = label
         if model:
@@ -198,6 +213,8 @@ class Delegations:
             label=label,
             cleanup=cleanup,
             run_timeout=run_timeout,
+            chain=cause.chain,
+            depth=cause.depth,
         )
         capture = CaptureSink(caller=requester_key)
         wake = Wake(
@@ -215,6 +232,8 @@ class Delegations:
             sink=capture,
             agent=agent,
             meta={"delegation": accepted_receipt.id},
+            chain=cause.chain,
+            depth=cause.depth,
         )
         accepted, turn = await manager.wake_turn(child, wake)
         await requester.pool_receipt(POOL_RUNNING, receipt=accepted_receipt.id, child=str(child))
@@ -306,6 +325,8 @@ class Delegations:
             caller=SessionCaller(session_key=delegation.requester),
             sink=capture,
             meta={"delegation": delegation.receipt, "a2a": "announce"},
+            chain=delegation.chain,
+            depth=delegation.depth + 1,
         )
         try:
             _accepted, turn = await self.manager.wake_turn(delegation.child, wake)
@@ -338,8 +359,13 @@ class Delegations:
             caller=SystemCaller(name="sessions_spawn"),
             sink=DropSink(reason="sessions_spawn announce"),
             meta={"child": str(delegation.child)},
+            chain=delegation.chain,
+            depth=delegation.depth + 1,
         )
-        await self.manager.wake(delegation.requester, wake)
+        try:
+            await self.manager.wake(delegation.requester, wake)
+        except ExchangeRefusedError as exc:
+            log.info("delegation %s: the report to its requester: %s", delegation.child, exc)
 
     async def clean_up(self, delegation: Delegation, outcome: Outcome, session_id: str) -> None:
         """Delete the child (cleanup=delete) or mark it settled, which starts its archive clock."""
@@ -400,6 +426,8 @@ async def settle_unsettled(manager: ThreadManager) -> int:
             agent=meta.get("agent", manager.config.default_agent),
             label=meta.get(m.LABEL, ""),
             cleanup=meta.get(m.CLEANUP, "keep"),
+            chain=meta.get(m.SPAWN_CHAIN, ""),
+            depth=int(meta.get(m.SPAWN_DEPTH, "1")),
         )
         if await _already_settled(manager, delegation):
             await delegations.clean_up(delegation, _recorded(loaded.entries), session_id)

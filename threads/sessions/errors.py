@@ -44,15 +44,22 @@ class ReservedSessionKeyError(SessionToolError, ValueError):
 
 
 class NotVisibleError(SessionToolError, PermissionError):
-    """A sandboxed session's tools see only the sessions it spawned."""
+    """A session outside what the requester's session tools may see (see ``access``)."""
 
-    def __init__(self, key: str, requester: str) -> None:
+    def __init__(self, key: str, requester: str, scope: str) -> None:
         self.key = key
-        super().__init__(
-            f"session {key} is not visible from {requester}: this sandboxed session's session "
-            "tools see only the sessions it spawned with sessions_spawn "
-            "(agent_defaults.sandbox.session_tools_visibility = 'spawned')"
-        )
+        if scope == "spawned":
+            why = (
+                "this sandboxed session's session tools see only the sessions it spawned with "
+                "sessions_spawn (agent_defaults.sandbox.session_tools_visibility = 'spawned')"
+            )
+        else:
+            why = (
+                "a chat session's tools see only its own session and the sessions it started "
+                "(an operator may grant more: session.owners, or the agent's "
+                "session_tools_visibility = 'all')"
+            )
+        super().__init__(f"session {key} is not visible from {requester}: {why}")
 
 
 class ArchivedSessionError(SessionToolError):

@@ -18,6 +18,8 @@ SPAWN_RECEIPT = "spawn_receipt"  # the id of the requester's accepted pool recei
 LABEL = "label"
 MODEL = "model"  # read by the agent loop: the child's own model
 CLEANUP = "cleanup"  # keep | delete
+SPAWN_CHAIN = "spawn_chain"  # the exchange chain of the spawning turn
+SPAWN_DEPTH = "spawn_depth"  # the child's depth in it
 # Info meta of a child once its delegation settled.
 DELEGATION = "delegation"  # the settled pool status: done | failed | canceled | capped
 SETTLED_AT = "settled_at"  # ISO 8601, UTC

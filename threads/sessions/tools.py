@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from threads.agent.loop import AgentLoop
 from threads.agent.tools import Tool, ToolContext, ToolOutput, json_text, tool
-from threads.errors import InvalidKeyError, TurnError
+from threads.errors import ExchangeRefusedError, InvalidKeyError, TurnError
 from threads.keys import SessionKey
 from threads.sessions import access
 from threads.sessions.agent_to_agent import REPLY_SKIP, Exchange, hop_cap, hops_of, settle
@@ -22,6 +22,7 @@ from threads.sessions.catalog import HISTORY_DEFAULT, HISTORY_MAX, LIST_DEFAULT,
 from threads.sessions.delegation import Delegations
 from threads.sessions.errors import ArchivedSessionError, RefusedError, SessionToolError
 from threads.sessions.keys import Kind, is_subagent, subagent_key
+from threads.wake import Cause
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -67,7 +68,7 @@ async def sessions_list_tool(args: ListArgs, ctx: ToolContext) -> ToolOutput:
         limit=args.limit,
         active_minutes=args.activeMinutes,
         message_limit=args.messageLimit,
-        visible=lambda view: access.visible(ctx.key, ctx.agent, config, view.meta),
+        visible=lambda view: access.visible(ctx.key, ctx.agent, config, view.key, view.meta),
     )
     return ToolOutput(content=json_text({"count": len(rows), "sessions": rows}))
 
@@ -165,8 +166,12 @@ async def sessions_send_tool(args: SendArgs, ctx: ToolContext) -> ToolOutput:
         target=resolved.key,
         message=args.message,
         hops=hops,
+        cause=Cause.after(ctx.run.payload),
     )
-    accepted, turn, capture = await exchange.start()
+    try:
+        accepted, turn, capture = await exchange.start()
+    except ExchangeRefusedError as exc:
+        return _error(exc)
     manager.spawn(exchange.follow_up(turn, capture), name=f"a2a {requester} -> {resolved.key}")
     answer: dict[str, Any] = {"runId": accepted.run_id, "sessionKey": str(resolved.key)}
     if args.timeoutSeconds == 0:
@@ -247,17 +252,21 @@ async def sessions_spawn_tool(args: SpawnArgs, ctx: ToolContext) -> ToolOutput:
     except SessionToolError as exc:
         return _error(exc)
     child = subagent_key(agent)
-    accepted = await Delegations(manager).spawn(
-        ctx.run.session,
-        SessionKey(ctx.key),
-        child=child,
-        agent=agent,
-        task=args.task,
-        label=args.label,
-        model=args.model,
-        run_timeout=float(args.runTimeoutSeconds),
-        cleanup=args.cleanup,
-    )
+    try:
+        accepted = await Delegations(manager).spawn(
+            ctx.run.session,
+            SessionKey(ctx.key),
+            child=child,
+            agent=agent,
+            task=args.task,
+            label=args.label,
+            model=args.model,
+            run_timeout=float(args.runTimeoutSeconds),
+            cleanup=args.cleanup,
+            cause=Cause.after(ctx.run.payload),
+        )
+    except ExchangeRefusedError as exc:
+        return _error(exc)
     return ToolOutput(
         content=json_text(
             {

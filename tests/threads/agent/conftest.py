@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,12 @@ from threads.turns import RunResult, Turn
 from threads.wake import UserCaller, Wake, WakeSource
 
 
-def agent_config(**agents: Mapping[str, Any]) -> GatewayConfig:
+def agent_config(
+    owners: Sequence[str] = (),
+    threads: Mapping[str, Any] | None = None,
+    **agents: Mapping[str, Any],
+) -> GatewayConfig:
+    """The default agent (and ``agents``) on the scripted model; ``owners`` go to session.owners."""
     agents_data: dict[str, Any] = {"default": {"model": "scripted/test"}}
     agents_data.update(agents)
     return validate(
@@ -37,7 +42,12 @@ def agent_config(**agents: Mapping[str, Any]) -> GatewayConfig:
                 "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}
             },
             "agents": agents_data,
-            "threads": {"progress_after_seconds": 0.2, "progress_interval_seconds": 0.2},
+            "threads": {
+                "progress_after_seconds": 0.2,
+                "progress_interval_seconds": 0.2,
+                **(threads or {}),
+            },
+            "session": {"owners": list(owners)},
         },
         "test",
     )

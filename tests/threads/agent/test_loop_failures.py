@@ -33,7 +33,7 @@ async def test_a_turn_the_model_fails_tells_the_chat_user(runtime: Runtime) -> N
     assert result.stop_reason == "error"
     assert "upstream exploded" in result.error
     (notice,) = runtime.inbox("telegram:1").messages
-    assert "could not answer" in notice
+    assert notice == "(Sorry — the model is unavailable (provider scripted).)"
 
 
 async def test_the_step_cap_defaults_to_fifty_and_the_user_is_told(runtime: Runtime) -> None:

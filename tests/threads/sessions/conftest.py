@@ -96,7 +96,13 @@ class GatedModel:
 
 
 def session_config(agents: Mapping[str, Any] | None = None, **sections: Any) -> GatewayConfig:
-    agents_data: dict[str, Any] = {"default": {"model": "scripted/test"}}
+    """The tools' own behaviour, with the default agent granted every session.
+
+    Which sessions a chat session may see by default is tested in test_scoping.py.
+    """
+    agents_data: dict[str, Any] = {
+        "default": {"model": "scripted/test", "session_tools_visibility": "all"}
+    }
     agents_data.update(agents or {})
     data: dict[str, Any] = {
         "models": {"providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}},

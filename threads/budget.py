@@ -1,0 +1,167 @@
+"""Model budgets: how many model calls and tokens a session, and a chain, may spend per hour.
+
+The agent loop asks :meth:`Budget.check` before every model call and reports
+what the call cost with :meth:`Budget.charge`. Spending is counted in
+one-minute buckets over a sliding hour, per session key and per exchange
+chain (everything one user message or cron fire set going), so a runaway
+exchange stops within its budget however many sessions it runs through.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+from config.models import BudgetConfig
+
+if TYPE_CHECKING:
+    from threads.turns import Run
+
+WINDOW_SECONDS = 3600.0
+BUCKET_SECONDS = 60.0
+_SWEEP_EVERY = 4096
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Overspent:
+    """A limit a session or chain has reached: what, where, and the figures."""
+
+    scope: Literal["session", "chain"]
+    measure: Literal["model calls", "tokens"]
+    limit: int
+    used: int
+
+    @property
+    def setting(self) -> str:
+        unit = "model_calls" if self.measure == "model calls" else "tokens"
+        return f"threads.budget.{self.scope}_{unit}_per_hour"
+
+    def describe(self) -> str:
+        what = "this session" if self.scope == "session" else "this exchange between sessions"
+        return (
+            f"{what} reached its budget of {self.limit:,} {self.measure} per hour "
+            f"({self.used:,} used; {self.setting})"
+        )
+
+
+@dataclass(slots=True)
+class _Meter:
+    """Calls and tokens in the buckets of the last hour, with running sums."""
+
+    buckets: deque[list[int]] = field(default_factory=deque)  # [bucket, calls, tokens]
+    calls: int = 0
+    tokens: int = 0
+
+    def expire(self, bucket: int) -> None:
+        oldest = bucket - int(WINDOW_SECONDS / BUCKET_SECONDS) + 1
+        while self.buckets and self.buckets[0][0] < oldest:
+            _, calls, tokens = self.buckets.popleft()
+            self.calls -= calls
+            self.tokens -= tokens
+
+    def add(self, bucket: int, calls: int, tokens: int) -> None:
+        if self.buckets and self.buckets[-1][0] == bucket:
+            self.buckets[-1][1] += calls
+            self.buckets[-1][2] += tokens
+        else:
+            self.buckets.append([bucket, calls, tokens])
+        self.calls += calls
+        self.tokens += tokens
+
+
+class Budget:
+    """Per-hour spending of model calls and tokens, per session key and per chain.
+
+    ``clock`` is monotonic seconds; tests drive the window with a clock of their own.
+    """
+
+    def __init__(
+        self, config: BudgetConfig, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self._sessions: dict[str, _Meter] = {}
+        self._chains: dict[str, _Meter] = {}
+        self._charges = 0
+
+    def check(self, key: str, chain: str) -> Overspent | None:
+        """The first limit ``chain`` or ``key`` has reached, or None when a call may go."""
+        bucket = self._bucket()
+        config = self.config
+        if chain and (meter := self._chains.get(chain)) is not None:
+            meter.expire(bucket)
+            over = _over(
+                "chain", meter, config.chain_model_calls_per_hour, config.chain_tokens_per_hour
+            )
+            if over is not None:
+                return over
+        if key and (meter := self._sessions.get(key)) is not None:
+            meter.expire(bucket)
+            return _over(
+                "session",
+                meter,
+                config.session_model_calls_per_hour,
+                config.session_tokens_per_hour,
+            )
+        return None
+
+    def charge(self, key: str, chain: str, tokens: int) -> None:
+        """Count one model call of ``tokens`` against ``key`` and ``chain``."""
+        bucket = self._bucket()
+        for meters, name in ((self._sessions, key), (self._chains, chain)):
+            if not name:
+                continue
+            meter = meters.get(name)
+            if meter is None:
+                meter = meters[name] = _Meter()
+            meter.expire(bucket)
+            meter.add(bucket, 1, tokens)
+        self._charges += 1
+        if self._charges % _SWEEP_EVERY == 0:
+            self._sweep(bucket)
+
+    def spent(self, key: str = "", chain: str = "") -> tuple[int, int]:
+        """(model calls, tokens) of the last hour for ``key`` or for ``chain``."""
+        meter = self._chains.get(chain) if chain else self._sessions.get(key)
+        if meter is None:
+            return 0, 0
+        meter.expire(self._bucket())
+        return meter.calls, meter.tokens
+
+    def _bucket(self) -> int:
+        return int(self.clock() // BUCKET_SECONDS)
+
+    def _sweep(self, bucket: int) -> None:
+        """Forget meters with nothing left in the window (idle sessions, ended chains)."""
+        for meters in (self._sessions, self._chains):
+            idle = []
+            for name, meter in meters.items():
+                meter.expire(bucket)
+                if not meter.buckets:
+                    idle.append(name)
+            for name in idle:
+                del meters[name]
+
+
+def _over(
+    scope: Literal["session", "chain"], meter: _Meter, calls_limit: int, tokens_limit: int
+) -> Overspent | None:
+    if calls_limit and meter.calls >= calls_limit:
+        return Overspent(scope=scope, measure="model calls", limit=calls_limit, used=meter.calls)
+    if tokens_limit and meter.tokens >= tokens_limit:
+        return Overspent(scope=scope, measure="tokens", limit=tokens_limit, used=meter.tokens)
+    return None
+
+
+@runtime_checkable
+class Overseer(Protocol):
+    """Who keeps the budget and acts when it is spent (the thread manager)."""
+
+    budget: Budget
+
+    async def overspent(self, key: str, run: Run, over: Overspent) -> None:
+        """A turn found its session's or chain's budget spent; it ends after this."""
+        ...
