@@ -40,7 +40,7 @@ class Overspent:
         return f"threads.budget.{self.scope}_{unit}_per_hour"
 
     def describe(self) -> str:
-        what = "this session" if self.scope == "session" else "this exchange between sessions"
+        what = "this session" if self.scope == "session" else "the work one message set going"
         return (
             f"{what} reached its budget of {self.limit:,} {self.measure} per hour "
             f"({self.used:,} used; {self.setting})"

@@ -209,8 +209,9 @@ async def overspent(manager: ThreadManager, key: SessionKey, run: Run, over: Ove
     """A turn's session or chain spent its budget: stop the chain, tell the owner.
 
     The chain is cut from its start, so nothing it set going runs on; the turn
-    that found the budget spent ends by itself. The owner is the chat user of a
-    chat session; a system session's overspend is logged.
+    that found the budget spent ends by itself. The owner is the chat user the
+    turn answers, else the user of the chat the session belongs to (a child's
+    root); a system session's overspend is logged.
     """
     wake = run.payload if isinstance(run.payload, Wake) else None
     if wake is not None and wake.chain:
@@ -221,7 +222,7 @@ async def overspent(manager: ThreadManager, key: SessionKey, run: Run, over: Ove
     if wake is not None and _is_user(wake) and not wake.sink.drops:
         sink = wake.sink
     else:
-        sink = manager.user_sink(key)
+        sink = manager.user_sink(key.root)
     if sink is None:
         log.warning("session %s: %s; its turn was stopped", key, over.describe())
         return
