@@ -244,3 +244,23 @@ async def test_misfire_grace_and_coalesce_come_from_the_cron_config(tmp_path: Pa
         ("fired", set_at + timedelta(minutes=1), 0),
         ("fired", set_at + timedelta(minutes=2), 0),
     ]
+
+
+async def test_the_newcomers_hello_job_makes_two_model_calls_not_an_endless_loop(
+    gw: tuple[Gateway, KeyedScript, Replies],
+) -> None:
+    # `gateway cron set-every --id hello --every 30s --task "Greet the user" --wake-session cli`
+    # with a model that answers every turn in plain text.
+    gateway, script, _ = gw
+    assert gateway.cron is not None
+    job = gateway.cron.draft(
+        id="hello", kind="every", every="30s", task="Greet the user", wake_session="cli"
+    )
+    await gateway.cron.upsert(job)
+    record = await gateway.cron.run_now("hello")
+    assert record is not None
+    assert record.status == "fired"
+    await gateway.wait_idle()
+    assert len(script.requests["cron:hello"]) == 1
+    assert len(script.requests["cli"]) == 1
+    assert "reply_expected: false" in script.requests["cli"][0].messages[-1].text()

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from config import GatewayConfig
 from gateway.app import Gateway
-from tests.gateway.conftest import make_config
+from tests.gateway.conftest import Replies, make_config
 from tests.threads.agent.conftest import KeyedScript
 from threads.agent.tools import ToolContext, tool
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
@@ -24,14 +24,17 @@ class Nothing(BaseModel):
     pass
 
 
-started = asyncio.Event()
-release = asyncio.Event()
+class Digging:
+    """The events of the dig tool, made anew for each test's event loop."""
+
+    started = asyncio.Event()
+    release = asyncio.Event()
 
 
 @tool("dig", "Digs for a long time.", Nothing)
 async def dig(args: Nothing, ctx: ToolContext) -> str:
-    started.set()
-    await release.wait()
+    Digging.started.set()
+    await Digging.release.wait()
     return "dug"
 
 
@@ -66,14 +69,14 @@ def write_config(tmp_path: Path, config: GatewayConfig) -> Path:
 
 @pytest.fixture
 async def running(tmp_path: Path) -> AsyncIterator[tuple[Gateway, KeyedScript, Path]]:
-    started.clear()
-    release.clear()
+    Digging.started = asyncio.Event()
+    Digging.release = asyncio.Event()
     script = KeyedScript()
     config = scripted_config(tmp_path)
     gw = Gateway(config, model_clients={"scripted": ScriptedModel(default=script)}, tools=[dig])
     async with gw:
         yield gw, script, write_config(tmp_path, config)
-        release.set()
+        Digging.release.set()
 
 
 async def test_check_session_reports_a_live_thread_as_json(
@@ -126,11 +129,11 @@ async def test_stop_session_soft_stops_a_running_child(
     script.add("cli", dispatch({"to": "subagent", "params": {"task_id": "dig"}, "body": "dig"}))
     script.add(child, call("dig"), dispatch(), say("never"))
     await gw.cli.submit("start digging")
-    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.wait_for(Digging.started.wait(), 10)
     code, out, err = await gateway_cli(path, "stop-session", child)
     assert code == 0, err
     assert "next step boundary" in out
-    release.set()
+    Digging.release.set()
     await gw.wait_idle()
     thread = gw.manager.thread(child)
     assert thread is not None
@@ -168,3 +171,56 @@ async def test_check_session_reads_the_store_when_no_gateway_runs(tmp_path: Path
     info = orjson.loads(out)
     assert info["exists"]
     assert not info["thread_active"]
+
+
+async def test_stop_session_ends_a_terminal_users_turn_at_once_and_tells_them(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    gw, script, path = running
+    assert gw.cli is not None
+    replies = Replies()
+    gw.cli.listeners.append(replies)
+    script.add("cli", call("dig"), dispatch(("caller:user", "never")))
+    await gw.cli.submit("dig for a long time")
+    await asyncio.wait_for(Digging.started.wait(), 10)
+    code, out, err = await gateway_cli(path, "stop-session", "cli")
+    assert code == 0, err
+    assert out.strip() == "cli: ended the running turn of cli"
+    # Ended inside the tool call, without waiting for it.
+    assert not Digging.release.is_set()
+    assert await replies.wait(1) == ["(Your turn was stopped.)"]
+    thread = gw.manager.thread("cli")
+    assert thread is not None
+    assert thread.state == "idle"
+
+
+async def test_stop_session_all_stops_every_running_turn(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    gw, script, path = running
+    assert gw.cli is not None
+    script.add("cli", call("dig"), dispatch(("caller:user", "never")))
+    await gw.cli.submit("dig")
+    await asyncio.wait_for(Digging.started.wait(), 10)
+    code, out, err = await gateway_cli(path, "stop-session", "--all")
+    assert code == 0, err
+    assert out.strip() == "all sessions: ended the running turn of cli"
+    code, _, err = await gateway_cli(path, "stop-session")
+    assert code == 2
+    assert "name one session key, or pass --all" in err
+
+
+async def test_slash_stop_ends_the_running_turn_and_says_so(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    gw, script, _ = running
+    assert gw.cli is not None
+    replies = Replies()
+    gw.cli.listeners.append(replies)
+    script.add("cli", call("dig"), dispatch(("caller:user", "never")))
+    await gw.cli.submit("dig")
+    await asyncio.wait_for(Digging.started.wait(), 10)
+    await gw.cli.submit("/stop")
+    assert await replies.wait(1) == ["Stopped the running turn and what it started."]
+    await gw.cli.submit("/stop")
+    assert (await replies.wait(2))[-1] == "Nothing is running."
