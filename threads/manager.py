@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
@@ -22,23 +20,20 @@ from zoneinfo import ZoneInfo
 from config.models import GatewayConfig
 from threads import reports, stops
 from threads.budget import Budget, Overspent
-from threads.chains import StoppedChains
+from threads.chains import Chains
 from threads.errors import (
-    ChainStoppedError,
-    ExchangeLimitError,
-    ExchangeRefusedError,
     ManagerClosedError,
     NotFoundError,
+    NotRunError,
 )
 from threads.history import strip_for_fork
-from threads.ids import new_chain_id
 from threads.keys import SessionKey
 from threads.messages import JSON, Message
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
 from threads.session import Session, SessionOptions
 from threads.session_sink import SessionSink
-from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
+from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
 from threads.store.base import Loaded, SessionStore
 from threads.store.entries import MessageEntry, ParentRef
 from threads.tree import unfinished_runs, unsettled_receipts
@@ -46,6 +41,7 @@ from threads.turns import Agent, Run, Turn
 from threads.wake import (
     Accepted,
     Cause,
+    UserCaller,
     Wake,
     WakeSource,
     render_prompt,
@@ -55,35 +51,15 @@ from threads.wake import (
 
 log = logging.getLogger(__name__)
 
+NOT_STARTED = (
+    "(Sorry — your message was received but its turn could not start: the gateway could not "
+    "write to its store. It is kept and runs once the store is back.)"
+)
+
 RESUME_BODY = (
     "The gateway restarted while your previous turn was running; that turn was interrupted "
     "and is recorded as canceled. Continue from where it stopped and answer the caller."
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChannelSinkRef:
-    """A channel endpoint restored from a stored wake, resolved when it is used.
-
-    A wake restored at start-up may be read before the channels are running;
-    resolving at delivery time reaches the channel once it is.
-    """
-
-    wire: Mapping[str, str]
-    resolve: Callable[[Mapping[str, str]], Sink]
-
-    @property
-    def drops(self) -> bool:
-        return self.resolve(self.wire).drops
-
-    def describe(self) -> str:
-        return self.resolve(self.wire).describe()
-
-    def to_wire(self) -> dict[str, str]:
-        return dict(self.wire)
-
-    async def deliver(self, message: OutboundMessage) -> Delivery:
-        return await self.resolve(self.wire).deliver(message)
 
 
 ChannelSinks = Callable[[Mapping[str, str]], Sink]
@@ -122,7 +98,9 @@ class ThreadManager:
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
-        self.stopped = StoppedChains()
+        self.chains = Chains(
+            config.threads.max_exchange_depth, record=self._recovery.record_stopped
+        )
         self.budget = Budget(config.threads.budget)
 
     # -- lifetime
@@ -138,7 +116,7 @@ class ThreadManager:
         """
         self._sweeper = asyncio.create_task(self._sweep(), name="thread eviction")
         keys = await self._recovery.begin(self.store)
-        self.stopped.load(self._recovery.stopped)
+        self.chains.load(self._recovery.stopped)
         if not self.config.threads.continue_on_start:
             self._recovery.carry(keys)
             return
@@ -160,9 +138,9 @@ class ThreadManager:
             return
         thread = await self._thread(key, create=False, loaded=loaded)
         if thread is not None:
-            if self.stopped:
+            if self.chains.any_cut:
                 # Wakes of a chain stopped before the restart stay stopped.
-                await thread.session.drop_queued(self.refused)
+                await thread.session.drop_queued(self.chains.refused)
             await thread.session.continue_()
 
     async def close(self) -> None:
@@ -232,45 +210,10 @@ class ThreadManager:
         if self._closed:
             raise ManagerClosedError(key)
         session_key = SessionKey(key)
-        wake = self._chained(session_key, wake)
+        wake = self.chains.admit(session_key, wake)
         thread = await self._thread(session_key, create=True, agent=wake.agent)
         assert thread is not None
         return await thread.wake(wake)
-
-    def _chained(self, key: SessionKey, wake: Wake) -> Wake:
-        """The wake with its exchange chain named; refused when it may not run.
-
-        A wake no session caused starts a chain of its own here (and a session
-        sink it carries answers in that chain). A caused wake deeper than
-        ``threads.max_exchange_depth`` raises :class:`ExchangeLimitError`; one of
-        a stopped chain, :class:`ChainStoppedError`.
-        """
-        if not wake.chain:
-            chain = new_chain_id()
-            sink = wake.sink
-            if isinstance(sink, SessionSink) and not sink.chain:
-                sink = dataclasses.replace(sink, chain=chain, depth=wake.depth)
-            wake = dataclasses.replace(wake, chain=chain, sink=sink)
-        refusal = self.exchange_refusal(key, Cause(chain=wake.chain, depth=wake.depth))
-        if refusal is not None:
-            raise refusal
-        return wake
-
-    def exchange_refusal(self, key: str, cause: Cause) -> ExchangeRefusedError | None:
-        """Why a wake for ``key`` at ``cause`` would be refused, or None when it may run."""
-        limit = self.config.threads.max_exchange_depth
-        if cause.depth > limit:
-            return ExchangeLimitError(key, cause.depth, limit)
-        reason = self.stopped.refusal(cause.chain, cause.depth)
-        if reason:
-            return ChainStoppedError(key, reason)
-        return None
-
-    def refused(self, payload: object) -> bool:
-        """Whether a queued input's wake belongs to a stopped part of its chain."""
-        return isinstance(payload, Wake) and bool(
-            self.stopped.refusal(payload.chain, payload.depth)
-        )
 
     async def session_exists(self, key: str) -> bool:
         session_key = SessionKey(key)
@@ -412,8 +355,15 @@ class ThreadManager:
                 self._turns_in_flight -= 1
 
     def _notify(self, thread: Thread, wake: Wake, turn: Turn) -> None:
+        if isinstance(wake.caller, UserCaller) and not wake.sink.drops:
+            turn.add_done_callback(partial(self._not_started, wake))
         for observer in self._observers:
             observer(thread, wake, turn)
+
+    def _not_started(self, wake: Wake, turn: Turn) -> None:
+        """A user's accepted message whose turn could not start is told so (the agent never ran)."""
+        if isinstance(turn.error, NotRunError) and not self._closed:
+            self.spawn(_tell(wake, NOT_STARTED), name="tell a turn did not start")
 
     # -- sinks and restored wakes
 
@@ -465,7 +415,7 @@ class ThreadManager:
         if not prompt.wake:
             return None
         original = self.load_wake(prompt.wake)
-        if self.refused(original):
+        if self.chains.refused(original):
             return None  # its chain was stopped: the interrupted turn stays ended
         wake = Wake(
             source=WakeSource.RESUME,
@@ -546,11 +496,6 @@ class ThreadManager:
         """Stop every running turn and queued system wake: see :func:`threads.stops.stop_all`."""
         return await stops.stop_all(self, drain=drain)
 
-    def stop_chain(self, chain: str, depth: int, reason: str) -> None:
-        """Refuse ``chain``'s wakes at ``depth`` and deeper from now on, across restarts."""
-        self.stopped.stop(chain, depth, reason)
-        self._recovery.record_stopped(self.stopped.to_record())
-
     async def overspent(self, key: str, run: Run, over: Overspent) -> None:
         """A turn's session or chain spent its budget: see :func:`threads.stops.overspent`."""
         await stops.overspent(self, SessionKey(key), run, over)
@@ -602,6 +547,13 @@ class ThreadManager:
             del self._evicting[key]
         if not task.cancelled() and task.exception() is not None:
             log.error("closing the evicted thread %s failed", key, exc_info=task.exception())
+
+
+async def _tell(wake: Wake, text: str) -> None:
+    try:
+        await wake.sink.deliver(OutboundMessage(text=text))
+    except Exception:
+        log.exception("telling the user that their turn did not start failed")
 
 
 def _has_unsettled(entries: list[Any]) -> bool:

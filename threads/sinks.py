@@ -9,7 +9,7 @@ where its reply goes after the restart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -83,6 +83,31 @@ class DropSink:
 
     async def deliver(self, message: OutboundMessage) -> Delivery:
         return Delivery(delivered_to="dropped", dropped=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelSinkRef:
+    """A channel endpoint restored from a stored wake, resolved when it is used.
+
+    A wake restored at start-up may be read before the channels are running;
+    resolving at delivery time reaches the channel once it is.
+    """
+
+    wire: Mapping[str, str]
+    resolve: Callable[[Mapping[str, str]], Sink]
+
+    @property
+    def drops(self) -> bool:
+        return self.resolve(self.wire).drops
+
+    def describe(self) -> str:
+        return self.resolve(self.wire).describe()
+
+    def to_wire(self) -> dict[str, str]:
+        return dict(self.wire)
+
+    async def deliver(self, message: OutboundMessage) -> Delivery:
+        return await self.resolve(self.wire).deliver(message)
 
 
 class SinkResolver(Protocol):

@@ -104,7 +104,7 @@ async def stop_key(
         raise NoTurnRunningError(key, thread.state)
     reason = "stopped by the user" if by_user else BY_OPERATOR
     for chain, depth in cuts.items():
-        manager.stop_chain(chain, depth, f"{reason} at {key}")
+        manager.chains.cut(chain, depth, f"{reason} at {key}")
     report = await _sweep(manager, cuts, spare=thread)
     dropped = await session.drop_queued(lambda payload: drain or not _is_user(payload))
     ended: list[Turn] = []
@@ -138,7 +138,7 @@ async def stop_all(manager: ThreadManager, *, drain: bool) -> StopReport:
             if not _is_user(payload):
                 _cut(cuts, payload)
     for chain, depth in cuts.items():
-        manager.stop_chain(chain, depth, f"{BY_OPERATOR} (stop-session --all)")
+        manager.chains.cut(chain, depth, f"{BY_OPERATOR} (stop-session --all)")
     ended: list[Turn] = []
     ended_keys: list[str] = []
     dropped = 0
@@ -166,11 +166,11 @@ async def _sweep(
     dropped = 0
     for thread in manager.threads():
         session = thread.session
-        dropped += await session.drop_queued(manager.refused)
+        dropped += await session.drop_queued(manager.chains.refused)
         if thread is spare:
             continue
         active, run = session.active_payload, session.running
-        if manager.refused(active) and session.interrupt(BY_OPERATOR):
+        if manager.chains.refused(active) and session.interrupt(BY_OPERATOR):
             ended_keys.append(str(thread.key))
             if run is not None:
                 ended.append(run.turn)
@@ -215,7 +215,7 @@ async def overspent(manager: ThreadManager, key: SessionKey, run: Run, over: Ove
     """
     wake = run.payload if isinstance(run.payload, Wake) else None
     if wake is not None and wake.chain:
-        manager.stop_chain(wake.chain, 0, f"the budget ran out: {over.describe()}")
+        manager.chains.cut(wake.chain, 0, f"the budget ran out: {over.describe()}")
         await _sweep(manager, {wake.chain: 0}, spare=manager.thread(key))
     text = f"(Stopped: {over.describe()}. Try again later.)"
     sink: Sink | None

@@ -74,7 +74,7 @@ async def main(root: Path) -> None:
         depth=1,
     )
     await manager.wake(KEY, reply)
-    manager.stop_chain(running.chain, 0, "stopped just before a crash")
+    manager.chains.cut(running.chain, 0, "stopped just before a crash")
     print("STOPPED", flush=True)
     await asyncio.Event().wait()
 

@@ -156,7 +156,7 @@ async def test_a_wake_past_the_depth_or_of_a_stopped_chain_is_refused(
     )
     with pytest.raises(ExchangeLimitError, match="may go 6"):
         await rt.manager.wake("cron:b", deep)
-    rt.manager.stop_chain("c_stopped", 2, "stopped in a test")
+    rt.manager.chains.cut("c_stopped", 2, "stopped in a test")
     shallower = Wake(
         source=WakeSource.SESSION,
         body="before the cut",

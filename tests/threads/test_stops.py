@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,8 @@ from tests.threads.test_dispatch import settle
 from threads.errors import ChainStoppedError, NoTurnRunningError
 from threads.keys import SessionKey
 from threads.store import open_store
+from threads.store.entries import Entry
+from threads.store.memory import MemoryStore
 from threads.testing.scripted import ScriptedModel, dispatch
 from threads.turns import Outcome
 from threads.wake import SessionCaller, SystemCaller, Wake, WakeSource
@@ -198,3 +200,36 @@ async def test_a_stopped_chain_does_not_resume_after_a_crash(tmp_path: Path) -> 
     finally:
         await rt.manager.close()
         await store.close()
+
+
+class FlakyStore(MemoryStore):
+    """A memory store whose appends fail while ``failing`` is set (a disk that filled up)."""
+
+    failing = False
+
+    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+        if self.failing:
+            raise OSError(28, "No space left on device")
+        await super().append(session, entries)
+
+
+async def test_a_queued_message_whose_turn_cannot_start_is_told_so() -> None:
+    store = FlakyStore()
+    model = ScriptedModel(default=dispatch(("caller:user", "done")))
+    model.gate = asyncio.Event()
+    rt = await make_store_runtime(store, model)
+    try:
+        user = rt.user_wake("first", source=WakeSource.API, to="first")
+        await rt.manager.wake("api:1", user)
+        await in_model_call(model, 1)
+        _, second = await rt.manager.wake_turn(
+            "api:1", rt.user_wake("second", source=WakeSource.API, to="second")
+        )
+        store.failing = True
+        model.gate.set()
+        (notice,) = await rt.inbox("second").wait()
+        assert notice.startswith("(Sorry — your message was received but its turn could not start")
+        assert second.outcome is Outcome.FAILED
+    finally:
+        store.failing = False
+        await rt.manager.close()

@@ -178,7 +178,7 @@ class Delegations:
         """
         manager = self.manager
         cause = cause or Cause(chain="", depth=1)
-        refusal = manager.exchange_refusal(child, cause)
+        refusal = manager.chains.refusal(child, cause)
         if refusal is not None:
             raise refusal
         accepted_receipt = await requester.pool_receipt(
