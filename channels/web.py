@@ -6,7 +6,7 @@ Each browser holds one chat (``web:<id>`` is its session key). The page sends
 stays open). Replies for a chat with no open socket wait in a short backlog
 and are sent when the chat reconnects.
 
-What keeps other people out (docs/decisions/web-01-…):
+What keeps other people out (docs/decisions/web-01 to web-03):
 
 - The chat id is bound to a secret: the server signs it with an HMAC key kept
   in ``<data_dir>/state/web_secret`` and hands it to the browser as an
@@ -64,7 +64,7 @@ COOKIE_MAX_AGE = 400 * 24 * 3600  # the longest a browser keeps a cookie
 _CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _STYLE = re.compile(r"<style>(.*?)</style>", re.DOTALL)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+RequestHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # What the person at the page reads when a message was not taken: one plain
 # line each, naming no internals (no paths, URLs or exception names).
@@ -114,7 +114,8 @@ class WebChannel:
         self.port = port
         self._key = key or secrets.token_bytes(KEY_BYTES)
         self._origins = frozenset(normal_origin(origin) for origin in allowed_origins)
-        self._origin_hosts = frozenset(urlsplit(o).hostname or "" for o in self._origins)
+        hosts = (urlsplit(origin).hostname for origin in self._origins)
+        self._origin_hosts = frozenset(host for host in hosts if host)
         self._token = token
         self._handler: InboundHandler | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
@@ -189,7 +190,7 @@ class WebChannel:
         return f"gateway_auth_{self.port}"
 
     @web.middleware
-    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def _guard(self, request: web.Request, handler: RequestHandler) -> web.StreamResponse:
         if not self._token:
             host = _hostname(request.host)
             if not is_loopback(host) and host not in self._origin_hosts:

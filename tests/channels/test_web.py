@@ -53,6 +53,16 @@ async def test_each_browser_gets_a_chat_of_its_own(web: WebChannel) -> None:
             assert again == alices
 
 
+async def test_a_client_that_opens_the_socket_without_the_page_keeps_its_chat(
+    web: WebChannel,
+) -> None:
+    async with browser() as http:
+        async with open_chat(http, web, load_page=False) as (_, chat):
+            pass
+        async with open_chat(http, web, load_page=False) as (_, again):
+            assert again == chat
+
+
 async def test_a_reply_to_a_closed_page_waits_for_it_to_reconnect(web: WebChannel) -> None:
     async with browser() as http:
         async with open_chat(http, web) as (_, chat):
