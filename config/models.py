@@ -8,6 +8,7 @@ printed) and may be given inline, through the environment, or as a file path
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -20,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -91,6 +93,56 @@ def read_secret(inline: SecretStr | None, path: Path | None, what: str) -> Secre
         return SecretStr(path.read_text(encoding="utf-8").strip())
     except OSError as exc:
         raise ValueError(f"{what}: cannot read secret file {path}: {exc.strerror}") from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: 127.0.0.0/8, ::1 or localhost."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listener(host: str, info: ValidationInfo, section: str, *tokens: str) -> str:
+    """``host``, unless it is off loopback with none of the section's ``tokens`` set.
+
+    The field validator of a listener's host: its token settings are declared
+    before it, so they are in ``info.data``. One token set is enough; whether a
+    token file can be read is checked at start.
+    """
+    given = [info.data.get(name) for name in tokens]
+    values = [t.get_secret_value() if isinstance(t, SecretStr) else t for t in given]
+    if is_loopback(host) or any(v not in (None, "") for v in values):
+        return host
+    first, *rest = tokens
+    also = f" (or {', '.join(rest)})" if rest else ""
+    raise ValueError(
+        f"{host!r} is not a loopback address: set {section}.{first}{also}, or bind 127.0.0.1"
+    )
+
+
+def normal_origin(value: str) -> str:
+    """``value`` as a browser sends it in ``Origin``: ``scheme://host[:port]``, lower case.
+
+    A default port (80 for http, 443 for https) is dropped, as browsers do.
+    Raises ``ValueError`` for anything else (a path, no host, another scheme).
+    """
+    parts = urlsplit(value.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    bare = not parts.query and not parts.fragment and parts.path in ("", "/")
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1 or not bare:
+        raise ValueError(f"{value!r} is not an origin like 'https://chat.example.com:8443'")
+    host = parts.hostname
+    if ":" in host:
+        host = f"[{host}]"
+    default = 80 if parts.scheme == "http" else 443
+    return f"{parts.scheme}://{host}" + (f":{port}" if port not in (None, default) else "")
 
 
 class ProviderConfig(Section):
@@ -263,6 +315,8 @@ class TelegramConfig(Section):
     token_file: Path | None = None
     mode: Literal["polling", "webhook"] = "polling"
     webhook_url: str = ""
+    webhook_secret: SecretStr | None = None
+    webhook_secret_file: Path | None = None
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(default=8443, ge=1, le=65535)
     base_url: str = "https://api.telegram.org/bot"
@@ -272,6 +326,13 @@ class TelegramConfig(Section):
     @classmethod
     def _built(cls, enabled: bool) -> bool:
         return not_built("channels.telegram", enabled)
+
+    @field_validator("webhook_listen")
+    @classmethod
+    def _guarded(cls, host: str, info: ValidationInfo) -> str:
+        return check_listener(
+            host, info, "channels.telegram", "webhook_secret", "webhook_secret_file"
+        )
 
 
 class DiscordConfig(Section):
@@ -288,9 +349,24 @@ class DiscordConfig(Section):
 
 
 class WebConfig(Section):
+    """The browser chat: where it listens, which other origins may embed it, its token."""
+
     enabled: bool = True
+    token: SecretStr | None = None
+    token_file: Path | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
+    allowed_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        return [normal_origin(origin) for origin in value]
+
+    @field_validator("host")
+    @classmethod
+    def _guarded(cls, host: str, info: ValidationInfo) -> str:
+        return check_listener(host, info, "channels.web", "token", "token_file")
 
 
 class CliConfig(Section):
@@ -308,10 +384,15 @@ class ApiConfig(Section):
     def _built(cls, enabled: bool) -> bool:
         return not_built("channels.api", enabled)
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8766, ge=0, le=65535)
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8766, ge=0, le=65535)
+
+    @field_validator("host")
+    @classmethod
+    def _guarded(cls, host: str, info: ValidationInfo) -> str:
+        return check_listener(host, info, "channels.api", "api_key", "api_key_file")
 
 
 class ChannelsConfig(Section):
@@ -380,10 +461,15 @@ class AdminConfig(Section):
     def _built(cls, enabled: bool) -> bool:
         return not_built("admin", enabled)
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8767, ge=0, le=65535)
     token: SecretStr | None = None
     token_file: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8767, ge=0, le=65535)
+
+    @field_validator("host")
+    @classmethod
+    def _guarded(cls, host: str, info: ValidationInfo) -> str:
+        return check_listener(host, info, "admin", "token", "token_file")
 
 
 def _default_agents() -> dict[str, AgentConfig]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from channels.base import Channel, ChannelSink, Inbound
 from channels.cli import CliChannel
+from channels.errors import ChannelError
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
@@ -268,7 +269,10 @@ class Gateway:
             channels.append(self.cli)
         web = self.config.channels.web
         if web.enabled and "web" not in given:
-            self.web = WebChannel(host=web.host, port=web.port)
+            try:
+                self.web = WebChannel.from_config(web, state_dir=self.config.data_dir / "state")
+            except ChannelError as exc:
+                raise StartupError(str(exc)) from None
             channels.append(self.web)
         for channel in self._extra_channels:
             if isinstance(channel, CliChannel):

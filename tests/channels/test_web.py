@@ -2,82 +2,91 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import socket
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-import pytest
-
-from channels.web import MAX_TEXT
+from channels.web import MAX_TEXT, WebChannel
 from gateway.app import Gateway
+from tests.channels.conftest import browser, open_chat, receive
 from tests.gateway.conftest import make_config
 from threads.sinks import OutboundMessage
 
 
-@pytest.fixture
-async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
-    async with Gateway(make_config(tmp_path)) as gw:
-        yield gw
-
-
-async def receive(ws: aiohttp.ClientWebSocketResponse, kind: str) -> dict[str, Any]:
-    while True:
-        message = await ws.receive_json(timeout=10)
-        if message["type"] == kind:
-            return dict(message)
-
-
-async def test_the_page_is_served(gateway: Gateway) -> None:
-    assert gateway.web is not None
-    async with aiohttp.ClientSession() as http, http.get(gateway.web.url) as response:
+async def test_the_page_is_served(web: WebChannel) -> None:
+    async with browser() as http, http.get(web.url) as response:
         assert response.status == 200
         assert "<title>Gateway chat</title>" in await response.text()
 
 
-async def test_a_web_message_is_answered_over_the_websocket(gateway: Gateway) -> None:
-    assert gateway.web is not None
-    async with (
-        aiohttp.ClientSession() as http,
-        http.ws_connect(f"{gateway.web.url}ws?chat=t1") as ws,
-    ):
-        assert (await receive(ws, "hello"))["chat"] == "t1"
+async def test_the_pages_script_is_served(web: WebChannel) -> None:
+    async with browser() as http, http.get(f"{web.url}web_chat.js") as response:
+        assert response.status == 200
+        assert response.content_type == "text/javascript"
+        assert "new WebSocket(" in await response.text()
+
+
+async def test_a_web_message_is_answered_over_the_websocket(
+    gateway: Gateway, web: WebChannel
+) -> None:
+    async with browser() as http, open_chat(http, web) as (ws, chat):
         await ws.send_json({"text": "hello from the browser"})
         reply = await receive(ws, "reply")
     assert reply["text"].endswith("hello from the browser")
-    assert await gateway.manager.session_exists("web:t1")
+    assert await gateway.manager.session_exists(f"web:{chat}")
 
 
-async def test_a_malformed_message_gets_an_error_and_the_chat_goes_on(gateway: Gateway) -> None:
-    assert gateway.web is not None
-    async with (
-        aiohttp.ClientSession() as http,
-        http.ws_connect(f"{gateway.web.url}ws?chat=t2") as ws,
-    ):
+async def test_a_malformed_message_gets_an_error_and_the_chat_goes_on(web: WebChannel) -> None:
+    async with browser() as http, open_chat(http, web) as (ws, _):
         await ws.send_str("not json")
         assert "must be JSON" in (await receive(ws, "error"))["error"]
         await ws.send_json({"text": "x" * (MAX_TEXT + 1)})
         assert f"the limit is {MAX_TEXT}" in (await receive(ws, "error"))["error"]
         await ws.send_json({"text": "still here"})
         assert (await receive(ws, "reply"))["text"].endswith("still here")
-    assert not await gateway.manager.session_exists("web:t3")
 
 
-async def test_a_bad_chat_id_is_refused(gateway: Gateway) -> None:
-    assert gateway.web is not None
-    async with (
-        aiohttp.ClientSession() as http,
-        http.get(f"{gateway.web.url}ws?chat=../x") as response,
-    ):
-        assert response.status == 400
+async def test_each_browser_gets_a_chat_of_its_own(web: WebChannel) -> None:
+    async with browser() as alice, browser() as bob:
+        async with open_chat(alice, web) as (_, alices), open_chat(bob, web) as (_, bobs):
+            assert alices != bobs
+        async with open_chat(alice, web) as (_, again):
+            assert again == alices
 
 
-async def test_a_reply_to_a_closed_page_waits_for_it_to_reconnect(gateway: Gateway) -> None:
-    assert gateway.web is not None
-    delivered = await gateway.web.deliver("t4", OutboundMessage(text="later"))
-    assert "queued" in delivered.delivered_to
-    async with (
-        aiohttp.ClientSession() as http,
-        http.ws_connect(f"{gateway.web.url}ws?chat=t4") as ws,
-    ):
-        assert (await receive(ws, "reply"))["text"] == "later"
+async def test_a_client_that_opens_the_socket_without_the_page_keeps_its_chat(
+    web: WebChannel,
+) -> None:
+    async with browser() as http:
+        async with open_chat(http, web, load_page=False) as (_, chat):
+            pass
+        async with open_chat(http, web, load_page=False) as (_, again):
+            assert again == chat
+
+
+async def test_a_reply_to_a_closed_page_waits_for_it_to_reconnect(web: WebChannel) -> None:
+    async with browser() as http:
+        async with open_chat(http, web) as (_, chat):
+            pass
+        delivered = await web.deliver(chat, OutboundMessage(text="later"))
+        assert "queued" in delivered.delivered_to
+        async with open_chat(http, web) as (ws, again):
+            assert again == chat
+            assert (await receive(ws, "reply"))["text"] == "later"
+
+
+async def test_a_chat_outlives_a_restart_of_the_gateway(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = make_config(tmp_path, channels={"web": {"port": port}})
+    async with browser() as http:
+        async with Gateway(config, control=False) as gw:
+            assert gw.web is not None
+            async with open_chat(http, gw.web) as (_, chat):
+                pass
+        async with Gateway(config, control=False) as gw:
+            assert gw.web is not None
+            async with open_chat(http, gw.web, load_page=False) as (_, again):
+                assert again == chat
+    key = config.data_dir / "state" / "web_secret"
+    assert key.stat().st_mode & 0o777 == 0o600

@@ -1,0 +1,115 @@
+"""An HTTP listener off loopback needs a token: refused at load, naming the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from config import ConfigError, GatewayConfig, load_config
+from config.models import is_loopback, normal_origin
+
+# section, host setting, its TOML, the token it names, a token setting that satisfies it
+LISTENERS = [
+    ("channels.web", "host", "channels.web.token (or token_file)", 'token = "t"'),
+    ("channels.web", "host", "channels.web.token (or token_file)", 'token_file = "/run/t"'),
+    ("channels.api", "host", "channels.api.api_key (or api_key_file)", 'api_key = "k"'),
+    ("admin", "host", "admin.token (or token_file)", 'token_file = "/run/t"'),
+    (
+        "channels.telegram",
+        "webhook_listen",
+        "channels.telegram.webhook_secret (or webhook_secret_file)",
+        'webhook_secret = "w"',
+    ),
+]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gateway.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("section", "host", "names", "token"), LISTENERS)
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "192.168.1.20", "example.com", ""])
+def test_a_listener_off_loopback_without_a_token_is_a_config_error_naming_the_setting(
+    tmp_path: Path, section: str, host: str, names: str, token: str, address: str
+) -> None:
+    path = write(tmp_path, f'[{section}]\n{host} = "{address}"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    (problem,) = caught.value.problems
+    assert str(problem) == (
+        f"{section}.{host}: {address!r} is not a loopback address: set {names}, "
+        f"or bind 127.0.0.1 (got {address!r})"
+    )
+
+
+@pytest.mark.parametrize(("section", "host", "names", "token"), LISTENERS)
+def test_a_listener_off_loopback_with_a_token_is_accepted(
+    tmp_path: Path, section: str, host: str, names: str, token: str
+) -> None:
+    path = write(tmp_path, f'[{section}]\n{host} = "0.0.0.0"\n{token}\n')
+    config = load_config(path, env={})
+    assert isinstance(config, GatewayConfig)
+
+
+def test_a_token_from_the_environment_counts(tmp_path: Path) -> None:
+    path = write(tmp_path, '[channels.web]\nhost = "0.0.0.0"\n')
+    config = load_config(path, env={"GATEWAY_CHANNELS__WEB__TOKEN": "from-env"})
+    assert config.channels.web.host == "0.0.0.0"
+
+
+def test_an_empty_token_does_not_count() -> None:
+    with pytest.raises(ValidationError, match=r"'0\.0\.0\.0' is not a loopback address"):
+        GatewayConfig.model_validate({"channels": {"web": {"host": "0.0.0.0", "token": ""}}})
+
+
+def test_the_message_is_one_line_and_never_shows_a_secret(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[channels.telegram]\ntoken = "123:BOT-SECRET"\nwebhook_listen = "0.0.0.0"\n',
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert "BOT-SECRET" not in str(caught.value)
+    (problem,) = caught.value.problems
+    assert "\n" not in str(problem)
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LOCALHOST", "localhost."]
+)
+def test_loopback_addresses_need_no_token(host: str) -> None:
+    assert is_loopback(host)
+    assert GatewayConfig.model_validate({"channels": {"web": {"host": host}}})
+
+
+@pytest.mark.parametrize(
+    ("given", "origin"),
+    [
+        ("https://Chat.Example.com", "https://chat.example.com"),
+        ("https://chat.example.com:443/", "https://chat.example.com"),
+        ("http://chat.example.com:8080", "http://chat.example.com:8080"),
+        ("http://[::1]:8765", "http://[::1]:8765"),
+    ],
+)
+def test_allowed_origins_are_kept_as_browsers_send_them(given: str, origin: str) -> None:
+    assert normal_origin(given) == origin
+    config = GatewayConfig.model_validate({"channels": {"web": {"allowed_origins": [given]}}})
+    assert config.channels.web.allowed_origins == [origin]
+
+
+@pytest.mark.parametrize(
+    "given", ["chat.example.com", "https://chat.example.com/chat", "ftp://x", "https://", "*"]
+)
+def test_an_allowed_origin_that_is_not_an_origin_is_a_config_error(
+    tmp_path: Path, given: str
+) -> None:
+    path = write(tmp_path, f'[channels.web]\nallowed_origins = ["{given}"]\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    (problem,) = caught.value.problems
+    assert problem.path == "channels.web.allowed_origins"
+    assert "is not an origin like" in problem.message
