@@ -13,7 +13,7 @@ from threads.agent.tools import ToolRegistry
 from threads.dispatch import dispatch_tool
 from threads.keys import SessionKey
 from threads.llm.base import ModelRequest, ModelResponse
-from threads.llm.errors import ContextOverflowError, ModelHTTPError
+from threads.llm.errors import ContextOverflowError, ModelHTTPError, RateLimitError
 from threads.manager import ThreadManager
 from threads.messages import Usage
 from threads.store.memory import MemoryStore
@@ -34,6 +34,32 @@ async def test_a_turn_the_model_fails_tells_the_chat_user(runtime: Runtime) -> N
     assert "upstream exploded" in result.error
     (notice,) = runtime.inbox("telegram:1").messages
     assert notice == "(Sorry — the model is unavailable (provider scripted).)"
+
+
+def broken(request: ModelRequest) -> ModelResponse:
+    raise ValueError("URL http://user:hunter2@10.0.0.5:8000/v1 has credentials")
+
+
+async def test_a_turn_that_fails_with_any_error_tells_the_chat_user_without_internals(
+    runtime: Runtime,
+) -> None:
+    runtime.model.add(broken)
+    result = await runtime.result(await runtime.say("telegram:1", "hello"))
+    assert result.stop_reason == "error"
+    assert "ValueError" in result.error
+    (notice,) = runtime.inbox("telegram:1").messages
+    assert notice == "(Sorry — something went wrong on our side and this turn failed.)"
+
+
+async def test_a_rate_limited_model_is_named_by_its_provider_only(runtime: Runtime) -> None:
+    def limited(request: ModelRequest) -> ModelResponse:
+        raise RateLimitError("scripted", 429, "slow down, see https://internal.example/quota")
+
+    runtime.model.add(limited)
+    await runtime.result(await runtime.say("telegram:1", "hello"))
+    (notice,) = runtime.inbox("telegram:1").messages
+    assert "provider scripted" in notice
+    assert "internal.example" not in notice
 
 
 async def test_the_step_cap_defaults_to_fifty_and_the_user_is_told(runtime: Runtime) -> None:
