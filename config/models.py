@@ -167,6 +167,8 @@ class ModelSettings(Section):
     keep_recent_tokens: int = Field(default=20_000, ge=0)
     max_output_tokens: int = Field(default=4_096, gt=0)
     stream: bool = True
+    # Does the model accept images? Images users send are passed to it when it does.
+    vision: bool = True
 
     @model_validator(mode="after")
     def _fits(self) -> ModelSettings:

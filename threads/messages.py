@@ -51,11 +51,17 @@ class ReasoningPart:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FilePart:
-    """A file by reference: a URL (``file://``, ``https://``, ``data:``) and its media type."""
+    """A file by reference: a URL and its media type, name and size in bytes (0: unknown).
+
+    The URL is ``https://``, ``data:``, or a channel's own scheme naming the file
+    on its platform (``telegram://…``), fetched only when a model is to see it
+    (:mod:`threads.media`).
+    """
 
     url: str
     media_type: str = "application/octet-stream"
     name: str = ""
+    size: int = 0
 
 
 Part: TypeAlias = TextPart | ToolCallPart | ToolResultPart | ReasoningPart | FilePart
@@ -134,10 +140,12 @@ def part_to_wire(part: Part) -> dict[str, JSON]:
         if part.signature:
             out["signature"] = part.signature
         return out
-    out = {"type": "file", "url": part.url, "media_type": part.media_type}
+    file: dict[str, JSON] = {"type": "file", "url": part.url, "media_type": part.media_type}
     if part.name:
-        out["name"] = part.name
-    return out
+        file["name"] = part.name
+    if part.size:
+        file["size"] = part.size
+    return file
 
 
 def _str(obj: Mapping[str, JSON], key: str, where: str, default: str | None = None) -> str:
@@ -170,10 +178,14 @@ def part_from_wire(obj: JSON, where: str = "part") -> Part:
             text=_str(obj, "text", where, ""), signature=_str(obj, "signature", where, "")
         )
     if kind == "file":
+        size = obj.get("size", 0)
+        if not isinstance(size, int) or size < 0:
+            raise WireError(f"{where}.size must be a byte count, got {size!r}")
         return FilePart(
             url=_str(obj, "url", where),
             media_type=_str(obj, "media_type", where, "application/octet-stream"),
             name=_str(obj, "name", where, ""),
+            size=size,
         )
     raise WireError(f"{where}.type {kind!r} is not a known part type")
 

@@ -18,7 +18,7 @@ from threads.messages import Message
 from threads.session import Session, SessionState
 from threads.sinks import Sink
 from threads.turns import Policy, Turn
-from threads.wake import Accepted, Wake, render_prompt, wake_to_wire
+from threads.wake import Accepted, Wake, prompt_message, render_prompt, wake_to_wire
 
 ThreadState = SessionState
 
@@ -65,17 +65,18 @@ class Thread:
         prompt = render_prompt(wake, thread=self.key, session_id=session.id, tz=self.tz)
 
         def injected() -> Message:
-            return Message.user(
+            return prompt_message(
+                wake,
                 render_prompt(
                     wake, thread=self.key, session_id=session.id, tz=self.tz, injected=True
-                )
+                ),
             )
 
         self._accepting += 1
         self.touch()
         try:
             turn = await session.send(
-                Message.user(prompt),
+                prompt_message(wake, prompt),
                 policy=policy,
                 payload=wake,
                 wake=wake_to_wire(wake),

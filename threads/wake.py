@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any, TypeAlias
 
 from threads.keys import SessionKey
+from threads.messages import FilePart, Message, TextPart
 from threads.sinks import DropSink, Sink, SinkResolver
 
 
@@ -80,6 +81,8 @@ class Wake:
     completion, a progress report) carries its cause's chain one level deeper.
     ``expects_reply`` is false for a session's plain-text final answer: it is
     delivered once, and the receiving side's own plain answer goes nowhere.
+    ``files`` are the files the user sent with the message; they ride in the
+    prompt message itself, after its text.
     """
 
     source: WakeSource
@@ -92,6 +95,7 @@ class Wake:
     chain: str = ""
     depth: int = 0
     expects_reply: bool = True
+    files: tuple[FilePart, ...] = ()
 
     def __post_init__(self) -> None:
         # Frozen all the way down: the meta a wake carries cannot change under it.
@@ -229,6 +233,13 @@ def render_prompt(
     """The header, then the body: the user message a turn starts from."""
     header = render_header(wake, thread=thread, session_id=session_id, tz=tz, injected=injected)
     return f"{header}\n{wake.body}"
+
+
+def prompt_message(wake: Wake, prompt: str) -> Message:
+    """The user message of a wake: its rendered prompt, then the files it carries."""
+    if not wake.files:
+        return Message.user(prompt)
+    return Message(role="user", content=(TextPart(text=prompt), *wake.files))
 
 
 def mark_injected(prompt: str) -> str:

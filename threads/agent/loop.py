@@ -30,6 +30,7 @@ from threads.llm.errors import (
     ModelTimeoutError,
     RateLimitError,
 )
+from threads.media import Media
 from threads.messages import Message, ToolCallPart, ToolResultPart, Usage
 from threads.session import Session
 from threads.sinks import OutboundMessage
@@ -64,12 +65,14 @@ class AgentLoop:
         tools: ToolRegistry,
         services: Any = None,
         tool_filter: ToolFilter | None = None,
+        media: Media | None = None,
     ) -> None:
         self.config = config
         self.models = models
         self.tools = tools
         self.services = services
         self.tool_filter = tool_filter
+        self.media = media
         self._systems: dict[str, str] = {}
 
     @property
@@ -192,7 +195,9 @@ class AgentLoop:
                 )
             request = ModelRequest(
                 model=model,
-                messages=messages,
+                messages=messages
+                if self.media is None or not settings.vision
+                else await self.media.prepare(messages),
                 system=system,
                 tools=specs,
                 max_output_tokens=settings.max_output_tokens,
