@@ -33,7 +33,7 @@ from config import ConfigError, GatewayConfig, load_config
 from config.redaction import redact_text
 from gateway.control import ControlClient
 from gateway.errors import ControlError
-from threads.errors import InvalidKeyError, ThreadsError
+from threads.errors import InvalidKeyError, ThreadsError, UnreachableError
 from threads.sessions.catalog import HISTORY_DEFAULT, LIST_DEFAULT, Catalog
 from threads.sessions.errors import ReservedSessionKeyError, UnknownSessionError
 from threads.sessions.keys import KINDS, resolve, translate
@@ -235,6 +235,8 @@ def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T
         _fail(str(exc))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
         _fail(str(exc), code=2)
+    except UnreachableError as exc:
+        _fail(str(exc))
     except (ThreadsError, OSError) as exc:
         _fail(f"cannot read the session store {settings.store.safe_url}: {exc}")
 
