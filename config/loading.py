@@ -188,7 +188,7 @@ def problems_of(exc: ValidationError) -> list[Problem]:
         loc = [str(part) for part in error.get("loc", ())]
         path = ".".join(loc)
         message = str(error.get("msg", "invalid"))
-        message = message.removeprefix("Value error, ")
+        message = redact_text(message.removeprefix("Value error, "))
         value = ""
         if error.get("type") not in ("missing",) and "input" in error:
             value = _show(error["input"], secret=any(_is_secret(p) for p in loc))

@@ -227,7 +227,10 @@ class Gateway:
 
         # With the channels up, input left unsettled by the last run continues, and
         # running turns are drained at close while the channels can still deliver.
-        await self._manager.start()
+        try:
+            await self._manager.start()
+        except UnsafePathError as exc:
+            raise StartupError(f"store.url: {exc}") from None
         self._lifetimes.push("thread manager", self._manager.close)
         Supervisor(self._manager).start()
         if config.cron.enabled:

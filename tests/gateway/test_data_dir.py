@@ -95,6 +95,27 @@ async def test_a_data_dir_that_is_a_link_refuses_the_start(tmp_path: Path) -> No
     assert list(real.iterdir()) == []
 
 
+async def test_a_session_file_replaced_by_a_link_stops_the_start_and_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path)
+    async with Gateway(config) as gw:
+        assert gw.cli is not None
+        replies = Replies()
+        gw.cli.listeners.append(replies)
+        await gw.cli.submit("hello")
+        await replies.wait()
+    (session,) = (config.data_dir / "sessions").glob("s_*.jsonl")
+    target = tmp_path / "elsewhere.jsonl"
+    session.rename(target)
+    before = target.read_bytes()
+    session.symlink_to(target)
+    (config.data_dir / "state" / "recovery.json").write_text('{"clean": false}')
+    with pytest.raises(StartupError, match=rf"^store.url: {session} is a symbolic link"):
+        await Gateway(config).start()
+    assert target.read_bytes() == before
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away takes root")
 async def test_a_data_dir_of_another_user_refuses_the_start(tmp_path: Path) -> None:
     data = tmp_path / "data"
