@@ -115,22 +115,33 @@ def create_private_database(path: str | os.PathLike[str]) -> None:
     """Make the SQLite file at ``path`` exist with mode 0600 before SQLite opens it.
 
     SQLite opens a database by name and gives its ``-wal`` and ``-shm`` files
-    the database's own mode, so creating the file here first (without following
-    a link) keeps all three private from their first byte. A database and
-    side files an older build left looser are tightened; a link at any of them
-    is refused.
+    the database's own mode, so creating the file here first (``O_EXCL``: a
+    link in its place is not followed) keeps all three private from their
+    first byte. An existing database, and side files, that an older build left
+    looser are tightened; a link at any of them is refused.
+
+    An existing file is never opened here: closing a descriptor drops every
+    POSIX lock this process holds on the file, and SQLite connections of this
+    process may hold some.
     """
-    for name in (os.fspath(path), *(os.fspath(path) + s for s in _SIDECARS)):
-        creating = name == os.fspath(path)
+    name = os.fspath(path)
+    try:
+        fd = open_private(name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        pass
+    else:
         try:
-            fd = open_private(name, os.O_RDWR | (os.O_CREAT if creating else 0))
-        except FileNotFoundError:
-            continue  # no side file yet: SQLite makes it with the database's mode
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise UnsafePathError(name, "is not a regular file")
-            if st.st_mode & _OPEN_TO_OTHERS and st.st_uid == os.geteuid():
-                os.fchmod(fd, PRIVATE_FILE)
+            os.fchmod(fd, PRIVATE_FILE)  # the umask may have taken the owner's bits
         finally:
             os.close(fd)
+    for file in (name, *(name + suffix for suffix in _SIDECARS)):
+        try:
+            st = os.lstat(file)
+        except FileNotFoundError:
+            continue  # no side file yet: SQLite makes it with the database's mode
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(file, _LINK)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(file, "is not a regular file")
+        if st.st_mode & _OPEN_TO_OTHERS and st.st_uid == os.geteuid():
+            os.chmod(file, PRIVATE_FILE)

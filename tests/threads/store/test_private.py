@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -131,6 +132,18 @@ async def test_sqlite_session_file_and_its_wal_are_0600_from_the_start(tmp_path:
         await store.close()
     assert mode(path) == 0o600
     assert mode(path.parent) == 0o700
+
+
+async def test_a_sqlite_file_an_older_build_left_0644_is_tightened(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    sqlite3.connect(path).close()
+    assert mode(path) == 0o644
+    store = SqliteStore(path)
+    try:
+        await store.create(header())
+    finally:
+        await store.close()
+    assert mode(path) == 0o600
 
 
 async def test_a_sqlite_file_planted_as_a_link_is_refused_and_its_target_untouched(
