@@ -4,12 +4,15 @@
     └── ConfigFileError    the file is missing or is not TOML
 
 A :class:`ConfigError` carries every problem found, each with its dotted path
-and the offending value (secrets shown as ``'**********'``).
+and the offending value (secrets shown as ``'**********'``, the credentials of
+a URL as ``***``). A :class:`ConfigFileError` is one line: ``<file>: <why>``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from config.redaction import redact_text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,7 +25,7 @@ class Problem:
 
     def __str__(self) -> str:
         shown = f" (got {self.value})" if self.value else ""
-        return f"{self.path or '<root>'}: {self.message}{shown}"
+        return redact_text(f"{self.path or '<root>'}: {self.message}{shown}")
 
 
 class ConfigError(Exception):
@@ -40,3 +43,7 @@ class ConfigFileError(ConfigError):
 
     def __init__(self, source: str, message: str) -> None:
         super().__init__(source, [Problem(path="", message=message)])
+        self.args = (f"{source}: {message}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])

@@ -20,6 +20,7 @@ from pydantic import SecretStr, ValidationError
 
 from config.errors import ConfigError, ConfigFileError, Problem
 from config.models import GatewayConfig
+from config.redaction import redact_text
 
 ENV_PREFIX = "GATEWAY_"
 ENV_CONFIG_PATH = "GATEWAY_CONFIG"
@@ -45,6 +46,11 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigFileError(str(path), "file not found") from None
     except OSError as exc:
         raise ConfigFileError(str(path), f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        byte = exc.object[exc.start]
+        raise ConfigFileError(
+            str(path), f"not UTF-8 text (byte 0x{byte:02x} at offset {exc.start})"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigFileError(str(path), f"not valid TOML: {exc}") from None
 
@@ -182,7 +188,7 @@ def problems_of(exc: ValidationError) -> list[Problem]:
         loc = [str(part) for part in error.get("loc", ())]
         path = ".".join(loc)
         message = str(error.get("msg", "invalid"))
-        message = message.removeprefix("Value error, ")
+        message = redact_text(message.removeprefix("Value error, "))
         value = ""
         if error.get("type") not in ("missing",) and "input" in error:
             value = _show(error["input"], secret=any(_is_secret(p) for p in loc))
@@ -199,5 +205,5 @@ def _is_secret(name: str) -> bool:
 def _show(value: Any, *, secret: bool) -> str:
     if secret or isinstance(value, SecretStr):
         return "'**********'"
-    text = repr(value)
+    text = redact_text(repr(value))
     return text if len(text) <= 80 else text[:77] + "..."

@@ -12,7 +12,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -25,6 +25,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from config.redaction import redact_url
 
 BusyPolicy = Literal["queue", "reject", "steer", "interrupt", "rollback", "collect"]
 Visibility = Literal["spawned", "all"]
@@ -70,17 +72,15 @@ def not_built(section: str, enabled: bool) -> bool:
     return enabled
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``: safe to print and log."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+def _no_credentials(value: str) -> str:
+    """Refuse a URL that carries a user name or password: keys belong in api_key or headers."""
+    parts = urlsplit(value)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "has credentials in it (user:pass@); a URL is printed in logs and errors, so put "
+            "the key in api_key, api_key_env or api_key_file, or a header under headers"
+        )
+    return value
 
 
 def read_secret(inline: SecretStr | None, path: Path | None, what: str) -> SecretStr | None:
@@ -149,23 +149,26 @@ class ProviderConfig(Section):
     """A model provider speaking the OpenAI chat-completions or Anthropic messages protocol."""
 
     kind: Literal["openai", "anthropic"] = "openai"
-    base_url: str = "https://api.openai.com/v1"
+    base_url: Annotated[str, AfterValidator(_no_credentials)] = "https://api.openai.com/v1"
     api_key: SecretStr | None = None
     api_key_env: str = ""
     api_key_file: Path | None = None
-    timeout_seconds: float = Field(default=120.0, gt=0)
+    # A socket wait: under 10 ms nothing answers; past an hour a hung peer holds a turn.
+    timeout_seconds: float = Field(default=120.0, ge=0.01, le=3600)
     max_retries: int = Field(default=4, ge=0, le=20)
-    retry_budget_seconds: float = Field(default=60.0, gt=0)
+    retry_budget_seconds: float = Field(default=60.0, ge=0, le=3600)
     headers: dict[str, str] = Field(default_factory=dict)
 
 
 class ModelSettings(Section):
     """Per-model settings: the limits compaction uses, the output cap, and streaming."""
 
-    context_window: int = Field(default=128_000, gt=0)
+    # Token counts: no model has a window of ten million tokens, and an absurd
+    # count is sent to the provider, which refuses every request with it.
+    context_window: int = Field(default=128_000, gt=0, le=10_000_000)
     reserve_tokens: int = Field(default=16_000, ge=0)
     keep_recent_tokens: int = Field(default=20_000, ge=0)
-    max_output_tokens: int = Field(default=4_096, gt=0)
+    max_output_tokens: int = Field(default=4_096, gt=0, le=1_000_000)
     stream: bool = True
     # Does the model accept images? Images users send are passed to it when it does.
     vision: bool = True
@@ -209,7 +212,9 @@ class AgentConfig(Section):
 
 
 class SubagentDefaults(Section):
-    archive_after_minutes: int = Field(default=60, ge=0)
+    # A year at most: a timedelta overflows past ~1.4e12 minutes, and archival
+    # later than a year is no archival.
+    archive_after_minutes: int = Field(default=60, ge=0, le=527_040)
 
 
 class SandboxDefaults(Section):
@@ -255,16 +260,20 @@ class BudgetConfig(Section):
 class ThreadsConfig(Section):
     """The runtime: concurrency, eviction, inboxes, busy policies, progress wakes, bounds."""
 
-    max_concurrent_turns: int = Field(default=32, ge=1)
-    idle_evict_seconds: float = Field(default=600.0, gt=0)
-    inbox_size: int = Field(default=256, ge=1)
+    # Bounds keep every timer a timer: a window of 1e-300 s spins the loop, one of
+    # 1e300 s (or inf) overflows the clocks it is added to. Under 10 ms a timer
+    # is a busy loop; past a day (an hour for waits a person sits through) a
+    # value is a typo.
+    max_concurrent_turns: int = Field(default=32, ge=1, le=100_000)
+    idle_evict_seconds: float = Field(default=600.0, ge=0.01, le=86_400)
+    inbox_size: int = Field(default=256, ge=1, le=1_000_000)
     continue_on_start: bool = True
-    collect_window_seconds: float = Field(default=1.5, gt=0)
-    close_deadline_seconds: float = Field(default=10.0, ge=0)
+    collect_window_seconds: float = Field(default=1.5, ge=0.01, le=3600)
+    close_deadline_seconds: float = Field(default=10.0, ge=0, le=3600)
     busy_policy: dict[str, BusyPolicy] = Field(default_factory=_default_busy)
-    progress_after_seconds: float = Field(default=60.0, gt=0)
-    progress_interval_seconds: float = Field(default=60.0, gt=0)
-    tool_timeout_seconds: float = Field(default=120.0, gt=0)
+    progress_after_seconds: float = Field(default=60.0, ge=0.01, le=86_400)
+    progress_interval_seconds: float = Field(default=60.0, ge=0.01, le=86_400)
+    tool_timeout_seconds: float = Field(default=120.0, ge=0.01, le=86_400)
     max_exchange_depth: int = Field(default=6, ge=1, le=100)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
@@ -410,9 +419,12 @@ class CronConfig(Section):
 
     enabled: bool = True
     timezone: TimeZoneName | None = None
-    misfire_grace_seconds: float = Field(default=60.0, ge=0)
+    # A week at most: a later fire is a new fire, not a late one.
+    misfire_grace_seconds: float = Field(default=60.0, ge=0, le=604_800)
     coalesce: bool = True
-    poll_seconds: float = Field(default=0.5, gt=0)
+    # How often the store is polled for edits: under 10 ms is a busy loop on
+    # the store, over a minute and an edit waits longer than anyone expects.
+    poll_seconds: float = Field(default=0.5, ge=0.01, le=60)
 
 
 class SendPolicyMatch(Section):

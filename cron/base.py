@@ -128,6 +128,7 @@ class JobStore(Protocol):
     """
 
     url: str
+    """The store's URL with any password redacted: for messages and log lines."""
 
     async def close(self) -> None: ...
 

@@ -14,13 +14,16 @@ Every error raised here derives from :class:`CronError`::
         └── NewerSchemaError             the store was written by a newer build
 
 Messages name the thing (the job id, the field, the store URL) and, where it
-helps, what to do next.
+helps, what to do next. A store URL is shown with its password redacted, and
+the driver's text a message quotes is scrubbed of credentials the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from config.redaction import redact_text, redact_url
 
 
 class CronError(Exception):
@@ -66,7 +69,7 @@ class JobNotFoundError(CronError, LookupError):
 
     def __init__(self, job_id: str, where: str = "") -> None:
         self.job_id = job_id
-        suffix = f" in {where}" if where else ""
+        suffix = f" in {redact_url(where)}" if where else ""
         super().__init__(
             f"cron job {job_id!r} not found{suffix}; `gateway cron list` shows the ids"
         )
@@ -112,7 +115,7 @@ class NoGatewayError(CronError):
         seen = f" (last seen {last_seen})" if last_seen else ""
         super().__init__(
             f"cannot run cron job {job_id!r} now: no gateway is running against "
-            f"{store_url}{seen}; start it with `gateway run` (the job still fires at its "
+            f"{redact_url(store_url)}{seen}; start it with `gateway run` (the job still fires at its "
             "next scheduled time)"
         )
 
@@ -125,8 +128,8 @@ class StoreError(CronError):
     """The state store refused the call or cannot be reached."""
 
     def __init__(self, url: str, detail: str) -> None:
-        self.url = url
-        super().__init__(f"cron state store {url}: {detail}")
+        self.url = redact_url(url)
+        super().__init__(f"cron state store {self.url}: {redact_text(detail)}")
 
 
 class NewerSchemaError(StoreError):

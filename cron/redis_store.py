@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from config.redaction import redact_url
 from cron.base import Advance, Beat, Changes, Recording, RunRequest
 from cron.errors import StoreError
 from cron.models import Job, JobState, RunRecord
@@ -154,7 +155,7 @@ class RedisJobStore:
     def __init__(
         self, client: aioredis.Redis, url: str, *, prefix: str = DEFAULT_PREFIX, keep_runs: int
     ) -> None:
-        self.url = url
+        self.url = redact_url(url)  # for messages and logs; never used to connect
         self._r = client
         self._p = prefix
         self._keep_runs = keep_runs

@@ -7,7 +7,9 @@ editing different jobs at once (the CLI and the running gateway, or two CLIs)
 serialize on SQLite's lock and never lose each other's edit.
 
 One connection per store value; an :class:`asyncio.Lock` keeps one
-transaction at a time on it.
+transaction at a time on it. The file holds task texts: it (and its ``-wal``
+and ``-shm``) is mode 0600 from its first byte, in a directory of mode 0700,
+and a link in its place is refused (:mod:`threads.store.private`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ import aiosqlite
 import orjson
 from pydantic import ValidationError
 
+from config.redaction import redact_url
 from cron.base import Advance, Beat, Changes, Recording, RunRequest
 from cron.errors import NewerSchemaError, StoreError
 from cron.models import Job, JobState, RunRecord
+from threads.errors import UnsafePathError
+from threads.store.private import create_private_database, make_private_dir
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
@@ -56,6 +61,11 @@ def sqlite_path(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///"))
 
 
+def _create(path: Path) -> None:
+    make_private_dir(path.parent)
+    create_private_database(path)
+
+
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
@@ -68,7 +78,7 @@ class SqliteJobStore:
     """Jobs, schedule state, run ledger, run requests and heartbeat in SQLite."""
 
     def __init__(self, db: aiosqlite.Connection, url: str, *, keep_runs: int) -> None:
-        self.url = url
+        self.url = redact_url(url)  # for messages and logs; never used to connect
         self._db = db
         self._lock = asyncio.Lock()
         self._keep_runs = keep_runs
@@ -78,9 +88,9 @@ class SqliteJobStore:
         """Open (creating when missing) the database at ``url``."""
         path = sqlite_path(url)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(_create, path)
             db = await aiosqlite.connect(path, isolation_level=None)
-        except (OSError, aiosqlite.Error) as exc:
+        except (OSError, UnsafePathError, aiosqlite.Error) as exc:
             raise StoreError(url, f"cannot open: {exc}") from exc
         try:
             await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

@@ -3,9 +3,12 @@
     async with Gateway(config) as gw:
         await gw.serve_forever()
 
-Start-up builds the store, the models, the tools, the agent loop, the thread
-manager, the router, the channels and the control socket, in that order; a
-failure part way tears down what started, in reverse. Close does the same.
+Start-up checks the data directories (private: see :mod:`gateway.preflight`),
+then builds the store (and checks it can be reached), the models, the tools,
+the agent loop, the thread manager, the router, the channels and the control
+socket, in that order; a failure part way tears down what started, in
+reverse. Close does the same. A start that cannot work raises
+:class:`StartupError`: one line naming the setting, credentials redacted.
 """
 
 from __future__ import annotations
@@ -23,17 +26,19 @@ from channels.errors import ChannelError
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
+from cron.errors import StoreError as CronStoreError
 from cron.manager_waker import ManagerWaker
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
 from gateway.lifetimes import Lifetimes
+from gateway.preflight import directory_problems, make_data_dirs
 from gateway.router import Router, endpoint_of
 from threads.agent.compaction import CompactionError
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
 from threads.agent.tools import Tool, ToolRegistry
 from threads.dispatch import dispatch_tool
-from threads.errors import ThreadsError
+from threads.errors import ThreadsError, UnreachableError, UnsafePathError
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
@@ -44,7 +49,7 @@ from threads.sessions.delegation import settle_unsettled
 from threads.sessions.policy import SendPolicy, key_of_endpoint, send_command
 from threads.sessions.tools import SESSION_TOOLS
 from threads.sinks import DropSink, Sink
-from threads.store import open_store
+from threads.store import check_reachable, open_store
 from threads.store.base import SessionStore, StoreOptions
 from threads.supervision import Supervisor
 
@@ -157,13 +162,17 @@ class Gateway:
 
     async def _start(self) -> None:
         config = self.config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._prepare_directories()
         if self._given_store is not None:
             self._store = self._given_store
         else:
             options = StoreOptions(salvage=config.store.salvage, fsync=config.store.fsync)
             self._store = open_store(config.store.url, options)
             self._lifetimes.push("session store", self._store.close)
+        try:
+            await check_reachable(self._store)
+        except UnreachableError as exc:
+            raise StartupError(f"store.url: {exc}") from None
 
         models = Models(config.models, clients=self._model_clients)
         self._lifetimes.push("model clients", models.close)
@@ -219,7 +228,10 @@ class Gateway:
 
         # With the channels up, input left unsettled by the last run continues, and
         # running turns are drained at close while the channels can still deliver.
-        await self._manager.start()
+        try:
+            await self._manager.start()
+        except UnsafePathError as exc:
+            raise StartupError(f"store.url: {exc}") from None
         self._lifetimes.push("thread manager", self._manager.close)
         Supervisor(self._manager).start()
         if config.cron.enabled:
@@ -227,9 +239,22 @@ class Gateway:
         # Delegations a stopped gateway left open are settled and announced (seed 002).
         self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
 
+    def _prepare_directories(self) -> None:
+        """Refuse data directories that are links, not ours or open to others; make the rest."""
+        problems = directory_problems(self.config)
+        if problems:
+            raise StartupError("; ".join(str(p) for p in problems))
+        try:
+            make_data_dirs(self.config)
+        except (OSError, UnsafePathError) as exc:
+            raise StartupError(f"data_dir: {exc}") from None
+
     async def _start_cron(self, tools: ToolRegistry) -> None:
         """Cron on the state store, waking threads through the manager; its tools for agents."""
-        store = await connect_store(self.config.state_store_url())
+        try:
+            store = await connect_store(self.config.state_store_url())
+        except CronStoreError as exc:
+            raise StartupError(f"{self._state_setting()}: {exc}") from None
         self._lifetimes.push("cron store", store.close)
         service = CronService.from_config(
             self.config,
@@ -243,6 +268,14 @@ class Gateway:
         for cron_tool in cron_tools(service):
             tools.register(cron_tool)
         self.manager.health_sources["cron"] = self._cron_health
+
+    def _state_setting(self) -> str:
+        """The setting that places the state store (cron's jobs and ledger)."""
+        if self.config.store.state_url:
+            return "store.state_url"
+        if self.config.store.url.startswith(("redis://", "rediss://")):
+            return "store.url"
+        return "data_dir"
 
     async def _cron_health(self) -> dict[str, Any]:
         assert self.cron is not None

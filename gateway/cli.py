@@ -28,11 +28,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 
-from config import ConfigError, GatewayConfig, load_config
+from config import ConfigError, ConfigFileError, GatewayConfig, Problem, load_config
+from config.loading import config_path
+from config.redaction import redact_text
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
 from gateway.errors import ControlError, GatewayError
 from gateway.sessions_cli import app as sessions_app
+from threads.errors import ThreadsError
+from threads.store import check_reachable
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -63,11 +67,11 @@ VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="log what t
 
 
 def load_or_exit(path: Path | None) -> GatewayConfig:
-    """The configuration, or every problem printed and exit code 2."""
+    """The configuration, or every problem printed (credentials redacted) and exit code 2."""
     try:
         return load_config(path)
     except ConfigError as exc:
-        typer.echo(str(exc), err=True)
+        typer.echo(redact_text(str(exc)), err=True)
         raise typer.Exit(2) from None
 
 
@@ -80,11 +84,14 @@ def setup_logging(verbose: bool) -> None:
 
 
 def run_or_exit(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main``; a gateway error is printed as one line, without a traceback (exit 1)."""
+    """Run ``main``; a gateway error is printed as one line, without a traceback (exit 1).
+
+    The line is scrubbed of URL credentials, whatever part of the gateway wrote it.
+    """
     try:
         asyncio.run(main)
     except GatewayError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {redact_text(str(exc))}", err=True)
         raise typer.Exit(1) from None
 
 
@@ -246,14 +253,15 @@ def check_session(
             return dict(answer["session"])
         manager, store = await _offline_manager(settings)
         try:
+            await check_reachable(store)
             return await manager.check_session(key)
         finally:
             await store.close()
 
     try:
         info = asyncio.run(go())
-    except (ControlError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+    except (ControlError, ThreadsError, ValueError) as exc:
+        typer.echo(f"error: {redact_text(str(exc))}", err=True)
         raise typer.Exit(1) from None
     lines = [f"{k}: {v}" for k, v in info.items()]
     _print_json_or(info, as_json, "\n".join(lines))
@@ -265,7 +273,11 @@ def check_session(
 def health(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Every active thread, with provider, session, cron, channel and memory figures."""
     settings = load_or_exit(config)
-    answer = asyncio.run(_ask(settings, "health"))
+    try:
+        answer = asyncio.run(_ask(settings, "health"))
+    except ControlError as exc:
+        typer.echo(f"error: {redact_text(str(exc))}", err=True)
+        raise typer.Exit(1) from None
     if answer is None:
         typer.echo(
             f"no gateway is running (no control socket at {settings.data_dir / 'gateway.sock'})",
@@ -336,16 +348,35 @@ def config_check(
     file: Annotated[Path | None, typer.Argument(help="the file to check")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Validate a configuration file: each problem with its dotted path and value."""
+    """Validate a configuration file: each problem with its dotted path and value.
+
+    Past the file itself, what start-up would refuse on this machine is checked
+    too (see :mod:`gateway.preflight`): data directories open to others, a
+    provider whose API key variable is not set.
+    """
+    from gateway.preflight import preflight
+
     path = file or config
     try:
-        load_config(path)
-    except ConfigError as exc:
-        typer.echo(f"{exc.source}: {len(exc.problems)} problem(s)")
-        for problem in exc.problems:
-            typer.echo(f"  {problem}")
+        settings = load_config(path)
+    except ConfigFileError as exc:
+        typer.echo(str(exc))
         raise typer.Exit(1) from None
-    typer.echo(f"{path or 'the default configuration'}: ok")
+    except ConfigError as exc:
+        _print_problems(exc.source, exc.problems)
+        raise typer.Exit(1) from None
+    source = str(config_path(path) or "the default configuration")
+    problems = preflight(settings)
+    if problems:
+        _print_problems(source, problems)
+        raise typer.Exit(1)
+    typer.echo(f"{source}: ok")
+
+
+def _print_problems(source: str, problems: list[Problem]) -> None:
+    typer.echo(f"{source}: {len(problems)} problem(s)")
+    for problem in problems:
+        typer.echo(f"  {problem}")
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from config import ConfigError, GatewayConfig, load_config
+from config.redaction import redact_text
 from cron.errors import CronError, InvalidJobError
 from cron.models import JobView, RunRecord
 from cron.service import CronService
@@ -341,7 +342,7 @@ def _config(ctx: typer.Context, path: Path | GatewayConfig | None) -> GatewayCon
     try:
         return load_config(path)
     except ConfigError as exc:
-        typer.echo(str(exc), err=True)
+        typer.echo(redact_text(str(exc)), err=True)
         raise typer.Exit(2) from None
 
 
@@ -361,7 +362,7 @@ def _call(
     except InvalidJobError as exc:
         _refused(exc)
     except CronError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {redact_text(str(exc))}", err=True)
         raise typer.Exit(1) from None
 
 

@@ -30,14 +30,15 @@ from rich.console import Console
 from rich.table import Table
 
 from config import ConfigError, GatewayConfig, load_config
+from config.redaction import redact_text
 from gateway.control import ControlClient
 from gateway.errors import ControlError
-from threads.errors import InvalidKeyError, ThreadsError
+from threads.errors import InvalidKeyError, ThreadsError, UnreachableError
 from threads.sessions.catalog import HISTORY_DEFAULT, LIST_DEFAULT, Catalog
 from threads.sessions.errors import ReservedSessionKeyError, UnknownSessionError
 from threads.sessions.keys import KINDS, resolve, translate
 from threads.sessions.policy import SETTINGS, write_override
-from threads.store import open_store
+from threads.store import check_reachable, open_store
 from threads.store.base import StoreOptions
 
 T = TypeVar("T")
@@ -164,6 +165,7 @@ def send_policy(
     async def go() -> dict[str, Any]:
         store = open_store(settings.store.url, StoreOptions(salvage=settings.store.salvage))
         try:
+            await check_reachable(store)
             name = str((await resolve(target, store, settings)).key)
             client = await ControlClient.connect(settings.data_dir / "gateway.sock")
             if client is not None:
@@ -194,7 +196,7 @@ def _load(path: Path | None) -> GatewayConfig:
 
 
 def _fail(message: str, *, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {redact_text(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -222,6 +224,7 @@ def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T
         options = StoreOptions(salvage=settings.store.salvage, no_lock=True)
         store = open_store(settings.store.url, options)
         try:
+            await check_reachable(store)
             return await read(Catalog(store, settings))
         finally:
             await store.close()
@@ -232,8 +235,10 @@ def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T
         _fail(str(exc))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
         _fail(str(exc), code=2)
+    except UnreachableError as exc:
+        _fail(str(exc))
     except (ThreadsError, OSError) as exc:
-        _fail(f"cannot read the session store {settings.store.url}: {exc}")
+        _fail(f"cannot read the session store {settings.store.safe_url}: {exc}")
 
 
 def _part_text(part: dict[str, Any]) -> str:

@@ -11,7 +11,10 @@ Every error raised here derives from :class:`ThreadsError`::
     │   ├── ClosedError                    the Session value was closed       (reopen)
     │   ├── CorruptError                   stored bytes that do not decode    (terminal)
     │   ├── NewerFormatError               data written by a newer build      (terminal)
-    │   └── InvalidIdError (ValueError)    an id that is not one path component
+    │   ├── InvalidIdError (ValueError)    an id that is not one path component
+    │   ├── UnsafePathError                a symbolic link or a foreign file where
+    │   │                                  the store keeps its data (refused, not followed)
+    │   └── UnreachableError               the store's server cannot be reached
     ├── InvalidKeyError (ValueError)   a session key that breaks a rule
     ├── BusyError                      a turn is running (reject policy, between-turn ops)
     ├── ReservedKeyError (ValueError)  a ``weft.`` metadata key in set_info
@@ -72,6 +75,25 @@ class StaleError(StoreError):
         self.session = session
         msg = f"session {session} changed since it was opened; open it again to write"
         super().__init__(msg + (f" ({detail})" if detail else ""))
+
+
+class UnsafePathError(StoreError):
+    """A path the store would use is a symbolic link or not ours: refused, never followed."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(f"{path} {detail}")
+
+
+class UnreachableError(StoreError):
+    """The store's server cannot be reached (down, a wrong address, refused credentials).
+
+    ``where`` is the store's URL with its password redacted.
+    """
+
+    def __init__(self, where: str, detail: str) -> None:
+        self.where = where
+        super().__init__(f"the session store {where} cannot be reached: {detail}")
 
 
 class ClosedError(StoreError):

@@ -5,18 +5,23 @@ unclean; a clean close writes the keys that still hold queued input. A start
 that finds no clean record (a first run, or a process that died) looks at
 every key. The record also keeps the exchange chains that were stopped
 (:mod:`threads.chains`), written as soon as one is, so none starts again.
+The record (it names sessions) is mode 0600 in a 0700 directory, and is never
+read or written through a symbolic link.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import logging
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from threads.errors import UnsafePathError
 from threads.store.base import SessionStore
+from threads.store.private import make_private_dir, read_private, write_private
+
+log = logging.getLogger(__name__)
 
 
 class RecoveryLog:
@@ -37,10 +42,7 @@ class RecoveryLog:
         self._carried = list(keys)
 
     async def begin(self, store: SessionStore) -> list[str]:
-        record: dict[str, Any] = {}
-        if self.path is not None and self.path.exists():
-            with contextlib.suppress(orjson.JSONDecodeError, OSError):
-                record = orjson.loads(self.path.read_bytes())
+        record = self._read()
         stopped = record.get("stopped")
         self.stopped = dict(stopped) if isinstance(stopped, dict) else {}
         if record.get("clean"):
@@ -58,12 +60,25 @@ class RecoveryLog:
         self.stopped = dict(stopped)
         self._write({"clean": False})
 
+    def _read(self) -> dict[str, Any]:
+        """The last record; an unreadable one counts as none (every key is looked at)."""
+        if self.path is None:
+            return {}
+        try:
+            record = orjson.loads(read_private(self.path))
+        except FileNotFoundError:
+            return {}
+        except (orjson.JSONDecodeError, OSError, UnsafePathError) as exc:
+            log.warning(
+                "recovery record %s not read (%s); looking at every session key", self.path, exc
+            )
+            return {}
+        return record if isinstance(record, dict) else {}
+
     def _write(self, record: dict[str, Any]) -> None:
         if self.stopped:
             record = {**record, "stopped": self.stopped}
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(record))
-        os.replace(tmp, self.path)
+        make_private_dir(self.path.parent)
+        write_private(self.path, orjson.dumps(record))

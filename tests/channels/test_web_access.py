@@ -238,7 +238,8 @@ async def test_an_empty_token_file_stops_the_start_naming_the_setting(tmp_path: 
 
 async def test_a_damaged_key_file_stops_the_start_naming_the_file(tmp_path: Path) -> None:
     config = make_config(tmp_path)
-    (config.data_dir / "state").mkdir(parents=True)
+    (config.data_dir / "state").mkdir(parents=True, mode=0o700)
+    config.data_dir.chmod(0o700)
     (config.data_dir / "state" / "web_secret").write_text("not a key\n")
     with pytest.raises(StartupError, match=r"web_secret is not a web chat key: delete it"):
         await Gateway(config, control=False).start()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, GatewayConfig, load_config
+from config import ConfigError, ConfigFileError, GatewayConfig, load_config
 from config.loading import env_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,11 +175,13 @@ def test_a_model_naming_an_unconfigured_provider_is_refused(tmp_path: Path) -> N
     assert "openai" in str(caught.value)
 
 
-def test_config_check_exits_zero_on_a_valid_file() -> None:
+def test_config_check_exits_zero_on_a_valid_file(tmp_path: Path) -> None:
+    # In an empty directory: the check also looks at the (relative) data_dir.
     result = subprocess.run(
         [*GATEWAY, "config", "check", str(ROOT / "gateway.example.toml")],
         capture_output=True,
         text=True,
+        cwd=tmp_path,
         check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -219,3 +221,74 @@ def test_a_store_url_password_is_never_shown() -> None:
     assert redact_url("redis://app:hunter2@db/1") == "redis://app:***@db/1"
     assert redact_url("jsonl://./data/sessions") == "jsonl://./data/sessions"
     assert "hunter2" not in StoreConfig(url="rediss://:hunter2@h:6380/2").safe_url
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line_naming_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_bytes(b'timezone = "UTC"\n# caf\xe9\n')
+    with pytest.raises(ConfigFileError) as caught:
+        load_config(path, env={})
+    assert str(caught.value) == f"{path}: not UTF-8 text (byte 0xe9 at offset 22)"
+    for command in (["config", "check", str(path)], ["run", "--config", str(path)]):
+        result = subprocess.run(
+            [*GATEWAY, *command], capture_output=True, text=True, cwd=tmp_path, check=False
+        )
+        assert result.returncode != 0
+        printed = (result.stdout + result.stderr).splitlines()
+        assert printed == [f"{path}: not UTF-8 text (byte 0xe9 at offset 22)"], command
+
+
+def test_a_provider_base_url_with_credentials_is_refused_and_shown_redacted(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path, '[models.providers.local]\nbase_url = "https://bob:hunter2@llm.internal/v1"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    (problem,) = caught.value.problems
+    assert problem.path == "models.providers.local.base_url"
+    assert "api_key" in problem.message
+    assert "hunter2" not in str(caught.value)
+    assert "https://bob:***@llm.internal/v1" in str(caught.value)
+    result = subprocess.run(
+        [*GATEWAY, "config", "check", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert "models.providers.local.base_url" in result.stdout
+    assert "hunter2" not in result.stdout + result.stderr
+
+
+def test_a_store_url_refused_for_its_scheme_is_shown_redacted(tmp_path: Path) -> None:
+    path = write(tmp_path, '[store]\nurl = "postgres://app:hunter2@db/gw"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert [p.path for p in caught.value.problems] == ["store.url"]
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("cron.poll_seconds", "1e-300"),
+        ("cron.poll_seconds", "61"),
+        ("cron.poll_seconds", "inf"),
+        ("cron.misfire_grace_seconds", "1e300"),
+        ("threads.collect_window_seconds", "1e-300"),
+        ("threads.idle_evict_seconds", "inf"),
+        ("threads.tool_timeout_seconds", "1e-300"),
+        ("threads.close_deadline_seconds", "1e300"),
+        ("models.providers.p.timeout_seconds", "1e-300"),
+        ("models.providers.p.retry_budget_seconds", "inf"),
+        ("agent_defaults.subagents.archive_after_minutes", "10000000000000"),
+        ('models.settings."p/m".context_window', "100000000000"),
+    ],
+)
+def test_an_absurd_number_is_refused_naming_its_setting(
+    tmp_path: Path, setting: str, value: str
+) -> None:
+    table, _, name = setting.rpartition(".")
+    path = write(tmp_path, f"[{table}]\n{name} = {value}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert [p.path for p in caught.value.problems] == [setting.replace('"', "")]

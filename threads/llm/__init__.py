@@ -80,20 +80,22 @@ def resolve_api_key(provider_name: str, config: ProviderConfig) -> str:
     Errors name the setting, never the secret.
     """
     where = f"models.providers.{provider_name}"
+    key_file = f"{where}.api_key_file"
     try:
-        secret = read_secret(config.api_key, config.api_key_file, f"{where}.api_key_file")
+        secret = read_secret(config.api_key, config.api_key_file, key_file)
     except ValueError as exc:
-        raise ModelConfigError(str(exc)) from None
+        raise ModelConfigError(key_file, str(exc).removeprefix(f"{key_file}: ")) from None
     if secret is not None and secret.get_secret_value():
         return secret.get_secret_value()
     if config.api_key_file is not None:
-        raise ModelConfigError(f"{where}.api_key_file {config.api_key_file} is empty")
+        raise ModelConfigError(key_file, f"{config.api_key_file} is empty")
     if config.api_key_env:
         value = os.environ.get(config.api_key_env, "")
         if not value:
             raise ModelConfigError(
-                f"{where}.api_key_env names {config.api_key_env}, which is not set "
-                "in the environment; export it or set api_key_file"
+                f"{where}.api_key_env",
+                f"names {config.api_key_env}, which is not set in the environment; "
+                "export it or set api_key_file",
             )
         return value
     vendor_env = _VENDOR_KEYS.get(_host(_base_url(config)))

@@ -24,7 +24,15 @@ class ModelError(ThreadsError):
 
 
 class ModelConfigError(ModelError, ValueError):
-    """A provider whose configuration cannot work (e.g. an API key variable that is not set)."""
+    """A provider whose configuration cannot work (e.g. an API key variable that is not set).
+
+    ``setting`` is the dotted path of the option to change; ``detail`` says why.
+    """
+
+    def __init__(self, setting: str, detail: str) -> None:
+        self.setting = setting
+        self.detail = detail
+        super().__init__(f"{setting} {detail}")
 
 
 class ContextOverflowError(ModelError):

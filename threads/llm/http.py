@@ -21,6 +21,7 @@ from typing import Any, Protocol, Self
 import aiohttp
 import orjson
 
+from config.redaction import redact_text, redact_url
 from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
 from threads.llm.errors import (
     ModelConnectionError,
@@ -55,6 +56,7 @@ class HTTPModelClient(ABC):
     ``name`` is the provider's name in the configuration and appears in every
     error and log line. ``secret`` (the API key, or "") is redacted from any
     provider text before it reaches an error; it never appears in ``repr``.
+    Errors, logs and ``repr`` show ``url`` with any credentials redacted.
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class HTTPModelClient(ABC):
     ) -> None:
         self.name = name
         self.url = url
+        self._shown_url = redact_url(url)
         self.timeout_seconds = timeout_seconds
         self._headers = dict(headers)
         self._secret = secret
@@ -86,7 +89,7 @@ class HTTPModelClient(ABC):
         self._retrier = Retrier(retry or RetryPolicy(), provider=name, **retrier_args)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, url={self.url!r})"
+        return f"{type(self).__name__}(name={self.name!r}, url={self._shown_url!r})"
 
     # -- the protocol, supplied by subclasses ------------------------------------------
 
@@ -214,10 +217,10 @@ class HTTPModelClient(ABC):
     # -- errors ------------------------------------------------------------------------
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key blanked out."""
+        """``text`` with the API key and any URL credentials blanked out."""
         if self._secret and self._secret in text:
-            return text.replace(self._secret, "[redacted]")
-        return text
+            text = text.replace(self._secret, "[redacted]")
+        return redact_text(text)
 
     def _status_error(self, resp: aiohttp.ClientResponse, raw: bytes, model: str) -> ModelError:
         body = self.redact(raw.decode("utf-8", "replace"))
@@ -236,7 +239,7 @@ class HTTPModelClient(ABC):
     def _timeout(self, request: ModelRequest, *, partial: bool) -> ModelTimeoutError:
         what = "stopped streaming for" if partial else "did not answer within"
         return ModelTimeoutError(
-            f"{self.name}: model {request.model} {what} {self.timeout_seconds:g}s ({self.url})",
+            f"{self.name}: model {request.model} {what} {self.timeout_seconds:g}s ({self._shown_url})",
             partial=partial,
         )
 
@@ -246,6 +249,6 @@ class HTTPModelClient(ABC):
         what = "lost the connection to" if partial else "cannot reach"
         detail = self.redact(str(exc)) or type(exc).__name__
         return ModelConnectionError(
-            f"{self.name}: {what} {self.url} for model {request.model}: {detail}",
+            f"{self.name}: {what} {self._shown_url} for model {request.model}: {detail}",
             partial=partial,
         )

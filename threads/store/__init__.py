@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from threads.store.base import SessionStore, StoreOptions
+from config.redaction import redact_url
+from threads.store.base import Pinger, SessionStore, StoreOptions
 
 SCHEMES = ("memory://", "jsonl://PATH", "sqlite:///PATH", "redis://HOST:PORT/DB")
 
@@ -24,33 +25,47 @@ def open_store(url: str, options: StoreOptions | None = None) -> SessionStore:
     for an absolute one); ``redis://127.0.0.1:6379/0`` — a Redis database
     (``rediss://`` for TLS). Nothing is touched until the first call.
     """
+    shown = redact_url(url)
     scheme, sep, rest = url.partition("://")
     scheme = scheme.lower()
     if not sep:
-        raise ValueError(f"store URL {url!r} has no scheme; use one of {', '.join(SCHEMES)}")
+        raise ValueError(f"store URL {shown!r} has no scheme; use one of {', '.join(SCHEMES)}")
     if scheme == "memory":
         from threads.store.memory import MemoryStore
 
         return MemoryStore(options)
     if scheme == "jsonl":
         if not rest:
-            raise ValueError(f"store URL {url!r} names no directory, e.g. jsonl://./data/sessions")
+            raise ValueError(
+                f"store URL {shown!r} names no directory, e.g. jsonl://./data/sessions"
+            )
         from threads.store.jsonl import JsonlStore
 
         return JsonlStore(rest, options)
     if scheme == "sqlite":
         path = rest[1:] if rest.startswith("/") else rest
         if not path:
-            raise ValueError(f"store URL {url!r} names no file, e.g. sqlite:///./data/gateway.db")
+            raise ValueError(f"store URL {shown!r} names no file, e.g. sqlite:///./data/gateway.db")
         from threads.store.sqlite import SqliteStore
 
         return SqliteStore(path, options)
     if scheme in ("redis", "rediss", "unix"):
-        urlsplit(url)  # let a malformed URL fail here, naming itself
+        try:
+            urlsplit(url)  # let a malformed URL fail here, naming itself
+        except ValueError as exc:
+            raise ValueError(f"store URL {shown!r} is malformed: {exc}") from None
         from threads.store.redis import RedisStore
 
         return RedisStore(url, options)
-    raise ValueError(f"unknown store scheme {scheme!r} in {url!r}; use one of {', '.join(SCHEMES)}")
+    raise ValueError(
+        f"unknown store scheme {scheme!r} in {shown!r}; use one of {', '.join(SCHEMES)}"
+    )
 
 
-__all__ = ["SessionStore", "StoreOptions", "open_store"]
+async def check_reachable(store: SessionStore) -> None:
+    """Fail now, with :class:`UnreachableError`, when the store's server cannot be reached."""
+    if isinstance(store, Pinger):
+        await store.ping()
+
+
+__all__ = ["SessionStore", "StoreOptions", "check_reachable", "open_store"]

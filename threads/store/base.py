@@ -2,8 +2,9 @@
 
 ``Storage`` is create / append / load / list / delete (seed 003 "Storage").
 ``KeyIndex`` maps session keys to the current session id of each key. The
-optional capabilities — ``Watcher``, ``Flusher``, ``Releaser``, ``Leaser`` —
-are separate protocols a backend may also satisfy, found with ``isinstance``.
+optional capabilities — ``Watcher``, ``Flusher``, ``Releaser``, ``Leaser``,
+``Pinger`` — are separate protocols a backend may also satisfy, found with
+``isinstance``.
 
 Rules every backend keeps (the conformance suite pins them):
 
@@ -225,3 +226,15 @@ class Leaser(Protocol):
     async def acquire(self, session: str, holder: object) -> tuple[int, datetime]: ...
 
     async def yield_lease(self, session: str, holder: object) -> None: ...
+
+
+@runtime_checkable
+class Pinger(Protocol):
+    """A backend behind a server: ``ping`` checks it can be reached now.
+
+    Raises :class:`UnreachableError` (its URL's password redacted) when it
+    cannot, so a start-up or a command fails with one line naming the store
+    rather than at its first read.
+    """
+
+    async def ping(self) -> None: ...

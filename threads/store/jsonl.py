@@ -2,7 +2,8 @@
 
 ``<root>/<id>.jsonl`` (mode 0600, in a directory of mode 0700) holds the
 header line and then one line per entry, readable with ``jq`` and backed up
-with ``cp``. Writes go through one writer thread per store (the
+with ``cp``. Files are opened without following symbolic links, and a root
+that is a link is refused (:mod:`threads.store.private`). Writes go through one writer thread per store (the
 :class:`~threads.store.committer.Committer`): an append is one ``os.write``
 of the whole encoded batch on an ``O_APPEND`` descriptor, and under the
 ``every_append`` policy the round's touched files are fsynced once each
@@ -26,6 +27,7 @@ import fcntl
 import gc
 import os
 import secrets
+import stat
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import suppress
@@ -33,7 +35,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from threads.errors import ExistsError, NewerFormatError, NotFoundError
+from threads.errors import ExistsError, NewerFormatError, NotFoundError, UnsafePathError
 from threads.messages import WireError
 from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
@@ -51,6 +53,7 @@ from threads.store.keyfile import KeyJournal, encode_point, fsync_dir, read_jour
 from threads.store.leases import Leases
 from threads.store.lines import decode_session, encode_batch
 from threads.store.listing import DirectoryListing
+from threads.store.private import make_private_dir, open_private
 from threads.store.rules import ZERO_TIME, check_header, check_id
 from threads.store.watching import Pulse, tail
 
@@ -232,7 +235,7 @@ class JsonlStore:
         def write() -> None:
             self._ensure_root()
             path = self._path(session)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
                 os.write(fd, data)
             finally:
@@ -248,8 +251,8 @@ class JsonlStore:
         if os.path.lexists(path):
             raise ExistsError(header.id)
         tmp = os.path.join(self._root, f".{header.id}.{secrets.token_hex(6)}.tmp")
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        fd = self._handles.open(header.id, partial(os.open, tmp, flags, 0o600))
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        fd = self._handles.open(header.id, partial(open_private, tmp, flags))
         try:
             if not self._options.no_lock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new inode: nobody else has it
@@ -402,7 +405,7 @@ class JsonlStore:
                 gc.enable()
 
     def _list_sync(self, query: Query) -> Page:
-        if not os.path.isdir(self._root):
+        if not self._root_exists():
             return Page(sessions=[], total=0)
         try:
             return self._listing.page(query)
@@ -422,7 +425,7 @@ class JsonlStore:
         return self._keys
 
     def _load_keys(self) -> dict[str, str]:
-        if not os.path.isdir(self._root):
+        if not self._root_exists():
             return {}
         keys = read_journal(self._root, salvage=self._options.salvage)
         if keys is not None:
@@ -443,7 +446,7 @@ class JsonlStore:
 
     def _open_existing(self, session: str, flags: int) -> int:
         try:
-            return os.open(self._path(session), flags | os.O_CLOEXEC)
+            return open_private(self._path(session), flags)
         except FileNotFoundError:
             raise NotFoundError(session) from None
 
@@ -464,15 +467,26 @@ class JsonlStore:
             )
 
     def _must_exist(self, session: str) -> None:
-        if not os.path.exists(self._path(session)):
+        if not os.path.lexists(self._path(session)):
             raise NotFoundError(session)
+
+    def _root_exists(self) -> bool:
+        """Whether the root exists yet; a root that is a link is refused, not followed."""
+        try:
+            st = os.lstat(self._root)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(
+                self._root, "is a symbolic link; point the store at the real directory"
+            )
+        return stat.S_ISDIR(st.st_mode)
 
     def _ensure_root(self) -> None:
         if self._root_ready:
             return
-        if not os.path.isdir(self._root):
-            os.makedirs(self._root, mode=0o700, exist_ok=True)
-            os.chmod(self._root, 0o700)
+        if not self._root_exists():
+            make_private_dir(self._root)
         else:
             self._sweep_temporaries()
         self._root_ready = True

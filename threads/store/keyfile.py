@@ -23,6 +23,7 @@ import orjson
 
 from threads.errors import CorruptError, LockedError
 from threads.store.lines import split_torn
+from threads.store.private import open_private, read_private
 
 JOURNAL = ".keys.jsonl"
 KEY_INDEX = "(key index)"
@@ -70,7 +71,7 @@ class KeyJournal:
 
     def open(self, seed: Mapping[str, str]) -> None:
         """Open and lock the journal; write ``seed`` when it is new; compact a bloated one."""
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        fd = open_private(self._path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             self._lock(fd)
             data = _read_fd(fd)
@@ -118,7 +119,7 @@ class KeyJournal:
 
     def _compact(self, keys: Mapping[str, str]) -> None:
         tmp = os.path.join(self._root, f".keys.{secrets.token_hex(6)}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         try:
             self._lock(fd)
             body = b"".join(encode_point(k, s) for k, s in keys.items())
@@ -140,8 +141,7 @@ class KeyJournal:
 def read_journal(root: str, *, salvage: bool) -> dict[str, str] | None:
     """The journal's map, or None when the directory has no journal."""
     try:
-        with open(os.path.join(root, JOURNAL), "rb") as f:
-            data = f.read()
+        data = read_private(os.path.join(root, JOURNAL))
     except FileNotFoundError:
         return None
     return parse_journal(data, salvage=salvage)[0]

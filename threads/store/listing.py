@@ -15,12 +15,15 @@ them, from the part of each file not yet scanned.
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import orjson
 
@@ -30,7 +33,10 @@ from threads.messages import WireError
 from threads.store.base import Page, Query
 from threads.store.codec import decode_header
 from threads.store.entries import Header
+from threads.store.private import open_private
 from threads.store.rules import created_us, page_of, page_of_sorted
+
+log = logging.getLogger(__name__)
 
 _SETTLED_NS = 2_000_000_000
 
@@ -77,6 +83,7 @@ class DirectoryListing:
         self._headers: list[Header] = []
         self._seen_mtime = -1
         self._scanned_at = 0
+        self._refused: set[str] = set()  # names that are not regular files, warned about once
         self._lock = threading.Lock()
 
     def page(self, query: Query) -> Page:
@@ -135,6 +142,9 @@ class DirectoryListing:
                     st = item.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # deleted since the directory was read
+                if not stat.S_ISREG(st.st_mode):
+                    self._refuse(item.path, st)
+                    continue
                 if (
                     known is not None
                     and st.st_ctime_ns == known.changed
@@ -165,10 +175,18 @@ class DirectoryListing:
         self._keys = [key for key, _ in rows]
         self._headers = [header for _, header in rows]
 
+    def _refuse(self, path: str, st: os.stat_result) -> None:
+        """A name that looks like a session but is a link (or no file): left out, said once."""
+        if path in self._refused:
+            return
+        self._refused.add(path)
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        log.warning("%s is %s; it is left out of the session list and never followed", path, what)
+
     def _title(self, name: str, item: _Listed) -> str:
         """The session's current title: the last info entry with a non-empty title."""
         try:
-            with open(os.path.join(self._root, name), "rb") as f:
+            with _open_nofollow(os.path.join(self._root, name)) as f:
                 size = os.fstat(f.fileno()).st_size
                 if size < item.title_offset:
                     item.title_offset, item.title = 0, ""
@@ -190,7 +208,7 @@ class DirectoryListing:
 def _read_header_line(path: str) -> bytes | None:
     """The file's first line (b"" when it has none yet), or None when the file is gone."""
     try:
-        with open(path, "rb") as f:
+        with _open_nofollow(path) as f:
             data = f.read(4096)
             while b"\n" not in data:
                 more = f.read(65536)
@@ -200,6 +218,10 @@ def _read_header_line(path: str) -> bytes | None:
     except FileNotFoundError:
         return None
     return data[: data.index(b"\n")]
+
+
+def _open_nofollow(path: str) -> BinaryIO:
+    return os.fdopen(open_private(path, os.O_RDONLY), "rb")
 
 
 def _decode_header(line: bytes) -> Header | None:

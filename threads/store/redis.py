@@ -37,8 +37,17 @@ from typing import Any, TypeAlias
 
 import orjson
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
-from threads.errors import ExistsError, LockedError, NewerFormatError, NotFoundError, StaleError
+from config.redaction import redact_text, redact_url
+from threads.errors import (
+    ExistsError,
+    LockedError,
+    NewerFormatError,
+    NotFoundError,
+    StaleError,
+    UnreachableError,
+)
 from threads.messages import WireError
 from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
@@ -158,6 +167,7 @@ class RedisStore:
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=30
         )
+        self._shown_url = redact_url(url)
         self._redis: aioredis.Redis = aioredis.Redis.from_pool(pool)
         self._options = options or StoreOptions()
         self._prefix = prefix
@@ -179,6 +189,15 @@ class RedisStore:
         self._closed = False
 
     # -- Storage
+
+    async def ping(self) -> None:
+        """Check the server answers; :class:`UnreachableError` when it does not."""
+        try:
+            await self._redis.ping()
+        except (RedisError, OSError) as exc:
+            raise UnreachableError(
+                self._shown_url, redact_text(str(exc)) or type(exc).__name__
+            ) from None
 
     async def create(self, header: Header) -> None:
         check_header(header)

@@ -29,7 +29,6 @@ import os
 import secrets
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import suppress
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -45,6 +44,7 @@ from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header, InfoEntry
 from threads.store.leases import Leases
 from threads.store.lines import complete_end, decode_session, encode_batch
+from threads.store.private import create_private_database, make_private_dir
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us
 from threads.store.watching import Pulse, advance, tail
 
@@ -506,15 +506,13 @@ class SqliteStore:
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
-            parent = os.path.dirname(os.path.abspath(self._path))
-            os.makedirs(parent, mode=0o700, exist_ok=True)
+            make_private_dir(os.path.dirname(os.path.abspath(self._path)))
+            create_private_database(self._path)
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 5000")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._every else 'NORMAL'}")
             conn.executescript(SCHEMA)
-            with suppress(OSError):
-                os.chmod(self._path, 0o600)
             self._conn = conn
             self._txn = _Transaction(conn, self._held.clear)
         return self._conn

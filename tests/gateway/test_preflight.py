@@ -1,0 +1,74 @@
+"""``gateway config check`` refuses what start-up would refuse on this machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from gateway.cli import app
+
+UNSET = "WEFT_TEST_KEY_THAT_IS_NOT_SET"
+
+
+def check(path: Path) -> Result:
+    return CliRunner().invoke(app, ["config", "check", str(path)])
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gateway.toml"
+    path.write_text(f'data_dir = "{tmp_path / "data"}"\n' + text)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(UNSET, raising=False)
+
+
+def test_an_unset_key_variable_of_the_default_models_provider_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(
+        tmp_path,
+        f'[models]\ndefault = "openai/gpt-x"\n[models.providers.openai]\napi_key_env = "{UNSET}"\n'
+        # A provider no model uses is not started, so its key is not looked for.
+        f'[models.providers.spare]\napi_key_env = "{UNSET}"\n',
+    )
+    result = check(path)
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"{path}: 1 problem(s)",
+        f"  models.providers.openai.api_key_env: names {UNSET}, which is not set in the "
+        "environment; export it or set api_key_file (for models.default 'openai/gpt-x')",
+    ]
+    monkeypatch.setenv(UNSET, "sk-present")
+    result = check(path)
+    assert result.output == f"{path}: ok\n"
+    assert result.exit_code == 0
+
+
+def test_an_unset_key_variable_of_an_agents_provider_is_named(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f'[models.providers.router]\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "{UNSET}"\n'
+        '[agents.default]\nmodel = "router/small"\n',
+    )
+    result = check(path)
+    assert result.exit_code == 1
+    assert "models.providers.router.api_key_env" in result.output
+    assert "agents.default.model 'router/small'" in result.output
+
+
+def test_a_data_dir_open_to_others_is_named_with_its_fix(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(data, 0o755)
+    result = check(path)
+    assert result.exit_code == 1
+    assert f"  data_dir: {data} is open to other users (mode 0755): chmod 700 {data}" in (
+        result.output.splitlines()
+    )
