@@ -19,17 +19,23 @@ ChatType = Literal["direct", "group", "channel"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MediaRef:
-    """A file the user sent, by reference (the platform's file id or a URL)."""
+    """A file the user sent, by reference (the platform's file id or a URL), and its size."""
 
     kind: str
     ref: str
     media_type: str = ""
     name: str = ""
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Inbound:
-    """One message from a channel user, after dedup and access checks."""
+    """One message from a channel user, after dedup and access checks.
+
+    ``reply_to`` is the id of the message it answers and ``reply_to_text`` that
+    message's text (shortened); ``reply_to_bot`` says it answers the bot.
+    ``mentioned`` says the message addresses the bot (always, in a direct chat).
+    """
 
     channel: str
     chat_id: str
@@ -38,6 +44,8 @@ class Inbound:
     user_name: str = ""
     message_id: str = ""
     reply_to: str = ""
+    reply_to_text: str = ""
+    reply_to_bot: bool = False
     chat_type: ChatType = "direct"
     mentioned: bool = False
     media: tuple[MediaRef, ...] = ()

@@ -320,30 +320,68 @@ class AccessConfig(Section):
     require_mention_in_groups: bool = True
 
 
-class TelegramConfig(Section):
-    enabled: bool = False
+class TelegramAccount(Section):
+    """One Telegram bot: its token, how it receives updates, and who may talk to it.
+
+    The token comes from ``token_env`` (default ``TELEGRAM_BOT_TOKEN``), or
+    ``token_file``, or ``token`` inline; it is never logged. ``polling`` asks
+    Telegram for updates; ``webhook`` has Telegram POST them to ``webhook_url``,
+    which must reach the gateway's web server at ``/telegram/<account>``, each
+    one carrying ``webhook_secret``.
+    """
+
     token: SecretStr | None = None
+    token_env: str = "TELEGRAM_BOT_TOKEN"
     token_file: Path | None = None
     mode: Literal["polling", "webhook"] = "polling"
     webhook_url: str = ""
     webhook_secret: SecretStr | None = None
     webhook_secret_file: Path | None = None
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: int = Field(default=8443, ge=1, le=65535)
     base_url: str = "https://api.telegram.org/bot"
+    base_file_url: str = "https://api.telegram.org/file/bot"
+    # Telegram's own flood limits (30 messages/s, 20/min per group), kept by PTB.
+    rate_limit: bool = True
+    # While a turn runs: the typing indicator, and the answer streamed into one
+    # message edited in place (at most one edit per edit_seconds).
+    typing: bool = True
+    stream_edits: bool = True
+    edit_seconds: float = Field(default=1.0, ge=0.0, le=60.0)
     access: AccessConfig = Field(default_factory=AccessConfig)
 
-    @field_validator("enabled")
-    @classmethod
-    def _built(cls, enabled: bool) -> bool:
-        return not_built("channels.telegram", enabled)
+    @model_validator(mode="after")
+    def _webhook(self) -> TelegramAccount:
+        if self.mode == "webhook":
+            if not self.webhook_url.startswith("https://"):
+                raise ValueError(
+                    "mode = 'webhook' needs webhook_url, the https:// address Telegram posts "
+                    "updates to (it must reach this gateway's web server)"
+                )
+            if self.webhook_secret is None and self.webhook_secret_file is None:
+                raise ValueError(
+                    "mode = 'webhook' needs webhook_secret (or webhook_secret_file): Telegram "
+                    "sends it with every update, so nobody else can post updates"
+                )
+        return self
 
-    @field_validator("webhook_listen")
+
+class TelegramConfig(TelegramAccount):
+    """The Telegram channel: the default bot, and more bots under ``accounts.<name>``.
+
+    The default bot's chats are ``telegram:<user id>``, ``telegram:group:<chat id>``
+    and ``telegram:group:<chat id>:topic:<thread id>``; another account's carry its
+    name: ``telegram.<name>:<user id>``.
+    """
+
+    enabled: bool = False
+    accounts: dict[str, TelegramAccount] = Field(default_factory=dict)
+
+    @field_validator("accounts")
     @classmethod
-    def _guarded(cls, host: str, info: ValidationInfo) -> str:
-        return check_listener(
-            host, info, "channels.telegram", "webhook_secret", "webhook_secret_file"
-        )
+    def _account_names(cls, value: dict[str, TelegramAccount]) -> dict[str, TelegramAccount]:
+        for name in value:
+            if not _NAME.match(name):
+                raise ValueError(f"account name {name!r} must match [a-z0-9][a-z0-9_-]*")
+        return value
 
 
 class DiscordConfig(Section):

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from threads.agent.tools import ToolContext, ToolOutput, json_text, tool
 from threads.errors import ExchangeRefusedError, InvalidKeyError
-from threads.keys import TASK_ID, USER_CHANNELS, SessionKey, endpoint_key
+from threads.keys import TASK_ID, USER_CHANNELS, SessionKey, base_channel, endpoint_key
 from threads.sessions import access
 from threads.sessions.catalog import Catalog
 from threads.sessions.errors import SessionToolError
@@ -144,6 +144,9 @@ async def plan(sends: Sequence[Send], ctx: ToolContext) -> list[_Planned]:
         if send.to == "user":
             users += 1
             sink = manager.user_sink(key)
+            if sink is None and key.is_user_facing:
+                problems.append(f"{where}.to 'user': {_not_running(key.channel)}")
+                continue
             if sink is None:
                 problems.append(
                     f"{where}.to 'user' is only valid in a user-facing session "
@@ -293,7 +296,7 @@ async def _plan_session(
             '{"session_key": "telegram:12345"} or {"channel": "telegram", "user_id": "12345"}'
         )
         return None
-    if channel not in USER_CHANNELS:
+    if base_channel(channel) not in USER_CHANNELS:
         problems.append(
             f"{where}.channel {channel!r} is not a channel; one of {sorted(USER_CHANNELS)}"
         )
@@ -306,10 +309,20 @@ async def _plan_session(
     if target == key:
         problems.append(f"{where} names this session ({target}); a session cannot wake itself")
         return None
+    if manager.user_sink(target) is None:
+        problems.append(f"{where}.channel {channel!r}: {_not_running(channel)}")
+        return None
     if not await _may_wake(key, agent, target, manager):
         problems.append(f"{where} names {target}: {_NOT_YOURS}")
         return None
     return _Planned(index=index, send=send, target=target)
+
+
+def _not_running(channel: str) -> str:
+    return (
+        f"the {channel} channel is not running in this gateway (not enabled, or it failed to "
+        "start), so nothing can reach that chat now; tell your caller instead"
+    )
 
 
 _NOT_YOURS = (

@@ -73,8 +73,12 @@ class SessionKey(str):
 
     @property
     def is_user_facing(self) -> bool:
-        """A key whose thread talks to a channel user: telegram:*, discord:*, cli, web:*, ..."""
-        return self.parent is None and self.channel in USER_CHANNELS
+        """A key whose thread talks to a channel user: telegram:*, discord:*, cli, web:*, ...
+
+        A channel with several accounts names each ``<channel>.<account>``
+        (``telegram.support:123``): those keys are user-facing too.
+        """
+        return self.parent is None and base_channel(self.channel) in USER_CHANNELS
 
     def child(self, kind: str, task_id: str) -> SessionKey:
         """The key of this thread's subagent (``threads``) or fork child for ``task_id``."""
@@ -113,21 +117,27 @@ def _validate(value: object) -> None:
             )
 
 
+def base_channel(channel: str) -> str:
+    """The platform of a channel name: ``telegram`` for ``telegram`` and ``telegram.support``."""
+    return channel.partition(".")[0]
+
+
 def endpoint_key(channel: str, user_id: str) -> SessionKey:
     """The session key of a channel endpoint (``dispatch`` to ``channel`` + ``user_id``).
 
     Groups follow the channel's convention: ``user_id = "group:<chatid>"``.
-    Telegram chats are ``telegram:<chat id>`` (a group's id as is); Discord
-    channels ``discord:channel:<id>`` and direct messages ``discord:dm:<user>``;
-    the terminal is ``cli``; other channels ``<channel>:<id>`` and
-    ``<channel>:group:<id>``.
+    Telegram direct chats are ``telegram:<user id>`` and groups
+    ``telegram:group:<chat id>`` (an account's: ``telegram.<account>:…``);
+    Discord channels ``discord:channel:<id>`` and direct messages
+    ``discord:dm:<user>``; the terminal is ``cli``; other channels
+    ``<channel>:<id>`` and ``<channel>:group:<id>``.
     """
     kind, sep, rest = user_id.partition(":")
     group = sep and kind in ("group", "channel")
     if channel == "cli":
         return SessionKey("cli")
-    if channel == "telegram":
-        return SessionKey(f"telegram:{rest if group else user_id}")
+    if base_channel(channel) == "telegram":
+        return SessionKey(f"{channel}:group:{rest}" if group else f"{channel}:{user_id}")
     if channel == "discord":
         return SessionKey(f"discord:channel:{rest}" if group else f"discord:dm:{user_id}")
     if group:

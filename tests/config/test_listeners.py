@@ -16,12 +16,6 @@ LISTENERS = [
     ("channels.web", "host", "channels.web.token (or token_file)", 'token_file = "/run/t"'),
     ("channels.api", "host", "channels.api.api_key (or api_key_file)", 'api_key = "k"'),
     ("admin", "host", "admin.token (or token_file)", 'token_file = "/run/t"'),
-    (
-        "channels.telegram",
-        "webhook_listen",
-        "channels.telegram.webhook_secret (or webhook_secret_file)",
-        'webhook_secret = "w"',
-    ),
 ]
 
 
@@ -69,7 +63,7 @@ def test_an_empty_token_does_not_count() -> None:
 def test_the_message_is_one_line_and_never_shows_a_secret(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        '[channels.telegram]\ntoken = "123:BOT-SECRET"\nwebhook_listen = "0.0.0.0"\n',
+        '[channels.telegram]\ntoken = "123:BOT-SECRET"\n[channels.web]\nhost = "0.0.0.0"\n',
     )
     with pytest.raises(ConfigError) as caught:
         load_config(path, env={})

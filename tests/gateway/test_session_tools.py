@@ -100,22 +100,28 @@ async def test_an_owner_turns_a_chat_off_and_on_with_send_and_no_turn_runs(
     async with Gateway(
         config, model_clients={"scripted": GatedModel(script)}, channels=[telegram], control=False
     ) as gw:
-        await telegram.receive(chat_id="-1001", chat_type="group", user_id="7", text="/send off")
-        await telegram.receive(chat_id="-1001", chat_type="group", user_id="42", text="/send off")
+        await telegram.receive(
+            chat_id="group:-1001", chat_type="group", user_id="7", text="/send off"
+        )
+        await telegram.receive(
+            chat_id="group:-1001", chat_type="group", user_id="42", text="/send off"
+        )
         assert [text for _, text in telegram.sent] == [
             'Only an owner can change the send policy; owners are listed in [session] owners (e.g. owners = ["telegram:12345"]).',
-            "Send policy for telegram:-1001: deny (this session's own setting).",
+            "Send policy for telegram:group:-1001: deny (this session's own setting).",
         ]
         assert script.requests == {}  # answered by the router: no turn ran
-        script.add("telegram:-1001", dispatch(("caller:user", "quiet please")))
-        await telegram.receive(chat_id="-1001", chat_type="group", user_id="7", text="hi")
+        script.add("telegram:group:-1001", dispatch(("caller:user", "quiet please")))
+        await telegram.receive(chat_id="group:-1001", chat_type="group", user_id="7", text="hi")
         await gw.wait_idle()
-        assert blocked_texts(gw, "telegram:-1001") == ["quiet please"]
-        await telegram.receive(chat_id="-1001", chat_type="group", user_id="42", text="/send on")
-        script.add("telegram:-1001", dispatch(("caller:user", "speaking again")))
-        await telegram.receive(chat_id="-1001", chat_type="group", user_id="7", text="hi")
+        assert blocked_texts(gw, "telegram:group:-1001") == ["quiet please"]
+        await telegram.receive(
+            chat_id="group:-1001", chat_type="group", user_id="42", text="/send on"
+        )
+        script.add("telegram:group:-1001", dispatch(("caller:user", "speaking again")))
+        await telegram.receive(chat_id="group:-1001", chat_type="group", user_id="7", text="hi")
         await gw.wait_idle()
-        assert telegram.sent[-1] == ("-1001", "speaking again")
+        assert telegram.sent[-1] == ("group:-1001", "speaking again")
 
 
 def test_gateway_chat_answers_send_with_the_new_policy(tmp_path: Path) -> None:

@@ -93,7 +93,7 @@ def test_user_facing_keys_are_the_channel_chats() -> None:
     ("channel", "user_id", "key"),
     [
         ("telegram", "12345", "telegram:12345"),
-        ("telegram", "group:-100777", "telegram:-100777"),
+        ("telegram", "group:-100777", "telegram:group:-100777"),
         ("discord", "42", "discord:dm:42"),
         ("discord", "group:99", "discord:channel:99"),
         ("wecom", "ZhaoJing", "wecom:ZhaoJing"),

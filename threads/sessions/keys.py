@@ -144,17 +144,16 @@ def subagent_key(agent: str) -> SessionKey:
 def chat_type_of(key: str) -> str:
     """``direct``, ``group`` or ``channel`` for a chat key; "" for a key that is no chat.
 
-    Telegram group ids are negative (``telegram:-100…``); Discord guild channels
-    are ``discord:channel:<id>``; other channels' groups ``<channel>:group:<id>``.
+    Groups are ``<channel>:group:<id>`` (a Telegram forum topic goes on:
+    ``telegram:group:<id>:topic:<thread>``); Discord guild channels are
+    ``discord:channel:<id>``.
     """
     session_key = SessionKey(key)
     if not session_key.is_user_facing:
         return ""
     parts = session_key.parts
-    if len(parts) == 3 and parts[1] in _GROUP_MARKERS:
+    if len(parts) >= 3 and parts[1] in _GROUP_MARKERS:
         return parts[1]
-    if parts[0] == "telegram" and len(parts) == 2 and parts[1].startswith("-"):
-        return "group"
     return "direct"
 
 

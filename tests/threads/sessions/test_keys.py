@@ -18,7 +18,7 @@ CONFIG = session_config(session={"main_key": "telegram:42"})
     [
         ("main", "telegram:42"),
         ("agent:default:main", "telegram:42"),
-        ("agent:default:telegram:group:-1001", "telegram:-1001"),
+        ("agent:default:telegram:group:-1001", "telegram:group:-1001"),
         ("agent:default:discord:channel:555", "discord:channel:555"),
         ("agent:default:discord:group:555", "discord:channel:555"),
         ("agent:ops:webchat:group:room1", "web:group:room1"),
@@ -58,7 +58,7 @@ def test_an_agent_key_of_no_known_shape_is_an_error_listing_the_shapes() -> None
     ("key", "kind"),
     [
         ("telegram:42", "main"),
-        ("telegram:-1001", "group"),
+        ("telegram:group:-1001", "group"),
         ("discord:channel:555", "group"),
         ("web:group:room1", "group"),
         ("cron:nightly", "cron"),
@@ -74,7 +74,8 @@ def test_kind_is_derived_from_the_key(key: str, kind: str) -> None:
 
 
 def test_chat_types_of_our_keys() -> None:
-    assert chat_type_of("telegram:-1001") == "group"
+    assert chat_type_of("telegram:group:-1001") == "group"
+    assert chat_type_of("telegram:group:-1001:topic:7") == "group"
     assert chat_type_of("discord:channel:5") == "channel"
     assert chat_type_of("telegram:5") == "direct"
     assert chat_type_of("cron:x") == ""
@@ -84,7 +85,7 @@ def test_the_row_channel_is_internal_for_system_keys_and_the_chat_channel_otherw
     assert channel_of("cron:nightly", "cron") == "internal"
     assert channel_of("hook:1", "hook") == "internal"
     assert channel_of("agent:default:subagent:0b6f", "other") == "internal"
-    assert channel_of("telegram:-1001", "group") == "telegram"
+    assert channel_of("telegram:group:-1001", "group") == "telegram"
     assert channel_of("web:abc", "other") == "webchat"
     assert channel_of("telegram:42", "main", "telegram") == "telegram"
     assert channel_of("custom-thing", "other") == "unknown"

@@ -73,12 +73,12 @@ async def test_rows_have_the_seed_shape_with_nulls_for_what_is_not_known(
 async def test_kinds_filter_the_rows(script: SessionScript) -> None:
     rig = await make_rig(script, session_config(session={"main_key": USER}))
     try:
-        await chat(rig, "telegram:-1001")
+        await chat(rig, "telegram:group:-1001")
         await chat(rig, "telegram:2")
         script.add(USER, call("sessions_list", kinds=["main", "group"]), dispatch())
         await rig.result(await rig.say(USER, "list"))
         kinds = {row["key"]: row["kind"] for row in listed(rig)["sessions"]}
-        assert kinds == {USER: "main", "telegram:-1001": "group"}
+        assert kinds == {USER: "main", "telegram:group:-1001": "group"}
     finally:
         await rig.manager.close()
 

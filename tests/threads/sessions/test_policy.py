@@ -23,7 +23,7 @@ from threads.store.entries import CustomEntry
 from threads.testing.scripted import call, dispatch, say
 from threads.wake import SystemCaller, Wake, WakeSource
 
-GROUP = "telegram:-1001"
+GROUP = "telegram:group:-1001"
 DENY_TELEGRAM_GROUPS = {
     "send_policy": {
         "rules": [{"match": {"channel": "telegram", "chat_type": "group"}, "action": "deny"}]
@@ -62,9 +62,9 @@ def test_a_matching_allow_beats_a_deny_default() -> None:
 
 
 def test_rules_match_channel_chat_type_and_key_prefix_together() -> None:
-    config = rules(deny(channel="telegram", chat_type="group", key_prefix="telegram:-100"))
-    assert not decide(config, "telegram:-1001").allowed
-    assert decide(config, "telegram:-2001").allowed  # prefix differs
+    config = rules(deny(channel="telegram", chat_type="group", key_prefix="telegram:group:-100"))
+    assert not decide(config, "telegram:group:-1001").allowed
+    assert decide(config, "telegram:group:-2001").allowed  # prefix differs
     assert decide(config, "telegram:1001").allowed  # a direct chat
     assert decide(config, "discord:channel:-1001").allowed  # another channel
 
@@ -75,7 +75,7 @@ def test_the_seed_channel_names_match_too() -> None:
 
 def test_a_group_rule_covers_channels_and_a_channel_rule_only_channels() -> None:
     assert not decide(rules(deny(chat_type="group")), "discord:channel:5").allowed
-    assert decide(rules(deny(chat_type="channel")), "telegram:-1001").allowed
+    assert decide(rules(deny(chat_type="channel")), "telegram:group:-1001").allowed
 
 
 def test_the_session_override_decides_before_the_rules() -> None:

@@ -1,0 +1,154 @@
+"""Feedback while a turn runs: the typing indicator, and the answer streamed into one draft.
+
+A person should never stare at a silent chat for twenty seconds. While a turn
+answering them runs, a channel that can show it refreshes its typing
+indicator every few seconds and — when the model streams — shows the answer
+so far in one draft message edited in place, at most once per ``edit_every``
+seconds. The final answer replaces the draft: the channel's ``deliver`` takes
+the draft over. A draft no delivery took over (the turn ended silently, or
+failed) is removed when the turn ends.
+
+One follower per chat: a message steered into the running turn is followed by
+the follower already there, and a turn the chat's messages wait for (a steer
+deferred to a turn of its own, a queued message) is followed after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from threads.turns import Event, TextDelta, Turn
+
+log = logging.getLogger(__name__)
+
+TYPING_EVERY = 4.0
+EDIT_EVERY = 1.0
+
+
+@runtime_checkable
+class Presence(Protocol):
+    """What a channel shows of a running turn."""
+
+    async def typing(self, chat_id: str) -> None:
+        """Show (or refresh) the typing indicator in the chat."""
+        ...
+
+    async def draft(self, chat_id: str, text: str) -> None:
+        """Show the answer so far: post the draft message, or edit it in place."""
+        ...
+
+    async def end_draft(self, chat_id: str) -> None:
+        """The turn ended: remove a draft no delivery took over."""
+        ...
+
+
+@dataclass(slots=True)
+class _Follower:
+    turns: deque[Turn] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+
+
+class Feedback:
+    """Follows the turns of chats on one channel and shows them through its presence.
+
+    ``clock`` is monotonic seconds; ``drafts`` turns the streamed draft off
+    (typing only).
+    """
+
+    def __init__(
+        self,
+        presence: Presence,
+        *,
+        typing_every: float = TYPING_EVERY,
+        edit_every: float = EDIT_EVERY,
+        drafts: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.presence = presence
+        self.typing_every = typing_every
+        self.edit_every = edit_every
+        self.drafts = drafts
+        self.clock = clock
+        self._followers: dict[str, _Follower] = {}
+
+    def follow(self, chat_id: str, turn: Turn) -> None:
+        """Show ``turn`` in ``chat_id`` while it runs (after the turns already followed there)."""
+        if turn.done() and turn.next is None:
+            return
+        follower = self._followers.get(chat_id)
+        if follower is None:
+            follower = self._followers[chat_id] = _Follower()
+        follower.turns.append(turn)
+        if follower.task is None:
+            follower.task = asyncio.create_task(
+                self._run(chat_id, follower), name=f"feedback {chat_id}"
+            )
+
+    async def close(self) -> None:
+        """Stop following every chat."""
+        tasks = [f.task for f in self._followers.values() if f.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._followers.clear()
+
+    async def _run(self, chat_id: str, follower: _Follower) -> None:
+        try:
+            while follower.turns:
+                turn: Turn | None = follower.turns.popleft()
+                while turn is not None:
+                    if not turn.done():
+                        await self._watch(chat_id, turn)
+                    turn = turn.next
+        finally:
+            if self._followers.get(chat_id) is follower:
+                del self._followers[chat_id]
+
+    async def _watch(self, chat_id: str, turn: Turn) -> None:
+        events = turn.events()
+        pending: asyncio.Future[Event] = asyncio.ensure_future(anext(events))
+        text = shown = ""
+        typed_at = last_edit = float("-inf")
+        try:
+            while True:
+                now = self.clock()
+                if now - typed_at >= self.typing_every:
+                    await self._quietly(self.presence.typing(chat_id), "typing", chat_id)
+                    typed_at = now
+                wait = self.typing_every - (now - typed_at)
+                if self.drafts and text != shown:
+                    wait = min(wait, self.edit_every - (now - last_edit))
+                done, _ = await asyncio.wait({pending}, timeout=max(wait, 0.0))
+                if pending in done:
+                    try:
+                        event = pending.result()
+                    except StopAsyncIteration:
+                        break
+                    if isinstance(event, TextDelta):
+                        text += event.text
+                    pending = asyncio.ensure_future(anext(events))
+                now = self.clock()
+                if self.drafts and text != shown and now - last_edit >= self.edit_every:
+                    await self._quietly(self.presence.draft(chat_id, text), "draft", chat_id)
+                    shown, last_edit = text, now
+        finally:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
+            await events.aclose()
+        if shown:
+            await self._quietly(self.presence.end_draft(chat_id), "end of the draft", chat_id)
+
+    async def _quietly(self, call: Awaitable[None], what: str, chat_id: str) -> None:
+        """Feedback is a courtesy: a failure is logged, never fails the turn or the follower."""
+        try:
+            await call
+        except Exception as exc:
+            log.warning("feedback (%s) in chat %s failed: %s", what, chat_id, exc)

@@ -1,0 +1,411 @@
+"""One Telegram bot as a gateway channel, on python-telegram-bot's ``Application``.
+
+The Application runs inside the gateway's event loop, as PTB's own docs embed
+it: ``initialize`` → ``start`` → ``updater.start_polling`` at start, the
+reverse at stop. In webhook mode nothing polls: the gateway's HTTP server
+hands each POSTed update (its ``secret_token`` checked) to :meth:`webhook`,
+which feeds the Application's update queue. Every update is handled in order:
+duplicates dropped, turned into an :class:`~channels.base.Inbound` and given
+to the router. Rate limits are PTB's ``AIORateLimiter``'s (``retry_after``
+honoured); outbound markdown is rendered to Telegram HTML in chunks by
+:mod:`channels.render`, with a plain-text retry when Telegram refuses the
+entities. While a turn runs the chat sees the typing indicator and, when the
+model streams, the answer so far in one draft message the final answer
+replaces (:mod:`channels.feedback`).
+
+A second process polling the same token makes Telegram answer 409 Conflict:
+the account logs one line naming its bot and stops polling, rather than
+fighting over ``getUpdates``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+
+from aiohttp import web
+from telegram import BotCommand, ReplyParameters, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    TelegramError,
+    TimedOut,
+)
+from telegram.ext import AIORateLimiter, Application, ContextTypes, TypeHandler
+
+from channels.base import InboundHandler
+from channels.errors import ChannelStartError, DeliveryError
+from channels.feedback import Feedback
+from channels.render import render_telegram
+from channels.telegram.address import Address
+from channels.telegram.inbound import inbound_of
+from threads.sinks import Delivery, OutboundMessage
+from threads.turns import Turn
+
+log = logging.getLogger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+ALLOWED_UPDATES = ["message", "edited_message"]
+TEXT_LIMIT = 4096
+SEEN_UPDATES = 4096
+SEND_ATTEMPTS = 3
+ACCEPT_FAILED = "(Sorry — your message could not be taken right now. Please send it again.)"
+
+_Call = Callable[[str, str | None], Awaitable[str]]
+_Thunk = Callable[[], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TelegramOptions:
+    """How one account reaches Telegram and shows its turns."""
+
+    name: str = "telegram"
+    token: str
+    mode: str = "polling"
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    base_url: str = "https://api.telegram.org/bot"
+    base_file_url: str = "https://api.telegram.org/file/bot"
+    rate_limit: bool = True
+    typing: bool = True
+    drafts: bool = True
+    edit_every: float = 1.0
+    commands: Sequence[tuple[str, str]] = ()
+
+
+@dataclass(slots=True)
+class _Draft:
+    message_id: int
+    html: str
+
+
+class TelegramChannel:
+    """A Telegram bot account: updates in, rendered chunks out, feedback while turns run."""
+
+    def __init__(self, options: TelegramOptions) -> None:
+        self.options = options
+        self.name = options.name
+        builder = (
+            Application.builder()
+            .token(options.token)
+            .base_url(options.base_url)
+            .base_file_url(options.base_file_url)
+        )
+        if options.mode == "webhook":
+            builder = builder.updater(None)
+        self._app: Application[Any, Any, Any, Any, Any, Any] = (
+            builder.rate_limiter(AIORateLimiter(max_retries=3)).build()
+            if options.rate_limit
+            else builder.build()
+        )
+        self._app.add_handler(TypeHandler(Update, self._on_update))
+        self._handler: InboundHandler | None = None
+        self._seen: OrderedDict[tuple[int, int, float], None] = OrderedDict()
+        self._drafts: dict[str, _Draft] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._conflict: asyncio.Task[None] | None = None
+        self.stopped_reason = ""
+        self.bot_username = ""
+        self.feedback = Feedback(self, drafts=options.drafts, edit_every=options.edit_every)
+
+    # -- lifetime
+
+    async def start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        app = self._app
+        try:
+            await app.initialize()
+        except InvalidToken:
+            raise ChannelStartError(
+                self.name, "Telegram refused the bot token: check it with @BotFather"
+            ) from None
+        except TelegramError as exc:
+            raise ChannelStartError(self.name, f"Telegram could not be reached ({exc})") from None
+        self.bot_username = app.bot.username
+        if self.options.commands:
+            await app.bot.set_my_commands(
+                [BotCommand(name, about) for name, about in self.options.commands]
+            )
+        await app.start()
+        if app.updater is not None:
+            await app.updater.start_polling(
+                allowed_updates=ALLOWED_UPDATES, error_callback=self._polling_error
+            )
+        else:
+            await app.bot.set_webhook(
+                url=self.options.webhook_url,
+                secret_token=self.options.webhook_secret,
+                allowed_updates=ALLOWED_UPDATES,
+            )
+        log.info("%s: @%s is %s", self.name, self.bot_username, self.options.mode)
+
+    async def stop(self) -> None:
+        app = self._app
+        await self.feedback.close()
+        if self._conflict is not None:
+            await asyncio.gather(self._conflict, return_exceptions=True)
+        if app.updater is not None and app.updater.running:
+            await app.updater.stop()
+        if app.running:
+            await app.stop()
+        await app.shutdown()
+        self._handler = None
+
+    def health(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "running": self._app.running and not self.stopped_reason,
+            "bot": f"@{self.bot_username}" if self.bot_username else "",
+            "mode": self.options.mode,
+        }
+        if self.stopped_reason:
+            out["stopped"] = self.stopped_reason
+        return out
+
+    def _polling_error(self, error: TelegramError) -> None:
+        if not isinstance(error, Conflict):
+            log.warning("%s: polling Telegram failed, retrying: %s", self.name, error)
+            return
+        if self._conflict is not None:
+            return
+        self.stopped_reason = "another process polls this bot's token (Telegram: 409 Conflict)"
+        log.error(
+            "%s: another process is polling the token of @%s (Telegram answered 409 Conflict); "
+            "this account stopped polling — stop the other process, then restart the gateway",
+            self.name,
+            self.bot_username,
+        )
+        self._conflict = asyncio.get_running_loop().create_task(
+            self._stop_polling(), name=f"{self.name} conflict"
+        )
+
+    async def _stop_polling(self) -> None:
+        updater = self._app.updater
+        if updater is not None and updater.running:
+            await updater.stop()
+
+    # -- inbound
+
+    async def webhook(self, request: web.Request) -> web.Response:
+        """An update POSTed by Telegram (webhook mode): its secret checked, then queued."""
+        given = request.headers.get(SECRET_HEADER, "")
+        if not self.options.webhook_secret or not hmac.compare_digest(
+            given.encode(), self.options.webhook_secret.encode()
+        ):
+            raise web.HTTPUnauthorized(text="wrong or missing secret token")
+        try:
+            data = await request.json()
+            update = Update.de_json(data, self._app.bot)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise web.HTTPBadRequest(text=f"not a Telegram update: {exc}") from None
+        await self._app.update_queue.put(update)
+        return web.Response(text="ok")
+
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.message or update.edited_message
+        if message is None or self._handler is None or self._seen_before(update):
+            return
+        inbound = inbound_of(
+            message,
+            channel=self.name,
+            bot=self._app.bot.bot,
+            edited=update.edited_message is not None,
+        )
+        try:
+            await self._handler(inbound)
+        except Exception:
+            log.exception("%s: update %s was not accepted", self.name, update.update_id)
+            await self._tell(inbound.chat_id, ACCEPT_FAILED)
+
+    def _seen_before(self, update: Update) -> bool:
+        """A duplicate: the same message (or the same edit of it) handled before.
+
+        The last :data:`SEEN_UPDATES` messages are remembered by this channel,
+        so a poller that restarts (or Telegram delivering an update again)
+        starts no second turn.
+        """
+        message = update.message or update.edited_message
+        assert message is not None
+        edited = message.edit_date.timestamp() if message.edit_date else 0.0
+        key = (message.chat.id, message.message_id, edited)
+        if key in self._seen:
+            return True
+        self._seen[key] = None
+        if len(self._seen) > SEEN_UPDATES:
+            self._seen.popitem(last=False)
+        return False
+
+    async def fetch_file(self, url: str) -> bytes:
+        """The bytes of ``telegram://<account>/<file id>`` (for :class:`threads.media.Media`)."""
+        file_id = url.rsplit("/", 1)[-1]
+        file = await self._app.bot.get_file(file_id)
+        return bytes(await file.download_as_bytearray())
+
+    # -- outbound
+
+    async def deliver(self, chat_id: str, message: OutboundMessage) -> Delivery:
+        address = Address.parse(chat_id)
+        chunks = render_telegram(message.text)
+        ids: list[str] = []
+        async with self._lock(chat_id):
+            draft = self._drafts.pop(chat_id, None)
+            for index, chunk in enumerate(chunks):
+                if index == 0 and draft is not None:
+                    ids.append(await self._edit(address, draft.message_id, chunk))
+                else:
+                    reply = message.reply_to if index == 0 else ""
+                    ids.append(await self._send(address, chunk, reply))
+        self._forget_lock(chat_id)
+        return Delivery(delivered_to=f"{self.name}:{chat_id}", message_ids=tuple(ids))
+
+    def follow(self, chat_id: str, turn: Turn) -> None:
+        """Show typing and the streamed draft in ``chat_id`` while ``turn`` runs."""
+        if self.options.typing:
+            self.feedback.follow(chat_id, turn)
+
+    async def _tell(self, chat_id: str, text: str) -> None:
+        try:
+            await self.deliver(chat_id, OutboundMessage(text=text))
+        except Exception:
+            log.exception("%s: telling chat %s failed", self.name, chat_id)
+
+    async def _send(self, address: Address, html: str, reply_to: str) -> str:
+        reply = (
+            ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
+            if reply_to.isdigit()
+            else None
+        )
+
+        async def send(text: str, parse_mode: str | None) -> str:
+            sent = await self._app.bot.send_message(
+                chat_id=address.chat_id,
+                text=text,
+                parse_mode=parse_mode,
+                message_thread_id=address.topic,
+                reply_parameters=reply,
+            )
+            return str(sent.message_id)
+
+        return await self._with_fallback(address, html, send)
+
+    async def _edit(self, address: Address, message_id: int, html: str) -> str:
+        async def edit(text: str, parse_mode: str | None) -> str:
+            try:
+                await self._app.bot.edit_message_text(
+                    chat_id=address.chat_id,
+                    message_id=message_id,
+                    text=text,
+                    parse_mode=parse_mode,
+                )
+            except BadRequest as exc:
+                if "not modified" not in exc.message.lower():
+                    raise
+            return str(message_id)
+
+        return await self._with_fallback(address, html, edit)
+
+    async def _with_fallback(self, address: Address, html: str, call: _Call) -> str:
+        """Send as HTML; when Telegram refuses the entities, the same chunk as plain text."""
+        try:
+            return await self._attempt(address, lambda: call(html, ParseMode.HTML))
+        except BadRequest as exc:
+            if "can't parse entities" not in exc.message.lower():
+                raise DeliveryError(self.name, str(address), exc.message) from None
+            log.info("%s: Telegram refused the HTML (%s); sending plain text", self.name, exc)
+        plain = html_text(html)
+        return await self._attempt(address, lambda: call(plain, None))
+
+    async def _attempt(self, address: Address, call: _Thunk) -> str:
+        """One Telegram call, retried on network errors; a timeout is not re-sent blindly."""
+        delay = 0.5
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            try:
+                return await call()
+            except TimedOut:
+                raise DeliveryError(
+                    self.name,
+                    str(address),
+                    "Telegram did not answer in time; the message may or may not have arrived, "
+                    "so it is not sent again",
+                ) from None
+            except BadRequest:
+                raise
+            except Forbidden as exc:
+                raise DeliveryError(self.name, str(address), exc.message) from None
+            except NetworkError as exc:
+                if attempt == SEND_ATTEMPTS:
+                    raise DeliveryError(self.name, str(address), str(exc)) from None
+                log.warning("%s: sending failed (%s); retrying in %.1f s", self.name, exc, delay)
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    # -- presence (channels.feedback)
+
+    async def typing(self, chat_id: str) -> None:
+        address = Address.parse(chat_id)
+        await self._app.bot.send_chat_action(
+            chat_id=address.chat_id, action=ChatAction.TYPING, message_thread_id=address.topic
+        )
+
+    async def draft(self, chat_id: str, text: str) -> None:
+        chunks = render_telegram(text)
+        if not chunks:
+            return
+        html = chunks[0] if len(chunks) == 1 else f"{chunks[0]}\n…"
+        address = Address.parse(chat_id)
+        async with self._lock(chat_id):
+            current = self._drafts.get(chat_id)
+            if current is None:
+                message_id = await self._send(address, html, "")
+                self._drafts[chat_id] = _Draft(message_id=int(message_id), html=html)
+            elif current.html != html:
+                await self._edit(address, current.message_id, html)
+                current.html = html
+
+    async def end_draft(self, chat_id: str) -> None:
+        async with self._lock(chat_id):
+            draft = self._drafts.pop(chat_id, None)
+            if draft is not None:
+                address = Address.parse(chat_id)
+                await self._app.bot.delete_message(
+                    chat_id=address.chat_id, message_id=draft.message_id
+                )
+        self._forget_lock(chat_id)
+
+    def _lock(self, chat_id: str) -> asyncio.Lock:
+        lock = self._locks.get(chat_id)
+        if lock is None:
+            lock = self._locks[chat_id] = asyncio.Lock()
+        return lock
+
+    def _forget_lock(self, chat_id: str) -> None:
+        lock = self._locks.get(chat_id)
+        if lock is not None and not lock.locked() and chat_id not in self._drafts:
+            del self._locks[chat_id]
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def html_text(html: str) -> str:
+    """The visible text of a Telegram HTML chunk (tags dropped, entities decoded)."""
+    parser = _Text()
+    parser.feed(html)
+    parser.close()
+    return "".join(parser.parts)
