@@ -8,11 +8,13 @@ a channel user is its caller.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from threads.sinks import Delivery, OutboundMessage
+from threads.turns import Turn
 
 ChatType = Literal["direct", "group", "channel"]
 
@@ -73,12 +75,22 @@ class Channel(Protocol):
         ...
 
 
+@runtime_checkable
+class Follows(Protocol):
+    """A channel that shows a running turn in its chat (typing, a streamed draft)."""
+
+    def follow(self, chat_id: str, turn: Turn) -> None:
+        """Show ``turn`` in ``chat_id`` while it runs."""
+        ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChannelSink:
-    """Replies to a chat on a channel."""
+    """Replies to a chat on a channel; in a group, the first one answers ``reply_to``."""
 
     channel: Channel
     chat_id: str
+    reply_to: str = ""
     label: str = field(default="")
 
     @property
@@ -89,7 +101,12 @@ class ChannelSink:
         return f"Caller is the {self.channel.name} user — reply with dispatch(to=caller:user)"
 
     def to_wire(self) -> dict[str, str]:
-        return {"kind": "channel", "channel": self.channel.name, "chat": self.chat_id}
+        wire = {"kind": "channel", "channel": self.channel.name, "chat": self.chat_id}
+        if self.reply_to:
+            wire["reply_to"] = self.reply_to
+        return wire
 
     async def deliver(self, message: OutboundMessage) -> Delivery:
+        if self.reply_to and not message.reply_to:
+            message = dataclasses.replace(message, reply_to=self.reply_to)
         return await self.channel.deliver(self.chat_id, message)

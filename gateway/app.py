@@ -22,17 +22,18 @@ from typing import Any
 
 from channels.base import Channel, ChannelSink, Inbound
 from channels.cli import CliChannel
-from channels.errors import ChannelError
+from channels.errors import ChannelError, ChannelStartError
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
 from cron.errors import StoreError as CronStoreError
 from cron.manager_waker import ManagerWaker
+from gateway.channel_setup import build_telegram, channel_problems, webhook_path
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
 from gateway.lifetimes import Lifetimes
 from gateway.preflight import directory_problems, make_data_dirs
-from gateway.router import Router, endpoint_of
+from gateway.router import COMMANDS, Router, endpoint_of
 from threads.agent.compaction import CompactionError
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
@@ -43,6 +44,7 @@ from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
+from threads.media import Media
 from threads.ops import check_session_tool, health_tool
 from threads.sessions.access import SubagentToolFilter
 from threads.sessions.delegation import settle_unsettled
@@ -181,8 +183,13 @@ class Gateway:
             [*default_tools(), *self._extra_tools],
             default_timeout=config.threads.tool_timeout_seconds,
         )
+        self.media = Media()
         agent = AgentLoop(
-            config=config, models=models, tools=tools, tool_filter=SubagentToolFilter(config)
+            config=config,
+            models=models,
+            tools=tools,
+            tool_filter=SubagentToolFilter(config),
+            media=self.media,
         )
         self._manager = ThreadManager(
             store=self._store,
@@ -214,6 +221,8 @@ class Gateway:
         for channel in self.channels.values():
             try:
                 await channel.start(self._router.handle)
+            except ChannelStartError as exc:
+                raise StartupError(str(exc)) from None
             except OSError as exc:
                 raise StartupError(
                     f"the {channel.name} channel could not start: {exc.strerror or exc}"
@@ -240,8 +249,11 @@ class Gateway:
         self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
 
     def _prepare_directories(self) -> None:
-        """Refuse data directories that are links, not ours or open to others; make the rest."""
-        problems = directory_problems(self.config)
+        """Refuse data directories that are links, not ours or open to others; make the rest.
+
+        Channel secrets that cannot be found stop the start here too, before anything runs.
+        """
+        problems = [*directory_problems(self.config), *channel_problems(self.config)]
         if problems:
             raise StartupError("; ".join(str(p) for p in problems))
         try:
@@ -313,6 +325,13 @@ class Gateway:
             if isinstance(channel, WebChannel):
                 self.web = channel
             channels.append(channel)
+        for telegram in build_telegram(self.config, COMMANDS):
+            if telegram.name in given:
+                continue
+            self.media.register_channel(telegram.name, telegram.fetch_file)
+            if telegram.options.mode == "webhook" and self.web is not None:
+                self.web.mount(webhook_path(telegram.name), telegram.webhook)
+            channels.append(telegram)
         return channels
 
     async def close(self) -> None:
@@ -332,7 +351,9 @@ class Gateway:
         channel = self.channels.get(wire.get("channel", ""))
         if channel is None:
             return DropSink(reason=f"the {wire.get('channel', '?')} channel, which is not running")
-        sink = ChannelSink(channel=channel, chat_id=wire.get("chat", ""))
+        sink = ChannelSink(
+            channel=channel, chat_id=wire.get("chat", ""), reply_to=wire.get("reply_to", "")
+        )
         key = wire.get("key") or key_of_endpoint(channel.name, sink.chat_id)
         return self.send_policy.wrap(key, sink) if self.send_policy else sink
 

@@ -11,6 +11,8 @@ setting to change and how.
   this user closed to everyone else: sessions and cron task texts live there.
 - Each provider a model reference uses must find its API key: an
   ``api_key_env`` that is not set, or an empty ``api_key_file``, is named.
+- Each enabled channel must find its secrets (a Telegram bot's token, its
+  webhook secret) and have what it runs on (webhook mode needs the web server).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 from pathlib import Path
 
 from config import GatewayConfig, Problem
+from gateway.channel_setup import channel_problems
 from threads.llm import ModelConfigError, resolve_api_key
 from threads.store.private import dir_problem, make_private_dir
 
@@ -72,4 +75,4 @@ def provider_problems(config: GatewayConfig) -> list[Problem]:
 
 def preflight(config: GatewayConfig) -> list[Problem]:
     """Every problem start-up would refuse that the configuration and this machine decide."""
-    return [*directory_problems(config), *provider_problems(config)]
+    return [*directory_problems(config), *provider_problems(config), *channel_problems(config)]

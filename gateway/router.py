@@ -1,10 +1,16 @@
 """The router: an inbound channel message becomes a session key and a wake.
 
 Slash commands that must not wait for a turn are answered here, at once and
-without a turn: ``/stop`` (end the running turn and the work it set going;
-``/stop drain`` also drops the user's queued messages),
-``/new`` (start a fresh session for this chat; the old one is kept),
-``/status`` and ``/help``.
+without a turn, for every channel: ``/stop`` (end the running turn and the
+work it set going; ``/stop drain`` also drops the user's queued messages),
+``/new`` and ``/reset`` (start a fresh session for this chat; the old one is
+kept), ``/status`` and ``/help``; the gateway adds ``/send`` and ``/compact``.
+:data:`COMMANDS` lists them for the platforms that show a command menu.
+
+A message becomes a wake: the text (after the message it replies to, quoted
+and shortened), the files it carries, the sender as the caller, and a sink
+back to the chat that answers the triggering message in a group. A channel
+that can show a running turn (typing, a streamed draft) is handed the turn.
 """
 
 from __future__ import annotations
@@ -12,22 +18,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from channels.base import Channel, ChannelSink, Inbound
+from channels.base import Channel, ChannelSink, Follows, Inbound
 from threads.errors import NoTurnRunningError, ThreadNotLoadedError
-from threads.keys import SessionKey
+from threads.keys import SessionKey, base_channel
 from threads.manager import ThreadManager
+from threads.messages import FilePart
 from threads.sinks import OutboundMessage, Sink
 from threads.wake import UserCaller, Wake, WakeSource
 
 log = logging.getLogger(__name__)
 
-HELP = """Commands:
-/new — start a fresh conversation (the old one is kept)
-/compact — summarize the older part of this conversation now
-/stop — stop the running turn and the work it started (/stop drain: drop your queued messages too)
-/status — what this conversation's thread is doing
-/send on|off|inherit — owners: allow, block or inherit replies to this chat
-/help — this list"""
+COMMANDS: tuple[tuple[str, str], ...] = (
+    ("new", "start a fresh conversation (the old one is kept)"),
+    ("reset", "the same as /new"),
+    ("stop", "stop the running turn and the work it started (/stop drain: your queue too)"),
+    ("status", "what this conversation's thread is doing"),
+    ("compact", "summarize the older part of this conversation now"),
+    ("send", "owners: on|off|inherit — allow, block or inherit replies to this chat"),
+    ("help", "the commands"),
+)
+HELP = "Commands:\n" + "\n".join(f"/{name} — {about}" for name, about in COMMANDS)
 
 Command = Callable[[Inbound, SessionKey, str], Awaitable[str]]
 SinkWrapper = Callable[[SessionKey, Sink], Sink]
@@ -51,16 +61,37 @@ def session_key_of(inbound: Inbound) -> SessionKey:
 
 def endpoint_of(key: SessionKey) -> tuple[str, str] | None:
     """The (channel, chat id) a user-facing key delivers to; the inverse of the above."""
+    if not key.is_user_facing:
+        return None
     parts = key.parts
     if key == "cli":
         return "cli", "cli"
     if parts[0] == "discord" and len(parts) == 3:
         return "discord", parts[2] if parts[1] == "channel" else f"dm:{parts[2]}"
-    if len(parts) == 2:
-        return parts[0], parts[1]
-    if len(parts) == 3 and parts[1] == "group":
-        return parts[0], parts[2]
-    return None
+    channel, _, chat = key.partition(":")
+    return (channel, chat) if chat else None
+
+
+def body_of(inbound: Inbound) -> str:
+    """A wake's body: the message, after the one it replies to (quoted, shortened)."""
+    if not inbound.reply_to_text:
+        return inbound.text
+    quoted = "\n".join(f"> {line}" for line in inbound.reply_to_text.splitlines())
+    who = "the bot" if inbound.reply_to_bot else "a message"
+    return f"(replying to {who}:)\n{quoted}\n\n{inbound.text}"
+
+
+def files_of(inbound: Inbound) -> tuple[FilePart, ...]:
+    """The files of a message, by reference (fetched only when a model is to see them)."""
+    return tuple(
+        FilePart(
+            url=media.ref,
+            media_type=media.media_type or "application/octet-stream",
+            name=media.name,
+            size=media.size,
+        )
+        for media in inbound.media
+    )
 
 
 class Router:
@@ -74,6 +105,7 @@ class Router:
         self.commands: dict[str, Command] = {
             "/help": self._help,
             "/new": self._new,
+            "/reset": self._new,
             "/stop": self._stop,
             "/status": self._status,
         }
@@ -90,16 +122,21 @@ class Router:
                 await self.reply(inbound, answer)
                 return
         channel = self.channels[inbound.channel]
+        platform = base_channel(inbound.channel)
+        reply_to = inbound.message_id if inbound.chat_type != "direct" else ""
         wake = Wake(
-            source=WakeSource(inbound.channel),
-            body=inbound.text,
-            caller=UserCaller(
-                channel=inbound.channel, user_id=inbound.user_id, name=inbound.user_name
+            source=WakeSource(platform),
+            body=body_of(inbound),
+            caller=UserCaller(channel=platform, user_id=inbound.user_id, name=inbound.user_name),
+            sink=self.wrap_sink(
+                key, ChannelSink(channel=channel, chat_id=inbound.chat_id, reply_to=reply_to)
             ),
-            sink=self.wrap_sink(key, ChannelSink(channel=channel, chat_id=inbound.chat_id)),
             meta={"message_id": inbound.message_id} if inbound.message_id else {},
+            files=files_of(inbound),
         )
-        await self.manager.wake(key, wake)
+        _accepted, turn = await self.manager.wake_turn(key, wake)
+        if isinstance(channel, Follows):
+            channel.follow(inbound.chat_id, turn)
 
     async def reply(self, inbound: Inbound, text: str) -> None:
         channel = self.channels[inbound.channel]
@@ -139,9 +176,11 @@ class Router:
         info = await self.manager.check_session(key)
         if not info["exists"]:
             return f"No conversation yet for {key}."
+        model = self.manager.config.model_for(info.get("agent"))
         lines = [
             f"session {key} ({info['session_id']})",
-            f"agent: {info['agent']} · messages: {info['message_count']} · turns: {info['turn_count']}",
+            f"agent: {info['agent']} · model: {model} · messages: {info['message_count']} "
+            f"· turns: {info['turn_count']}",
         ]
         if info["thread_active"]:
             state = info["thread_state"]

@@ -41,17 +41,25 @@ class Media:
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._cache_items = cache_items
 
-    def register(self, scheme: str, fetch: Fetch) -> None:
-        """Fetch the files of URLs ``<scheme>://…`` with ``fetch``."""
-        self._fetchers[scheme] = fetch
+    def register(self, origin: str, fetch: Fetch) -> None:
+        """Fetch the files of URLs ``<origin>/…`` (``telegram://telegram.support``) with ``fetch``."""
+        self._fetchers[origin.rstrip("/")] = fetch
+
+    def register_channel(self, channel: str, fetch: Fetch) -> None:
+        """Fetch the files a channel recorded (``<platform>://<channel>/<file id>``)."""
+        self.register(f"{channel.partition('.')[0]}://{channel}", fetch)
+
+    def _fetcher(self, url: str) -> Fetch | None:
+        start = url.find("://")
+        end = url.find("/", start + 3) if start >= 0 else -1
+        return self._fetchers.get(url[:end]) if end > 0 else None
 
     def fetchable(self, part: FilePart) -> bool:
-        """An image of a registered scheme, within the size cap."""
-        scheme = part.url.partition("://")[0]
+        """An image of a registered origin, within the size cap."""
         return (
-            scheme in self._fetchers
-            and part.media_type.startswith("image/")
-            and (part.size <= self.max_bytes)
+            part.media_type.startswith("image/")
+            and part.size <= self.max_bytes
+            and self._fetcher(part.url) is not None
         )
 
     async def prepare(self, messages: Sequence[Message]) -> Sequence[Message]:
@@ -81,9 +89,10 @@ class Media:
         if cached is not None:
             self._cache.move_to_end(part.url)
             return cached
-        scheme = part.url.partition("://")[0]
+        fetch = self._fetcher(part.url)
+        assert fetch is not None
         try:
-            data = await self._fetchers[scheme](part.url)
+            data = await fetch(part.url)
         except Exception as exc:
             log.warning("the file %s could not be fetched for the model: %s", part.url, exc)
             return None

@@ -7,7 +7,7 @@ import base64
 from threads.media import Media
 from threads.messages import FilePart, Message, TextPart
 
-PHOTO = FilePart(url="fake://photo-1", media_type="image/jpeg", name="photo.jpg", size=3)
+PHOTO = FilePart(url="fake://chan/photo-1", media_type="image/jpeg", name="photo.jpg", size=3)
 
 
 def with_file(part: FilePart) -> Message:
@@ -22,14 +22,14 @@ async def test_an_image_of_a_registered_scheme_becomes_a_data_url_fetched_once()
         return b"jpg"
 
     media = Media()
-    media.register("fake", fetch)
+    media.register("fake://chan", fetch)
     history = [Message.user("hi"), with_file(PHOTO)]
     for _ in range(2):
         prepared = await media.prepare(history)
         (_, part) = prepared[1].content
         assert isinstance(part, FilePart)
         assert part.url == "data:image/jpeg;base64," + base64.b64encode(b"jpg").decode()
-    assert fetched == ["fake://photo-1"]
+    assert fetched == ["fake://chan/photo-1"]
     assert history[1].content[1] is PHOTO  # the transcript keeps the reference
 
 
@@ -40,11 +40,11 @@ async def test_files_over_the_cap_other_files_and_failed_fetches_stay_references
         return b"x" * 10
 
     media = Media(max_bytes=5)
-    media.register("fake", fetch)
+    media.register("fake://chan", fetch)
     history = [
-        with_file(FilePart(url="fake://big", media_type="image/png", size=0)),
-        with_file(FilePart(url="fake://doc", media_type="application/pdf", size=3)),
-        with_file(FilePart(url="fake://broken", media_type="image/png", size=3)),
-        with_file(FilePart(url="fake://huge", media_type="image/png", size=50)),
+        with_file(FilePart(url="fake://chan/big", media_type="image/png", size=0)),
+        with_file(FilePart(url="fake://chan/doc", media_type="application/pdf", size=3)),
+        with_file(FilePart(url="fake://chan/broken", media_type="image/png", size=3)),
+        with_file(FilePart(url="fake://chan/huge", media_type="image/png", size=50)),
     ]
     assert await media.prepare(history) is history
