@@ -86,7 +86,6 @@ class _Cutter:
         text = self._text
         self._astral = [] if text.isascii() else [m.start() for m in _ASTRAL.finditer(text)]
 
-        cost = markup_cost or (lambda _mark: 0)
         opened: list[int] = []
         opened_cost: list[int] = []
         previous: tuple[Mark, ...] = ()
@@ -97,12 +96,12 @@ class _Cutter:
                     break
                 shared += 1
             opened.append(len(run.marks) - shared)
-            opened_cost.append(sum(cost(mark) for mark in run.marks[shared:]))
+            opened_cost.append(sum(map(markup_cost, run.marks[shared:])) if markup_cost else 0)
             previous = run.marks
         self._opened = list(accumulate(opened, initial=0))
         self._opened_cost = list(accumulate(opened_cost, initial=0))
         self._reopen = [len(run.marks) for run in runs]
-        self._reopen_cost = [sum(cost(mark) for mark in run.marks) for run in runs]
+        self._reopen_cost = [sum(map(markup_cost, run.marks)) if markup_cost else 0 for run in runs]
 
         groups = _groups(runs, self._starts)
         self._pres = [(start, end) for start, end, mark in groups if mark.tag == PRE]

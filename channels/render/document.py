@@ -13,13 +13,11 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-#: Mark tags, by what they mean. Telegram maps each to its tag; Discord uses
-#: only ``pre``; plain text ignores them all.
+#: Mark tags, named for Telegram's tags. Discord uses only ``pre`` (and
+#: ``keep``); plain text ignores them all.
 BOLD = "b"
 ITALIC = "i"
-UNDERLINE = "u"
 STRIKE = "s"
-SPOILER = "tg-spoiler"
 CODE = "code"
 PRE = "pre"
 LINK = "a"
