@@ -26,7 +26,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from typing import Any
 
 from aiohttp import web
@@ -46,7 +45,7 @@ from telegram.ext import AIORateLimiter, Application, ContextTypes, TypeHandler
 from channels.base import InboundHandler
 from channels.errors import ChannelStartError, DeliveryError
 from channels.feedback import Feedback
-from channels.render import render_telegram
+from channels.render import TelegramChunk, telegram_chunks
 from channels.telegram.address import Address
 from channels.telegram.inbound import inbound_of
 from threads.sinks import Delivery, OutboundMessage
@@ -254,7 +253,7 @@ class TelegramChannel:
 
     async def deliver(self, chat_id: str, message: OutboundMessage) -> Delivery:
         address = Address.parse(chat_id)
-        chunks = render_telegram(message.text)
+        chunks = telegram_chunks(message.text)
         ids: list[str] = []
         async with self._lock(chat_id):
             draft = self._drafts.pop(chat_id, None)
@@ -278,7 +277,7 @@ class TelegramChannel:
         except Exception:
             log.exception("%s: telling chat %s failed", self.name, chat_id)
 
-    async def _send(self, address: Address, html: str, reply_to: str) -> str:
+    async def _send(self, address: Address, chunk: TelegramChunk, reply_to: str) -> str:
         reply = (
             ReplyParameters(message_id=int(reply_to), allow_sending_without_reply=True)
             if reply_to.isdigit()
@@ -295,9 +294,9 @@ class TelegramChannel:
             )
             return str(sent.message_id)
 
-        return await self._with_fallback(address, html, send)
+        return await self._with_fallback(address, chunk, send)
 
-    async def _edit(self, address: Address, message_id: int, html: str) -> str:
+    async def _edit(self, address: Address, message_id: int, chunk: TelegramChunk) -> str:
         async def edit(text: str, parse_mode: str | None) -> str:
             try:
                 await self._app.bot.edit_message_text(
@@ -311,18 +310,17 @@ class TelegramChannel:
                     raise
             return str(message_id)
 
-        return await self._with_fallback(address, html, edit)
+        return await self._with_fallback(address, chunk, edit)
 
-    async def _with_fallback(self, address: Address, html: str, call: _Call) -> str:
+    async def _with_fallback(self, address: Address, chunk: TelegramChunk, call: _Call) -> str:
         """Send as HTML; when Telegram refuses the entities, the same chunk as plain text."""
         try:
-            return await self._attempt(address, lambda: call(html, ParseMode.HTML))
+            return await self._attempt(address, lambda: call(chunk.html, ParseMode.HTML))
         except BadRequest as exc:
             if "can't parse entities" not in exc.message.lower():
                 raise DeliveryError(self.name, str(address), exc.message) from None
             log.info("%s: Telegram refused the HTML (%s); sending plain text", self.name, exc)
-        plain = html_text(html)
-        return await self._attempt(address, lambda: call(plain, None))
+        return await self._attempt(address, lambda: call(chunk.text, None))
 
     async def _attempt(self, address: Address, call: _Thunk) -> str:
         """One Telegram call, retried on network errors; a timeout is not re-sent blindly."""
@@ -358,19 +356,21 @@ class TelegramChannel:
         )
 
     async def draft(self, chat_id: str, text: str) -> None:
-        chunks = render_telegram(text)
+        chunks = telegram_chunks(text)
         if not chunks:
             return
-        html = chunks[0] if len(chunks) == 1 else f"{chunks[0]}\n…"
+        first = chunks[0]
+        if len(chunks) > 1:  # the rest follows in new messages once the answer is final
+            first = TelegramChunk(html=f"{first.html}\n…", text=f"{first.text}\n…")
         address = Address.parse(chat_id)
         async with self._lock(chat_id):
             current = self._drafts.get(chat_id)
             if current is None:
-                message_id = await self._send(address, html, "")
-                self._drafts[chat_id] = _Draft(message_id=int(message_id), html=html)
-            elif current.html != html:
-                await self._edit(address, current.message_id, html)
-                current.html = html
+                message_id = await self._send(address, first, "")
+                self._drafts[chat_id] = _Draft(message_id=int(message_id), html=first.html)
+            elif current.html != first.html:
+                await self._edit(address, current.message_id, first)
+                current.html = first.html
 
     async def end_draft(self, chat_id: str) -> None:
         async with self._lock(chat_id):
@@ -392,20 +392,3 @@ class TelegramChannel:
         lock = self._locks.get(chat_id)
         if lock is not None and not lock.locked() and chat_id not in self._drafts:
             del self._locks[chat_id]
-
-
-class _Text(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-
-    def handle_data(self, data: str) -> None:
-        self.parts.append(data)
-
-
-def html_text(html: str) -> str:
-    """The visible text of a Telegram HTML chunk (tags dropped, entities decoded)."""
-    parser = _Text()
-    parser.feed(html)
-    parser.close()
-    return "".join(parser.parts)
