@@ -22,6 +22,7 @@ from channels.cli import CliChannel
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
+from cron.base import Clock
 from cron.manager_waker import ManagerWaker
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
@@ -90,7 +91,11 @@ def default_tools() -> list[Tool[Any]]:
 
 
 class Gateway:
-    """The whole gateway: store, threads, channels and control, with one lifetime."""
+    """The whole gateway: store, threads, channels and control, with one lifetime.
+
+    ``cron_clock`` is where cron takes its time from: the wall clock unless a
+    test brings a clock of its own.
+    """
 
     def __init__(
         self,
@@ -101,6 +106,7 @@ class Gateway:
         store: SessionStore | None = None,
         tools: Sequence[Tool[Any]] = (),
         control: bool = True,
+        cron_clock: Clock | None = None,
     ) -> None:
         self.config = config
         self._model_clients = dict(model_clients or {})
@@ -108,6 +114,7 @@ class Gateway:
         self._given_store = store
         self._extra_tools = list(tools)
         self._control_enabled = control
+        self._cron_clock = cron_clock
         self._lifetimes = Lifetimes()
         self.channels: dict[str, Channel] = {}
         self.cli: CliChannel | None = None
@@ -235,6 +242,7 @@ class Gateway:
             store,
             waker=ManagerWaker(self.manager),
             session_sink=self.manager.session_sink,
+            clock=self._cron_clock,
         )
         await service.start()
         self._lifetimes.push("cron", service.stop)
