@@ -1,7 +1,7 @@
 """Cron test fixtures: the stores (SQLite file, real Redis db 5), a fake waker, run collectors.
 
 Every service a test builds with ``make_service`` runs on the test's
-:class:`~tests.cron.clock.ManualClock` (the ``clock`` fixture) unless given
+:class:`~tests.clock.ManualClock` (the ``clock`` fixture) unless given
 another: jobs are set relative to ``clock.now()`` and fire when the test
 advances it.
 
@@ -36,8 +36,8 @@ from cron.models import RunRecord
 from cron.redis_store import PREFIX_PARAM
 from cron.service import CronService
 from cron.store import connect_store
+from tests.clock import ManualClock
 from tests.conftest import require_service
-from tests.cron.clock import ManualClock
 from threads.keys import SessionKey
 from threads.wake import Accepted, Wake
 

@@ -23,7 +23,7 @@ from cron.manager_waker import ManagerWaker
 from cron.models import RunRecord
 from cron.service import CronService
 from cron.sqlite_store import SqliteJobStore
-from tests.cron.clock import START, ManualClock
+from tests.clock import START, ManualClock
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import ToolRegistry

@@ -10,7 +10,7 @@ import pytest
 from cron.base import JobStore
 from cron.errors import InvalidJobError, NotYourJobError
 from cron.service import CronService
-from tests.cron.clock import ManualClock
+from tests.clock import ManualClock
 from tests.cron.conftest import FakeWaker, Runs
 from threads.wake import WakeSource
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 from cron.service import CronService
 from cron.store import connect_store
 from gateway.cron_cli import app
-from tests.cron.clock import ManualClock
+from tests.clock import ManualClock
 from tests.cron.conftest import DEADLINE, FakeWaker, eventually, redis_space
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from cron.firing import RECOVERED
 from cron.manager_waker import ManagerWaker
 from cron.service import CronService
 from cron.store import connect_store
-from tests.cron.clock import ManualClock
+from tests.clock import ManualClock
 from tests.cron.conftest import Runs
 from tests.cron.crash_child import DUE, JOB, KEY, manager_over, settings
 from threads.keys import SessionKey

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from cron.base import JobStore
 from cron.service import CronService, explain
-from tests.cron.clock import FixedClock
+from tests.clock import FixedClock
 from tests.cron.conftest import utc
 
 BERLIN = ZoneInfo("Europe/Berlin")

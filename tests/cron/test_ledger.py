@@ -14,7 +14,7 @@ from cron.errors import StoreError
 from cron.ledger import LedgerWriter
 from cron.models import RunRecord, build_job
 from cron.service import CronService, cron_trigger, fire_times
-from tests.cron.clock import ManualClock
+from tests.clock import ManualClock
 from tests.cron.conftest import DEADLINE, FakeWaker, Runs, utc
 from threads.keys import SessionKey
 from threads.wake import Accepted, Wake

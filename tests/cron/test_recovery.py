@@ -19,7 +19,7 @@ from cron.misfire import MisfirePolicy
 from cron.models import build_job
 from cron.service import CronService
 from cron.wakes import CRON_CALLER, cron_meta
-from tests.cron.clock import FixedClock, ManualClock
+from tests.clock import FixedClock, ManualClock
 from tests.cron.conftest import FakeWaker, Runs, Stores, spent
 from threads.keys import SessionKey
 from threads.sinks import DropSink

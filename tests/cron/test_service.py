@@ -1,6 +1,6 @@
 """The running cron service: real fires, restarts, live edits, the ledger, wakes it builds.
 
-Services run on the test's manual clock (see ``tests.cron.clock``): a test
+Services run on the test's manual clock (see ``tests.clock``): a test
 sets jobs relative to ``clock.now()`` and advances the clock to fire them.
 One test runs on the wall clock, to show the real timers fire too.
 """
@@ -16,7 +16,7 @@ import pytest
 from cron.base import JobStore, WallClock
 from cron.errors import JobConflictError, NoGatewayError, ServiceStateError
 from cron.service import CronService
-from tests.cron.clock import FixedClock, ManualClock
+from tests.clock import FixedClock, ManualClock
 from tests.cron.conftest import DEADLINE, FakeWaker, Runs, Stores, eventually, spent
 from threads.keys import SessionKey
 from threads.sinks import DropSink, Sink

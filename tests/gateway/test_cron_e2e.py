@@ -20,7 +20,7 @@ from config import load_config
 from cron import CronService, JobNotFoundError, open_store
 from cron.misfire import MisfirePolicy
 from gateway.app import Gateway
-from tests.cron.clock import FixedClock, ManualClock
+from tests.clock import FixedClock, ManualClock
 from tests.gateway.conftest import Replies, make_config
 from tests.threads.agent.conftest import KeyedScript
 from threads.agent.tools import ToolContext, tool

@@ -1,11 +1,13 @@
-"""A cron clock that moves only when a test moves it.
+"""A clock that moves only when a test moves it: for cron, and for a session's debounce.
 
-A test gives it to every cron service it builds (``make_service`` does), sets
-jobs relative to :meth:`ManualClock.now`, and :meth:`advances
-<ManualClock.advance>` it: the timers it passes fire in time order — the
-scheduler's next fire, the store poll — each seeing "now" at its own time.
-Nothing then depends on how fast the machine is: a job set one second ahead
-is still ahead when it is validated, and fires when the test says.
+It is a :class:`cron.base.Clock` (``now()``, a UTC datetime) and a
+:class:`threads.clock.Clock` (``monotonic()``, seconds) at once. A test gives
+it to what it builds (cron's ``make_service`` does), sets times relative to
+it, and :meth:`advances <ManualClock.advance>` it: the timers it passes fire
+in time order — the scheduler's next fire, the store poll, the end of a
+collect window — each seeing the clock at its own time. Nothing then depends
+on how fast the machine is: a job set one second ahead is still ahead when it
+is validated, and fires when the test says.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from cron.base import Timer
+from threads.clock import Timer
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -43,6 +45,9 @@ class ManualClock:
 
     def now(self) -> datetime:
         return self._now
+
+    def monotonic(self) -> float:
+        return (self._now - START).total_seconds()
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         if delay <= 0:
