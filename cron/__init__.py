@@ -9,7 +9,8 @@ The gateway wires it::
 
 ``Waker`` is cron's port to the thread manager, which ``cron.manager_waker``
 adapts to it; ``JobStore`` the state store's cron share (SQLite or Redis).
-``cron.service`` is the only module that imports APScheduler.
+``cron.service`` and its ``cron.scheduler`` are the only modules that import
+APScheduler. Time comes from a ``cron.base.Clock`` (the wall clock by default).
 """
 
 from cron.base import JobStore, SessionSinkFactory, Waker

@@ -7,13 +7,15 @@
 * :class:`JobStore` — jobs, their schedule state, the run ledger, run-now
   requests and the running service's heartbeat, kept in the gateway's state
   store (``cron.sqlite_store`` by default, ``cron.redis_store`` on Redis).
-* :data:`Clock` — where "now" comes from, so tests can set it.
+* :class:`Clock` — where "now" comes from and how cron waits for a later
+  time (:class:`WallClock` in production), so a test decides when things fire.
 
 Nothing here imports APScheduler; ``cron.service`` is the one module that does.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,18 +26,47 @@ from threads.keys import SessionKey
 from threads.sinks import Sink
 from threads.wake import Accepted, Wake
 
-Clock = Callable[[], datetime]
-"""Returns the current time, timezone-aware (UTC)."""
+
+class Timer(Protocol):
+    """A callback waiting for its time on a :class:`Clock`."""
+
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """Where cron's time comes from: the current time, and timers for later ones.
+
+    A running cron service reads every "now" from its clock — to validate an
+    ``at`` time, to judge lateness, to stamp the ledger — and waits on its
+    timers for the next fire and the next poll of the store. A test that
+    brings a clock of its own therefore decides when anything is due, and
+    nothing it checks depends on how fast the machine runs.
+    """
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware (UTC)."""
+        ...
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        """Call ``callback`` on the running event loop ``delay`` seconds from now."""
+        ...
+
+
+class WallClock:
+    """The real time; timers on the running event loop."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        return asyncio.get_running_loop().call_later(delay, callback)
+
 
 SessionSinkFactory = Callable[[SessionKey, SessionKey], Sink]
 """Builds the sink that turns a reply into a wake of another session: ``(target, origin)``.
 
 ``origin`` is the job's own session (``cron:<id>``), the caller the target sees.
 """
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -83,7 +83,7 @@ class JobEditor(ABC):
 
     def draft(self, **fields: Any) -> Job:
         """A new job from ``fields``; ``created``/``updated`` are now, the zone the default."""
-        now = self._clock()
+        now = self._clock.now()
         fields.setdefault("timezone", self.timezone)
         fields.setdefault("created", now)
         fields.setdefault("updated", now)
@@ -101,7 +101,7 @@ class JobEditor(ABC):
                 f"{job.agent!r} is not defined under [agents] (have: {sorted(self._known_agents)})",
                 job.id,
             )
-        now = self._clock()
+        now = self._clock.now()
         next_fire = self._first_fire(job, now)
         stored = await self.store.upsert(
             job.model_copy(update={"updated": now}), next_fire=next_fire
@@ -132,7 +132,7 @@ class JobEditor(ABC):
         return await self._set_enabled(job_id, True)
 
     async def _set_enabled(self, job_id: str, enabled: bool) -> JobView:
-        stored = await self.store.set_enabled(job_id, enabled, self._clock())
+        stored = await self.store.set_enabled(job_id, enabled, self._clock.now())
         if stored is None:
             raise JobNotFoundError(job_id, self.store.url)
         if self.running:
@@ -148,7 +148,7 @@ class JobEditor(ABC):
         when no gateway is running against the store (nothing is requested).
         """
         job = await self._require(job_id)
-        now = self._clock()
+        now = self._clock.now()
         if self.running:
             return await self._fire_now(job, now)
         beat = await self.store.last_beat()
@@ -183,7 +183,7 @@ class JobEditor(ABC):
         if self.running:
             return True
         beat = await self.store.last_beat()
-        return beat is not None and (self._clock() - beat.at).total_seconds() <= ALIVE_SECONDS
+        return beat is not None and (self._clock.now() - beat.at).total_seconds() <= ALIVE_SECONDS
 
     async def _require(self, job_id: str) -> Job:
         job = await self.store.get(job_id)

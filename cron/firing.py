@@ -137,7 +137,7 @@ class Firer:
         """Hand a planned fire's wake to its session (a missed or skipped one: nothing)."""
         if planned.action != "fire":
             return Outcome(planned=planned, via=via)
-        handed_over = self._clock()
+        handed_over = self._clock.now()
         try:
             accepted = await self._wake(job, planned.scheduled, via, handed_over)
         except Exception as exc:
@@ -152,7 +152,7 @@ class Firer:
             planned=planned,
             via=via,
             handed_over=handed_over,
-            fired=self._clock(),
+            fired=self._clock.now(),
             accepted=accepted,
         )
 

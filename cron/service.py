@@ -1,11 +1,12 @@
 """The cron service: APScheduler 3's ``AsyncIOScheduler`` behind a small interface.
 
-This is the only module that imports APScheduler, so moving to 4.x touches
-nothing else. Our :class:`~cron.base.JobStore` is the source of truth; the
-scheduler only computes fire times and wakes us when they come.
+This module and ``cron.scheduler`` are the only ones that import APScheduler,
+so moving to 4.x touches nothing else. Our :class:`~cron.base.JobStore` is the
+source of truth; the scheduler only computes fire times and wakes us when
+they come, on the service's :class:`~cron.base.Clock`.
 
 How a fire flows: APScheduler finds a job due and hands every due time to
-:class:`_CronExecutor` (APScheduler's own coalescing and grace are off, so no
+:class:`~cron.scheduler.CronExecutor` (APScheduler's own coalescing and grace are off, so no
 due time is dropped unseen). The service's :class:`~cron.misfire.MisfirePolicy`
 sorts them into fired, missed and skipped; a fire builds a cron :class:`Wake`
 and hands it to the :class:`~cron.base.Waker`; the outcome goes to the run
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import secrets
 from collections.abc import Collection
@@ -37,9 +37,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES
-from apscheduler.executors.base import BaseExecutor
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
@@ -47,12 +45,13 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from config.models import GatewayConfig
 from cron import crontab
-from cron.base import Advance, Clock, JobStore, SessionSinkFactory, Waker, utc_now
+from cron.base import Advance, Clock, JobStore, SessionSinkFactory, Timer, Waker, WallClock
 from cron.editing import JobEditor
 from cron.errors import InvalidJobError, ServiceStateError
 from cron.firing import CatchUp, Firer, RunListener
 from cron.misfire import MisfirePolicy
 from cron.models import Job, JobState, RunRecord, check_zone
+from cron.scheduler import CronExecutor, CronScheduler, never_called
 from cron.wakes import milliseconds
 
 log = logging.getLogger(__name__)
@@ -143,7 +142,7 @@ def build_trigger(
     if job.kind == "at":
         return DateTrigger(run_date=job.at, timezone=UTC)
     interval = job.interval or timedelta(seconds=1)
-    start = anchor or (utc_now() + interval)
+    start = anchor or (datetime.now(UTC) + interval)
     return IntervalTrigger(seconds=int(interval.total_seconds()), start_date=start, timezone=UTC)
 
 
@@ -188,7 +187,7 @@ def explain(
     Raises :class:`InvalidJobError` naming ``expr`` or ``timezone``.
     """
     trigger = cron_trigger(expr, timezone)
-    times = fire_times(trigger, after or utc_now(), n)
+    times = fire_times(trigger, after or datetime.now(UTC), n)
     if not times:
         raise InvalidJobError.one("expr", f"{expr!r} never fires (no such date, e.g. 30 February)")
     return times
@@ -211,37 +210,6 @@ def first_fire(job: Job, now: datetime) -> datetime | None:
     if not times:
         raise InvalidJobError.one("expr", f"{job.expr!r} never fires (no such date)", job.id)
     return times[0]
-
-
-# --- the APScheduler side ----------------------------------------------------------------
-
-
-class _CronExecutor(BaseExecutor):  # type: ignore[misc]
-    """Hands APScheduler's due times to the service instead of calling a function."""
-
-    def __init__(self, service: CronService) -> None:
-        super().__init__()
-        self._service = service
-
-    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
-        task = self._service._due(job.id, list(run_times))
-        task.add_done_callback(lambda done: self._finished(job.id, done))
-
-    def _finished(self, job_id: str, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or task.exception() is None:
-            self._run_job_success(job_id, [])
-        else:
-            error = task.exception()
-            self._run_job_error(job_id, error, error.__traceback__ if error else None)
-
-
-def _never_called() -> None:
-    raise AssertionError("cron jobs are carried out by the cron executor, not called")
-
-
-# APScheduler checks a job's function against its arguments on every add_job, through
-# inspect.signature; a ready signature spares that work for 10 000 jobs at start-up.
-_never_called.__signature__ = inspect.Signature()  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,11 +240,12 @@ class CronService(JobEditor):
         misfire_grace_seconds: float = 60.0,
         coalesce: bool = True,
         poll_seconds: float = 0.5,
-        clock: Clock = utc_now,
+        clock: Clock | None = None,
         session_sink: SessionSinkFactory | None = None,
         owner: str | None = None,
         known_agents: Collection[str] | None = None,
     ) -> None:
+        clock = clock or WallClock()
         super().__init__(store, timezone=timezone, clock=clock, known_agents=known_agents)
         self.policy = MisfirePolicy.of(misfire_grace_seconds, coalesce)
         self.poll_seconds = poll_seconds
@@ -291,6 +260,8 @@ class CronService(JobEditor):
         self._seen = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None
+        self._poll_due = asyncio.Event()
+        self._poll_timer: Timer | None = None
         self._stopping = asyncio.Event()
         self._last_beat: datetime | None = None
         self._cron_triggers: CronTriggers = {}
@@ -342,9 +313,9 @@ class CronService(JobEditor):
         states = await self.store.states()
         # Read before this service beats: a beat left behind is a previous service that died.
         beat = await self.store.last_beat()
-        self._catch_up = CatchUp.after(beat, self._clock(), self.policy.grace, BEAT_SECONDS)
-        scheduler = AsyncIOScheduler(timezone=UTC)
-        scheduler.add_executor(_CronExecutor(self), alias=EXECUTOR)
+        self._catch_up = CatchUp.after(beat, self._clock.now(), self.policy.grace, BEAT_SECONDS)
+        scheduler = CronScheduler(self._clock)
+        scheduler.add_executor(CronExecutor(self._due), alias=EXECUTOR)
         scheduler.add_listener(self._on_max_instances, EVENT_JOB_MAX_INSTANCES)
         self._scheduler = scheduler
         self._firer.open_ledger()
@@ -359,6 +330,8 @@ class CronService(JobEditor):
             self._jobs.clear()
             self._scheduled.clear()
             raise
+        self._poll_due.clear()
+        self._poll_timer = self._clock.call_later(self.poll_seconds, self._tick)
         self._poller = asyncio.create_task(self._poll(), name="cron-poll")
         self._spawn(self._prime_all())
         log.info("cron: started with %d job(s) from %s", len(jobs), self.store.url)
@@ -368,6 +341,9 @@ class CronService(JobEditor):
         if self._scheduler is None:
             return
         self._stopping.set()
+        self._poll_due.set()
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
         failures: list[Exception] = []
         if self._poller is not None:
             await asyncio.gather(self._poller, return_exceptions=True)
@@ -406,7 +382,7 @@ class CronService(JobEditor):
         self, expr: str, timezone: str | None = None, n: int = 5, *, after: datetime | None = None
     ) -> list[datetime]:
         """The next ``n`` fire times of ``expr`` (in ``timezone``, default the gateway's)."""
-        return explain(expr, timezone or self.timezone, n, after=after or self._clock())
+        return explain(expr, timezone or self.timezone, n, after=after or self._clock.now())
 
     def scheduled_fire(self, job_id: str) -> datetime | None:
         """The job's next fire as the running scheduler has it; None when not scheduled."""
@@ -431,7 +407,7 @@ class CronService(JobEditor):
         if state is not None:
             next_fire, rev = state.next_fire, state.schedule_rev
         else:
-            next_fire, rev = first_fire_or_none(job, self._clock()), job.revision
+            next_fire, rev = first_fire_or_none(job, self._clock.now()), job.revision
         try:
             trigger = build_trigger(job, anchor=next_fire, shared=self._cron_triggers)
         except InvalidJobError as exc:
@@ -445,7 +421,7 @@ class CronService(JobEditor):
             self._drop_from_scheduler(job.id)
             return
         self._scheduler.add_job(
-            _never_called,
+            never_called,
             trigger=trigger,
             id=job.id,
             name=job.id,
@@ -489,16 +465,20 @@ class CronService(JobEditor):
             if wanted is None:
                 log.warning("cron: run-now of job %s dropped: no such job", request.job_id)
                 continue
-            self._spawn(self._firer.run_now(wanted, request.requested, self._clock()))
+            self._spawn(self._firer.run_now(wanted, request.requested, self._clock.now()))
         self._seen = max(self._seen, changes.version)
 
+    def _tick(self) -> None:
+        """The poll timer: due every ``poll_seconds`` on the clock, however long a poll takes."""
+        self._poll_due.set()
+        self._poll_timer = self._clock.call_later(self.poll_seconds, self._tick)
+
     async def _poll(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                await asyncio.wait_for(self._stopping.wait(), timeout=self.poll_seconds)
+        while True:
+            await self._poll_due.wait()
+            if self._stopping.is_set():
                 return
-            except TimeoutError:
-                pass
+            self._poll_due.clear()
             try:
                 await self.refresh()
                 await self._beat()
@@ -508,7 +488,7 @@ class CronService(JobEditor):
                 )
 
     async def _beat(self, *, force: bool = False) -> None:
-        now = self._clock()
+        now = self._clock.now()
         if (
             force
             or self._last_beat is None
@@ -541,7 +521,7 @@ class CronService(JobEditor):
                 job_id=job.id,
                 status="skipped",
                 scheduled=t.astimezone(UTC),
-                lateness_ms=milliseconds(self._clock() - t),
+                lateness_ms=milliseconds(self._clock.now() - t),
                 session_key=str(job.session_key),
                 note=note,
             )
@@ -562,7 +542,7 @@ class CronService(JobEditor):
     ) -> None:
         if job is None or scheduled is None:
             return
-        now = self._clock()
+        now = self._clock.now()
         due = [t.astimezone(UTC) for t in run_times]
         outcomes, due = await self._firer.recover(job, due, now, self._catch_up)
         plan = self.policy.plan(due, now, enabled=job.enabled)

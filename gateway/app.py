@@ -26,6 +26,7 @@ from channels.errors import ChannelError, ChannelStartError
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
+from cron.base import Clock
 from cron.errors import StoreError as CronStoreError
 from cron.manager_waker import ManagerWaker
 from gateway.channel_setup import build_telegram, channel_problems, webhook_path
@@ -98,7 +99,11 @@ def default_tools() -> list[Tool[Any]]:
 
 
 class Gateway:
-    """The whole gateway: store, threads, channels and control, with one lifetime."""
+    """The whole gateway: store, threads, channels and control, with one lifetime.
+
+    ``cron_clock`` is where cron takes its time from: the wall clock unless a
+    test brings a clock of its own.
+    """
 
     def __init__(
         self,
@@ -109,6 +114,7 @@ class Gateway:
         store: SessionStore | None = None,
         tools: Sequence[Tool[Any]] = (),
         control: bool = True,
+        cron_clock: Clock | None = None,
     ) -> None:
         self.config = config
         self._model_clients = dict(model_clients or {})
@@ -116,6 +122,7 @@ class Gateway:
         self._given_store = store
         self._extra_tools = list(tools)
         self._control_enabled = control
+        self._cron_clock = cron_clock
         self._lifetimes = Lifetimes()
         self.channels: dict[str, Channel] = {}
         self.cli: CliChannel | None = None
@@ -273,6 +280,7 @@ class Gateway:
             store,
             waker=ManagerWaker(self.manager),
             session_sink=self.manager.session_sink,
+            clock=self._cron_clock,
         )
         await service.start()
         self._lifetimes.push("cron", service.stop)

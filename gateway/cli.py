@@ -19,9 +19,8 @@ import asyncio
 import contextlib
 import gc
 import logging
-import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,12 +32,14 @@ from config.loading import config_path
 from config.redaction import redact_text
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
-from gateway.errors import ControlError, GatewayError
+from gateway.errors import ControlError, GatewayError, GatewayGoneError
 from gateway.sessions_cli import app as sessions_app
+from gateway.terminal import StopSignals, first_of, input_lines
 from threads.errors import ThreadsError
 from threads.store import check_reachable
 
 if TYPE_CHECKING:
+    from channels.cli import CliChannel
     from threads.manager import ThreadManager
     from threads.store.base import SessionStore
 
@@ -105,48 +106,44 @@ def run(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
 async def _run(config: GatewayConfig) -> None:
     from gateway.app import Gateway
 
-    async with Gateway(config) as gw:
-        # What start-up allocated lives as long as the process: keep it out of the
-        # collector's full passes, which would otherwise pause turns and cron fires.
-        gc.collect()
-        gc.freeze()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, gw.stop)
-        model = config.models.default
-        print(f"gateway running · sessions: {config.store.safe_url} · model: {model}", flush=True)
-        if model == "echo":
-            print("  no model is configured: replies come from the offline echo model", flush=True)
-        if gw.web is not None:
-            print(f"  web chat:  {gw.web.url}", flush=True)
-        if gw.cli is not None:
-            print("  terminal:  run `gateway chat` in another terminal", flush=True)
-            if sys.stdin.isatty():
-                print("             or type here (Ctrl-D or Ctrl-C to stop)", flush=True)
-        print("  stop with Ctrl-C", flush=True)
-        if gw.cli is not None and sys.stdin.isatty():
-            gw.cli.listeners.append(_print_reply)
-            repl = asyncio.create_task(_read_lines(gw.cli.submit), name="terminal input")
-            stopped = asyncio.create_task(gw.serve_forever(), name="serve")
-            await asyncio.wait([repl, stopped], return_when=asyncio.FIRST_COMPLETED)
-            for task in (repl, stopped):
-                task.cancel()
-            await asyncio.gather(repl, stopped, return_exceptions=True)
-        else:
-            await gw.serve_forever()
+    deadline = config.threads.close_deadline_seconds
+    with StopSignals(waiting_for=f"running turns have up to {deadline:g} s to finish") as stop:
+        async with Gateway(config) as gw:
+            # What start-up allocated lives as long as the process: keep it out of the
+            # collector's full passes, which would otherwise pause turns and cron fires.
+            gc.collect()
+            gc.freeze()
+            model = config.models.default
+            print(
+                f"gateway running · sessions: {config.store.safe_url} · model: {model}", flush=True
+            )
+            if model == "echo":
+                print(
+                    "  no model is configured: replies come from the offline echo model",
+                    flush=True,
+                )
+            if gw.web is not None:
+                print(f"  web chat:  {gw.web.url}", flush=True)
+            typing_here = gw.cli is not None and sys.stdin.isatty()
+            if gw.cli is not None:
+                print("  terminal:  run `gateway chat` in another terminal", flush=True)
+                if typing_here:
+                    print("             or type here (Ctrl-D or Ctrl-C to stop)", flush=True)
+            print("  stop with Ctrl-C", flush=True)
+            if gw.cli is not None and typing_here:
+                gw.cli.listeners.append(_print_reply)
+                await first_of(stop.wait(), gw.serve_forever(), _read_lines(gw.cli.submit))
+            else:
+                await first_of(stop.wait(), gw.serve_forever())
 
 
 def _print_reply(text: str) -> None:
     print(text, flush=True)
 
 
-async def _read_lines(submit: object) -> None:
-    """Read stdin lines until EOF and hand each non-empty one to ``submit``."""
-    assert callable(submit)
-    while True:
-        line = await asyncio.to_thread(sys.stdin.readline)
-        if not line:
-            return
+async def _read_lines(submit: Callable[[str], Awaitable[None]]) -> None:
+    """Read stdin lines until end of input and hand each non-empty one to ``submit``."""
+    async for line in input_lines(sys.stdin.fileno()):
         text = line.strip()
         if text:
             await submit(text)
@@ -154,40 +151,64 @@ async def _read_lines(submit: object) -> None:
 
 @app.command()
 def chat(config: ConfigOption = None, verbose: VerboseOption = False) -> None:
-    """Chat in this terminal: attached to a running gateway, or in-process when none runs."""
+    """Chat in this terminal: attached to a running gateway, or in-process when none runs.
+
+    Ctrl-C (or SIGTERM) stops at once; at the end of input (Ctrl-D, or the end
+    of what was piped in) it waits for the answers first.
+    """
     setup_logging(verbose)
     run_or_exit(_chat(load_or_exit(config)))
 
 
 async def _chat(config: GatewayConfig) -> None:
-    client = await ControlClient.connect(config.data_dir / "gateway.sock")
-    if client is not None:
-        await _chat_attached(client)
-        return
-    channels = config.channels.model_copy(
-        update={"web": config.channels.web.model_copy(update={"enabled": False})}
-    )
-    local = config.model_copy(update={"channels": channels})
-    from gateway.app import Gateway
+    deadline = config.threads.close_deadline_seconds
+    with StopSignals(waiting_for=f"running turns have up to {deadline:g} s to finish") as stop:
+        client = await ControlClient.connect(config.data_dir / "gateway.sock")
+        if client is not None:
+            await _chat_attached(client, stop)
+            return
+        channels = config.channels.model_copy(
+            update={"web": config.channels.web.model_copy(update={"enabled": False})}
+        )
+        local = config.model_copy(update={"channels": channels})
+        from gateway.app import Gateway
 
-    async with Gateway(local) as gw:
-        if gw.cli is None:
-            raise ControlError("the terminal channel is disabled ([channels.cli] enabled = false)")
-        gw.cli.listeners.append(_print_reply)
-        await _read_lines(gw.cli.submit)
-        await gw.wait_idle()
+        async with Gateway(local) as gw:
+            if gw.cli is None:
+                raise ControlError(
+                    "the terminal channel is disabled ([channels.cli] enabled = false)"
+                )
+            gw.cli.listeners.append(_print_reply)
+
+            async def converse(cli: CliChannel) -> None:
+                await _read_lines(cli.submit)
+                await gw.wait_idle()
+
+            await first_of(converse(gw.cli), stop.wait())
 
 
-async def _chat_attached(client: ControlClient) -> None:
+async def _chat_attached(client: ControlClient, stop: StopSignals) -> None:
+    """Chat through a running gateway until input ends, a stop, or the gateway goes away.
+
+    The gateway going away raises :class:`GatewayGoneError` (one line, exit 1),
+    after the replies that arrived before it are printed.
+    """
     printer = asyncio.create_task(_print_replies(client), name="replies")
 
     async def submit(text: str) -> None:
         await client.call("chat", text=text)
 
-    try:
+    async def converse() -> None:
         await _read_lines(submit)
         # Replies sent before the idle answer are already queued: the socket is ordered.
         await client.call("idle")
+
+    async def gone() -> None:
+        await client.wait_disconnected()
+        raise GatewayGoneError()
+
+    try:
+        await first_of(converse(), stop.wait(), gone())
     finally:
         printer.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.errors import ControlError
+from gateway.errors import ControlError, GatewayGoneError
 from threads.errors import ThreadsError
 
 if TYPE_CHECKING:
@@ -113,6 +113,10 @@ class ControlServer:
             while line := await reader.readline():
                 await self._answer(line, connection)
         except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            # stop() ends connections by cancelling them. The handler ends normally:
+            # Python 3.11's start_unix_server logs a cancelled one as an error.
             pass
         finally:
             if cli is not None:
@@ -207,13 +211,20 @@ async def _alive(path: Path) -> bool:
 
 
 class ControlClient:
-    """A connection to a running gateway's control socket."""
+    """A connection to a running gateway's control socket.
+
+    When the gateway ends the connection (it stopped, or died), every call
+    waiting for an answer and every later call raises
+    :class:`~gateway.errors.GatewayGoneError`, and :meth:`wait_disconnected`
+    returns: an attached terminal says so instead of hanging or crashing.
+    """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
         self._writer = writer
         self._next_id = 0
         self._answers: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._disconnected = asyncio.Event()
         self.replies: asyncio.Queue[str] = asyncio.Queue()
         self._pump = asyncio.ensure_future(self._read())
 
@@ -226,27 +237,51 @@ class ControlClient:
             return None
         return cls(reader, writer)
 
+    @property
+    def connected(self) -> bool:
+        return not self._disconnected.is_set()
+
+    async def wait_disconnected(self) -> None:
+        """Return once the gateway has ended the connection."""
+        await self._disconnected.wait()
+
     async def _read(self) -> None:
-        while line := await self._reader.readline():
-            message = orjson.loads(line)
-            if message.get("event") == "reply":
-                self.replies.put_nowait(str(message.get("text", "")))
-                continue
-            future = self._answers.pop(message.get("id", -1), None)
-            if future is not None and not future.done():
-                future.set_result(message)
-        for future in self._answers.values():
-            if not future.done():
-                future.set_exception(ControlError("the gateway closed the control connection"))
+        try:
+            while line := await self._reader.readline():
+                self._take(line)
+        except (ConnectionError, ValueError) as exc:
+            # A reset connection, or a line the gateway never sent whole: the same end.
+            log.debug("the control connection broke: %s", exc)
+        finally:
+            self._disconnected.set()
+            for future in self._answers.values():
+                if not future.done():
+                    future.set_exception(GatewayGoneError())
+            self._answers.clear()
+
+    def _take(self, line: bytes) -> None:
+        message = orjson.loads(line)
+        if message.get("event") == "reply":
+            self.replies.put_nowait(str(message.get("text", "")))
+            return
+        future = self._answers.pop(message.get("id", -1), None)
+        if future is not None and not future.done():
+            future.set_result(message)
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and wait for its answer; raise :class:`ControlError` on failure."""
+        if not self.connected:
+            raise GatewayGoneError()
         self._next_id += 1
         request_id = self._next_id
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._answers[request_id] = future
-        self._writer.write(orjson.dumps({"op": op, "id": request_id, **fields}) + b"\n")
-        await self._writer.drain()
+        try:
+            self._writer.write(orjson.dumps({"op": op, "id": request_id, **fields}) + b"\n")
+            await self._writer.drain()
+        except ConnectionError:
+            self._answers.pop(request_id, None)
+            raise GatewayGoneError() from None
         answer = await future
         if not answer.get("ok"):
             raise ControlError(str(answer.get("error", "the gateway refused the request")))

@@ -18,7 +18,6 @@ same append as the end of the turn before it: one durable write, not two.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
@@ -299,16 +298,19 @@ class TurnDriver:
                     return None
                 wait = 0.0
                 if head.policy is Policy.COLLECT and not self._closing:
-                    wait = self._inbox.collect_deadline() - time.monotonic()
+                    wait = self._inbox.collect_deadline() - self._options.clock.monotonic()
                 if wait <= 0:
                     active = await self._start_active()
                     if active is not None:
                         return active
                     continue
                 self._arrival.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self._arrival.wait()
+            # The window's end or an arrival (which moves it), whichever comes first.
+            timer = self._options.clock.call_later(wait, self._arrival.set)
+            try:
+                await self._arrival.wait()
+            finally:
+                timer.cancel()
 
     async def _start_active(self) -> _Active | None:
         """Take the next turn's input off the queue and write its prompt entries (lock held)."""

@@ -126,6 +126,7 @@ class Inbox:
                     wake=receipt.wake,
                     receipt_id=receipt.id,
                     prompt_id=receipt.turn,
+                    arrived=self._options.clock.monotonic(),
                 )
             )
 
@@ -189,6 +190,7 @@ class Inbox:
                 wake=wake,
                 prompt_id=turn.id,
                 started=True,
+                arrived=self._options.clock.monotonic(),
             )
         )
         return turn
@@ -262,6 +264,7 @@ class Inbox:
             wake=wake,
             receipt_id=receipt.id,
             prompt_id=prompt_id,
+            arrived=self._options.clock.monotonic(),
         )
         if ahead:
             # Runs next: ahead of the queue, behind the turn it interrupts.

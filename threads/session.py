@@ -18,10 +18,11 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from threads.clock import Clock, MonotonicClock
 from threads.driver import TurnDriver
 from threads.errors import (
     BusyError,
@@ -74,7 +75,8 @@ class SessionOptions:
     ``gate`` is entered around every run (the manager's cap on concurrent
     turns); ``max_queue`` bounds what may wait (steers and queued sends);
     ``collect_window`` is the debounce of the ``collect`` policy in seconds:
-    collected messages start their turn once none has arrived for that long.
+    collected messages start their turn once none has arrived for that long,
+    on ``clock`` (the real monotonic time unless a test brings its own).
     ``load_payload`` rebuilds a restored input's payload from its stored wake;
     ``resume`` makes the follow-up of a turn a dead writer left running.
     """
@@ -82,6 +84,7 @@ class SessionOptions:
     gate: Gate = _no_gate
     max_queue: int = 256
     collect_window: float = 1.5
+    clock: Clock = field(default_factory=MonotonicClock)
     load_payload: PayloadLoader | None = None
     resume: Resumer | None = None
 

@@ -33,8 +33,11 @@ class Supervisor:
     """Watches child threads for their parents.
 
     Every duration it judges — how long a child has run, how long since its
-    last progress wake — is read from ``clock`` (monotonic seconds), so a test
-    can drive the thresholds with a clock of its own.
+    last progress wake — is read from ``clock``: monotonic seconds on the
+    timeline of :attr:`Run.started <threads.turns.Run.started>`
+    (``time.monotonic``). A test drives the thresholds with a clock of its own
+    that counts from a run's ``started``; nothing it judges then depends on how
+    long the machine took to get there.
     """
 
     def __init__(
@@ -46,7 +49,6 @@ class Supervisor:
         self.progress_after = threads.progress_after_seconds
         self.progress_interval = threads.progress_interval_seconds
         self._last_progress: dict[str, float] = {}
-        self._started: dict[str, float] = {}
         self._scanner: asyncio.Task[None] | None = None
 
     def start(self, *, scanning: bool = True) -> None:
@@ -123,10 +125,7 @@ class Supervisor:
             if parent is None or run is None:
                 continue
             live.add(run.run_id)
-            # The run's start on this clock: placed by the run's own age when first seen
-            # (the same instant with the default clock), then fixed.
-            started = self._started.setdefault(run.run_id, now - run.elapsed)
-            elapsed = now - started
+            elapsed = now - run.started
             if elapsed < self.progress_after:
                 continue
             last = self._last_progress.get(run.run_id)
@@ -141,8 +140,6 @@ class Supervisor:
             woken += 1
         for run_id in set(self._last_progress) - live:
             del self._last_progress[run_id]
-        for run_id in set(self._started) - live:
-            del self._started[run_id]
         return woken
 
     def _progress_wake(self, thread: Thread, run: Run, elapsed: float) -> Wake:

@@ -1,5 +1,10 @@
 """Cron test fixtures: the stores (SQLite file, real Redis db 5), a fake waker, run collectors.
 
+Every service a test builds with ``make_service`` runs on the test's
+:class:`~tests.clock.ManualClock` (the ``clock`` fixture) unless given
+another: jobs are set relative to ``clock.now()`` and fire when the test
+advances it.
+
 Each test's Redis keys live under a prefix of its own, carried by the store
 URL (``?cron_prefix=…``) so that separate processes given the URL use it too;
 only those keys are deleted afterwards. The database is never flushed: two
@@ -31,6 +36,7 @@ from cron.models import RunRecord
 from cron.redis_store import PREFIX_PARAM
 from cron.service import CronService
 from cron.store import connect_store
+from tests.clock import ManualClock
 from tests.conftest import require_service
 from threads.keys import SessionKey
 from threads.wake import Accepted, Wake
@@ -126,9 +132,12 @@ class Turn:
 
 
 class FakeWaker:
-    """The gateway's thread manager at cron's port, faked."""
+    """The gateway's thread manager at cron's port, faked; it stamps acceptance on ``clock``."""
 
-    def __init__(self, sessions: tuple[str, ...] = ("telegram:1",)) -> None:
+    def __init__(
+        self, clock: ManualClock | None = None, sessions: tuple[str, ...] = ("telegram:1",)
+    ) -> None:
+        self.clock = clock or ManualClock()
         self.sessions = set(sessions)
         self.wakes: list[tuple[SessionKey, Wake]] = []
         self.queued: dict[str, list[Wake]] = {}
@@ -169,7 +178,7 @@ class FakeWaker:
         self.wakes.append((key, wake))
         self._arrived.set()
         accepted = self._accepted(key, len(self.wakes), created=created)
-        self.accepted_at.append(datetime.now(UTC))
+        self.accepted_at.append(self.clock.now())
         return accepted
 
     async def held_wakes(self, key: SessionKey, meta: Mapping[str, str]) -> list[HeldWake]:
@@ -245,16 +254,22 @@ async def wait_until(
 
 
 @pytest.fixture
-def waker() -> FakeWaker:
-    return FakeWaker()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-async def make_service() -> AsyncIterator[Callable[..., CronService]]:
-    """Builds services and stops every started one at the end of the test."""
+def waker(clock: ManualClock) -> FakeWaker:
+    return FakeWaker(clock)
+
+
+@pytest.fixture
+async def make_service(clock: ManualClock) -> AsyncIterator[Callable[..., CronService]]:
+    """Builds services (on the test's clock, unless given ``clock=``) and stops them at the end."""
     made: list[CronService] = []
 
     def make(store: JobStore, waker: Any = None, **options: Any) -> CronService:
+        options.setdefault("clock", clock)
         service = CronService(store, waker, **options)
         made.append(service)
         return service
@@ -262,6 +277,15 @@ async def make_service() -> AsyncIterator[Callable[..., CronService]]:
     yield make
     for service in reversed(made):
         await service.stop()
+
+
+async def spent(service: CronService, job_id: str) -> None:
+    """Wait (with a deadline) until the ``at`` job is disabled: the step after its record."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE
+    while (await service.get(job_id)).job.enabled:
+        assert loop.time() < deadline, f"{job_id} still enabled after its fire"
+        await asyncio.sleep(0.02)  # polling the store with a deadline
 
 
 def utc(*args: int) -> datetime:

@@ -2,8 +2,9 @@
 
 Run as ``python -m tests.cron.crash_child <dir>``. Over ``<dir>`` (jsonl
 sessions, the SQLite state store) it starts a thread manager with the echo
-model and a cron service, creates session ``telegram:42``, and sets the
-direct-wake check-in ``nudge`` a moment ahead. When the check-in's wake is
+model and a cron service on a manual clock, creates session ``telegram:42``,
+sets the direct-wake check-in ``nudge`` a moment ahead and moves the clock
+there. When the check-in's wake is
 durable in the session and its ledger write begins, it prints ``ACCEPTED``
 and waits there to be killed — the crash between acceptance and the ledger.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from config import GatewayConfig, validate
@@ -22,6 +23,7 @@ from cron.manager_waker import ManagerWaker
 from cron.models import RunRecord
 from cron.service import CronService
 from cron.sqlite_store import SqliteJobStore
+from tests.clock import START, ManualClock
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import ToolRegistry
@@ -32,6 +34,7 @@ from threads.wake import SystemCaller, Wake, WakeSource
 
 KEY = "telegram:42"
 JOB = "nudge"
+DUE = START + timedelta(seconds=0.3)
 
 
 class LedgerNeverLands(SqliteJobStore):
@@ -72,12 +75,15 @@ async def main(root: Path) -> None:
         KEY, Wake(source=WakeSource.API, body="hello", caller=SystemCaller(name="t"))
     )
     store = await LedgerNeverLands.open(config.state_store_url())
-    service = CronService.from_config(config, store, ManagerWaker(manager))
+    clock = ManualClock(START)
+    service = CronService.from_config(config, store, ManagerWaker(manager), clock=clock)
     await service.start()
-    at = datetime.now(UTC) + timedelta(seconds=0.3)
     await service.upsert(
-        service.draft(id=JOB, kind="at", at=at, task="check in", wake_session=KEY, direct_wake=True)
+        service.draft(
+            id=JOB, kind="at", at=DUE, task="check in", wake_session=KEY, direct_wake=True
+        )
     )
+    clock.advance_to(DUE)
     await asyncio.Event().wait()
 
 

@@ -10,6 +10,7 @@ import pytest
 from cron.base import JobStore
 from cron.errors import InvalidJobError, NotYourJobError
 from cron.service import CronService
+from tests.clock import ManualClock
 from tests.cron.conftest import FakeWaker, Runs
 from threads.wake import WakeSource
 
@@ -21,10 +22,10 @@ def rfc3339(moment: datetime) -> str:
 
 
 async def test_a_self_check_in_is_a_direct_wake_at_job_for_the_current_session(
-    sqlite_store: JobStore, make_service: Make
+    sqlite_store: JobStore, make_service: Make, clock: ManualClock
 ) -> None:
     service = make_service(sqlite_store)
-    at = datetime.now(UTC) + timedelta(hours=2)
+    at = clock.now() + timedelta(hours=2)
     view = await service.set_check_in("telegram:1", rfc3339(at), "Check if user responded")
     job = view.job
     assert job.id.startswith("self-checkin-")
@@ -40,13 +41,14 @@ async def test_a_self_check_in_is_a_direct_wake_at_job_for_the_current_session(
 
 
 async def test_a_self_check_in_wakes_the_session_once_at_its_time(
-    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make, clock: ManualClock
 ) -> None:
     service = make_service(sqlite_store, waker)
     await service.start()
     runs = Runs(service)
-    at = datetime.now(UTC) + timedelta(seconds=0.5)
+    at = clock.now() + timedelta(seconds=0.5)
     await service.set_check_in("telegram:1", rfc3339(at), "Check if user responded")
+    clock.advance_to(at)
     [(key, wake)] = await waker.woken(1)
     await runs.wait(1)
     assert key == "telegram:1"
@@ -56,10 +58,10 @@ async def test_a_self_check_in_wakes_the_session_once_at_its_time(
 
 
 async def test_an_agent_lists_only_its_own_sessions_check_ins(
-    sqlite_store: JobStore, make_service: Make
+    sqlite_store: JobStore, make_service: Make, clock: ManualClock
 ) -> None:
     service = make_service(sqlite_store)
-    later = rfc3339(datetime.now(UTC) + timedelta(hours=1))
+    later = rfc3339(clock.now() + timedelta(hours=1))
     await service.set_check_in("telegram:1", later, "mine", job_id="mine")
     await service.set_check_in("telegram:2", later, "theirs", job_id="theirs")
     await service.upsert(
@@ -71,10 +73,10 @@ async def test_an_agent_lists_only_its_own_sessions_check_ins(
 
 
 async def test_an_agent_removes_its_check_in_but_not_another_sessions_job(
-    sqlite_store: JobStore, make_service: Make
+    sqlite_store: JobStore, make_service: Make, clock: ManualClock
 ) -> None:
     service = make_service(sqlite_store)
-    later = rfc3339(datetime.now(UTC) + timedelta(hours=1))
+    later = rfc3339(clock.now() + timedelta(hours=1))
     await service.set_check_in("telegram:1", later, "mine", job_id="mine")
     await service.set_check_in("telegram:2", later, "theirs", job_id="theirs")
     with pytest.raises(NotYourJobError, match="wakes session telegram:2, not telegram:1"):

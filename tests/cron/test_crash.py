@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from cron.firing import RECOVERED
 from cron.manager_waker import ManagerWaker
 from cron.service import CronService
 from cron.store import connect_store
+from tests.clock import ManualClock
 from tests.cron.conftest import Runs
-from tests.cron.crash_child import JOB, KEY, manager_over, settings
+from tests.cron.crash_child import DUE, JOB, KEY, manager_over, settings
 from threads.keys import SessionKey
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +58,9 @@ async def test_a_wake_accepted_just_before_a_crash_is_not_delivered_again_after_
     [before] = await waker.held_wakes(SessionKey(KEY), {"cron_job": JOB})
     store = await connect_store(config.state_store_url())
     assert await store.runs(JOB) == []
-    service = CronService.from_config(config, store, waker)
+    # Restarted a second after the fire, on the clock the child ran on.
+    clock = ManualClock(DUE + timedelta(seconds=1))
+    service = CronService.from_config(config, store, waker, clock=clock)
     runs = Runs(service)
     try:
         await service.start()

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 from cron.base import JobStore
 from cron.service import CronService, explain
+from tests.clock import FixedClock
 from tests.cron.conftest import utc
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -76,7 +77,7 @@ async def test_a_stored_jobs_fire_times_cross_spring_forward(
     sqlite_store: JobStore, make_service: Callable[..., CronService]
 ) -> None:
     before = utc(2025, 3, 29, 12)
-    service = make_service(sqlite_store, clock=lambda: before, timezone="Europe/Berlin")
+    service = make_service(sqlite_store, clock=FixedClock(before), timezone="Europe/Berlin")
     await service.upsert(service.draft(id="digest", kind="cron", expr="30 2 * * *", task="digest"))
     fires = await service.next_fires("digest", 3)
     assert local(fires) == ["03-30 03:30 CEST", "03-31 02:30 CEST", "04-01 02:30 CEST"]
@@ -86,7 +87,7 @@ async def test_a_stored_jobs_fire_times_cross_fall_back(
     sqlite_store: JobStore, make_service: Callable[..., CronService]
 ) -> None:
     before = utc(2025, 10, 25, 12)
-    service = make_service(sqlite_store, clock=lambda: before, timezone="Europe/Berlin")
+    service = make_service(sqlite_store, clock=FixedClock(before), timezone="Europe/Berlin")
     await service.upsert(service.draft(id="digest", kind="cron", expr="30 2 * * *", task="digest"))
     assert local(await service.next_fires("digest", 3)) == [
         "10-26 02:30 CEST",
@@ -99,7 +100,7 @@ async def test_an_every_job_keeps_real_intervals_across_fall_back(
     sqlite_store: JobStore, make_service: Callable[..., CronService]
 ) -> None:
     start = utc(2025, 10, 25, 23, 0)
-    service = make_service(sqlite_store, clock=lambda: start, timezone="Europe/Berlin")
+    service = make_service(sqlite_store, clock=FixedClock(start), timezone="Europe/Berlin")
     await service.upsert(service.draft(id="tick", kind="every", every="1h", task="tick"))
     fires = await service.next_fires("tick", 4)
     assert [b - a for a, b in itertools.pairwise(fires)] == [timedelta(hours=1)] * 3

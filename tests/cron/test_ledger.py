@@ -14,7 +14,8 @@ from cron.errors import StoreError
 from cron.ledger import LedgerWriter
 from cron.models import RunRecord, build_job
 from cron.service import CronService, cron_trigger, fire_times
-from tests.cron.conftest import FakeWaker, Runs, utc
+from tests.clock import ManualClock
+from tests.cron.conftest import DEADLINE, FakeWaker, Runs, utc
 from threads.keys import SessionKey
 from threads.wake import Accepted, Wake
 
@@ -78,23 +79,28 @@ async def test_a_failed_ledger_write_fails_every_fire_waiting_on_it_with_the_err
 class StuckWaker(FakeWaker):
     """A waker whose hand-over hangs until released."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.stuck = asyncio.Event()
         self.release = asyncio.Event()
 
     async def wake(self, key: SessionKey, wake: Wake) -> Accepted:
+        self.stuck.set()
         await self.release.wait()
         return await super().wake(key, wake)
 
 
 async def test_a_fire_due_while_the_previous_one_hangs_is_recorded_skipped_not_dropped(
-    sqlite_store: JobStore, make_service: Callable[..., CronService]
+    sqlite_store: JobStore, make_service: Callable[..., CronService], clock: ManualClock
 ) -> None:
-    waker = StuckWaker()
+    waker = StuckWaker(clock)
     service = make_service(sqlite_store, waker)
     await service.start()
     runs = Runs(service)
     await service.upsert(service.draft(id="tick", kind="every", every="1s", task="tick"))
+    clock.advance(1)
+    await asyncio.wait_for(waker.stuck.wait(), DEADLINE)
+    clock.advance(1)
     [skipped] = await runs.wait(1, where=lambda r: r.status == "skipped")
     assert "previous fire of this job was still being handed over" in skipped.note
     waker.release.set()

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from cron.base import HeldWake, JobStore, utc_now
+from cron.base import HeldWake, JobStore
 from cron.firing import LOST, RECOVERED, Firer
 from cron.misfire import MisfirePolicy
 from cron.models import build_job
 from cron.service import CronService
 from cron.wakes import CRON_CALLER, cron_meta
-from tests.cron.conftest import FakeWaker, Runs, Stores
+from tests.clock import FixedClock, ManualClock
+from tests.cron.conftest import FakeWaker, Runs, Stores, spent
 from threads.keys import SessionKey
 from threads.sinks import DropSink
 from threads.wake import Accepted, Wake, WakeSource
@@ -28,13 +29,9 @@ Make = Callable[..., CronService]
 KEY = SessionKey("telegram:1")
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
 async def set_check_in(stores: Stores, make_service: Make, job_id: str, due: datetime) -> None:
     """Set an ``at`` job due at ``due`` (in the past), as an editor did while it was ahead."""
-    editor = make_service(await stores.open(), clock=lambda: due - timedelta(minutes=5))
+    editor = make_service(await stores.open(), clock=FixedClock(due - timedelta(minutes=5)))
     await editor.upsert(
         editor.draft(
             id=job_id, kind="at", at=due, task="check in", wake_session=str(KEY), direct_wake=True
@@ -58,9 +55,9 @@ async def deliver_before_the_crash(waker: FakeWaker, job_id: str, due: datetime)
 
 
 async def test_a_wake_the_session_already_holds_is_recorded_fired_and_not_delivered_again(
-    stores: Stores, waker: FakeWaker, make_service: Make
+    stores: Stores, waker: FakeWaker, make_service: Make, clock: ManualClock
 ) -> None:
-    due = now() - timedelta(seconds=20)
+    due = clock.now() - timedelta(seconds=20)
     await set_check_in(stores, make_service, "checkin", due)
     await deliver_before_the_crash(waker, "checkin", due)
     store = await stores.open()
@@ -77,14 +74,15 @@ async def test_a_wake_the_session_already_holds_is_recorded_fired_and_not_delive
     assert record.fired == waker.accepted_at[0]
     assert len(waker.wakes) == 1
     assert waker.asked == [(str(KEY), {"cron_job": "checkin"})]
+    await spent(service, "checkin")
     view = await service.get("checkin")
     assert (view.job.enabled, view.next_fire, view.last_status) == (False, None, "fired")
 
 
 async def test_a_due_time_the_session_does_not_hold_is_fired_after_the_restart(
-    stores: Stores, waker: FakeWaker, make_service: Make
+    stores: Stores, waker: FakeWaker, make_service: Make, clock: ManualClock
 ) -> None:
-    due = now() - timedelta(seconds=20)
+    due = clock.now() - timedelta(seconds=20)
     await set_check_in(stores, make_service, "checkin", due)
     await deliver_before_the_crash(waker, "another-job", due)
 
@@ -97,9 +95,9 @@ async def test_a_due_time_the_session_does_not_hold_is_fired_after_the_restart(
 
 
 async def test_a_held_wake_beyond_grace_is_recorded_fired_when_a_dead_service_left_its_beat(
-    stores: Stores, waker: FakeWaker, make_service: Make
+    stores: Stores, waker: FakeWaker, make_service: Make, clock: ManualClock
 ) -> None:
-    due = now() - timedelta(hours=2)
+    due = clock.now() - timedelta(hours=2)
     await set_check_in(stores, make_service, "checkin", due)
     await deliver_before_the_crash(waker, "checkin", due)
     store = await stores.open()
@@ -114,9 +112,9 @@ async def test_a_held_wake_beyond_grace_is_recorded_fired_when_a_dead_service_le
 
 
 async def test_sessions_are_not_asked_about_due_times_long_before_the_last_heartbeat(
-    stores: Stores, waker: FakeWaker, make_service: Make
+    stores: Stores, waker: FakeWaker, make_service: Make, clock: ManualClock
 ) -> None:
-    due = now() - timedelta(hours=2)
+    due = clock.now() - timedelta(hours=2)
     await set_check_in(stores, make_service, "checkin", due)
 
     service = make_service(await stores.open(), waker)
@@ -128,7 +126,7 @@ async def test_sessions_are_not_asked_about_due_times_long_before_the_last_heart
 
 
 async def test_fires_after_the_start_never_ask_the_session(
-    stores: Stores, waker: FakeWaker, make_service: Make
+    stores: Stores, waker: FakeWaker, make_service: Make, clock: ManualClock
 ) -> None:
     service = make_service(await stores.open(), waker)
     runs = Runs(service)
@@ -137,12 +135,13 @@ async def test_fires_after_the_start_never_ask_the_session(
         service.draft(
             id="soon",
             kind="at",
-            at=now() + timedelta(seconds=0.3),
+            at=clock.now() + timedelta(seconds=0.3),
             task="check in",
             wake_session=str(KEY),
             direct_wake=True,
         )
     )
+    clock.advance(0.3)
     [record] = await runs.wait(1)
     assert record.status == "fired"
     assert waker.asked == []
@@ -157,7 +156,10 @@ JOB = build_job(id="job", kind="every", every="1m", task="tick", created=T0, upd
 def firer(coalesce: bool) -> Firer:
     # `recovered` plans from what the session holds; it never touches the store.
     return Firer(
-        cast(JobStore, None), None, policy=MisfirePolicy.of(60, coalesce=coalesce), clock=utc_now
+        cast(JobStore, None),
+        None,
+        policy=MisfirePolicy.of(60, coalesce=coalesce),
+        clock=FixedClock(T0),
     )
 
 

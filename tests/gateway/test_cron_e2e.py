@@ -1,11 +1,15 @@
-"""Cron through the whole gateway: real fires into real threads, check-ins set by an agent."""
+"""Cron through the whole gateway: real fires into real threads, check-ins set by an agent.
+
+The gateway's cron runs on a manual clock: a check-in set "a second later"
+fires when the test moves the clock there.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,7 @@ from config import load_config
 from cron import CronService, JobNotFoundError, open_store
 from cron.misfire import MisfirePolicy
 from gateway.app import Gateway
+from tests.clock import FixedClock, ManualClock
 from tests.gateway.conftest import Replies, make_config
 from tests.threads.agent.conftest import KeyedScript
 from threads.agent.tools import ToolContext, tool
@@ -41,7 +46,14 @@ async def work(args: Nothing, ctx: ToolContext) -> str:
 
 
 @pytest.fixture
-async def gw(tmp_path: Path) -> AsyncIterator[tuple[Gateway, KeyedScript, Replies]]:
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def gw(
+    tmp_path: Path, clock: ManualClock
+) -> AsyncIterator[tuple[Gateway, KeyedScript, Replies]]:
     in_tool.clear()
     release.clear()
     script = KeyedScript()
@@ -55,7 +67,10 @@ async def gw(tmp_path: Path) -> AsyncIterator[tuple[Gateway, KeyedScript, Replie
         cron={"poll_seconds": 0.1},
     )
     gateway = Gateway(
-        config, model_clients={"scripted": ScriptedModel(default=script)}, tools=[work]
+        config,
+        model_clients={"scripted": ScriptedModel(default=script)},
+        tools=[work],
+        cron_clock=clock,
     )
     async with gateway:
         assert gateway.cli is not None
@@ -66,11 +81,11 @@ async def gw(tmp_path: Path) -> AsyncIterator[tuple[Gateway, KeyedScript, Replie
 
 
 async def test_a_check_in_an_agent_schedules_fires_a_second_later_into_its_session(
-    gw: tuple[Gateway, KeyedScript, Replies],
+    gw: tuple[Gateway, KeyedScript, Replies], clock: ManualClock
 ) -> None:
     gateway, script, replies = gw
     assert gateway.cli is not None
-    soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    soon = (clock.now() + timedelta(seconds=1)).isoformat()
     script.add(
         "cli",
         call("schedule_check_in", at=soon, task="Check if the user responded"),
@@ -78,6 +93,8 @@ async def test_a_check_in_an_agent_schedules_fires_a_second_later_into_its_sessi
         dispatch(("user", "Checking in, as promised.")),
     )
     await gateway.cli.submit("remind me")
+    await replies.wait(1)
+    clock.advance(1)
     await replies.wait(2)
     wake = script.requests["cli"][2].messages[-1].text()
     assert "source: cron" in wake
@@ -167,12 +184,12 @@ def tool_result(script: KeyedScript, key: str, request: int) -> ToolResultPart:
 
 
 async def test_an_agent_lists_and_removes_its_check_ins(
-    gw: tuple[Gateway, KeyedScript, Replies],
+    gw: tuple[Gateway, KeyedScript, Replies], clock: ManualClock
 ) -> None:
     gateway, script, replies = gw
     assert gateway.cli is not None
     assert gateway.cron is not None
-    later = datetime.now(UTC) + timedelta(hours=2)
+    later = clock.now() + timedelta(hours=2)
     others = await gateway.cron.set_check_in("telegram:9", later.isoformat(), "not the cli's")
     script.add(
         "cli",
@@ -229,12 +246,13 @@ async def test_misfire_grace_and_coalesce_come_from_the_cron_config(tmp_path: Pa
     config = load_config(path, env={})
     # Set 150 s ago, every minute: due 90 s and 30 s ago when the gateway starts. The
     # defaults (60 s, coalescing) would record the first missed; this config fires both.
-    set_at = datetime.now(UTC) - timedelta(seconds=150)
+    clock = ManualClock()
+    set_at = clock.now() - timedelta(seconds=150)
     async with open_store(config.state_store_url()) as store:
-        editor = CronService.from_config(config, store, clock=lambda: set_at)
+        editor = CronService.from_config(config, store, clock=FixedClock(set_at))
         await editor.upsert(editor.draft(id="tick", kind="every", every="1m", task="tick"))
 
-    async with Gateway(config, control=False) as gateway:
+    async with Gateway(config, control=False, cron_clock=clock) as gateway:
         assert gateway.cron is not None
         assert gateway.cron.policy == MisfirePolicy(grace=timedelta(seconds=120), coalesce=False)
         async with asyncio.timeout(5):

@@ -18,7 +18,7 @@ from threads.messages import Message, ReasoningPart, ToolCallPart
 from threads.sinks import DropSink
 from threads.supervision import Supervisor
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
-from threads.turns import RunResult
+from threads.turns import Run, RunResult
 from threads.wake import SystemCaller, Wake, WakeSource
 
 USER = "telegram:1"
@@ -485,6 +485,14 @@ class Nothing(BaseModel):
     pass
 
 
+def child_run(runtime: Runtime, key: str) -> Run:
+    """The run in flight in ``key``'s thread."""
+    thread = runtime.manager.thread(key)
+    assert thread is not None
+    assert thread.session.running is not None
+    return thread.session.running
+
+
 async def test_progress_wakes_report_a_long_child_about_once_per_interval(
     script: KeyedScript,
 ) -> None:
@@ -506,7 +514,7 @@ async def test_progress_wakes_report_a_long_child_about_once_per_interval(
         return "crawled"
 
     runtime = await make_runtime(ScriptedModel(default=script), config, [crawl], supervise=False)
-    now = [1000.0]
+    now = [0.0]
     supervisor = Supervisor(runtime.manager, clock=lambda: now[0])
     supervisor.start(scanning=False)
     child = f"{USER}:threads:crawl"
@@ -518,6 +526,7 @@ async def test_progress_wakes_report_a_long_child_about_once_per_interval(
         script.add(child, call("crawl"), say("crawl result: 7 pages"))
         await runtime.result(await runtime.say(USER, "go"))
         await asyncio.wait_for(started.wait(), 5)
+        now[0] = child_run(runtime, child).started + 1
         assert await supervisor.scan() == 1
         assert await supervisor.scan() == 0  # not again within the interval
         now[0] += 61
@@ -553,7 +562,7 @@ async def test_no_progress_wake_before_progress_after_seconds(script: KeyedScrip
         return "crawled"
 
     runtime = await make_runtime(ScriptedModel(default=script), config, [crawl], supervise=False)
-    now = [1000.0]
+    now = [0.0]
     supervisor = Supervisor(runtime.manager, clock=lambda: now[0])
     supervisor.start(scanning=False)
     child = f"{USER}:threads:crawl"
@@ -565,6 +574,7 @@ async def test_no_progress_wake_before_progress_after_seconds(script: KeyedScrip
         script.add(child, call("crawl"), say("crawled 7 pages"))
         await runtime.result(await runtime.say(USER, "go"))
         await asyncio.wait_for(started.wait(), 5)
+        now[0] = child_run(runtime, child).started  # the clock counts from the child's start
         assert await supervisor.scan() == 0  # just started
         now[0] += 59.0
         assert await supervisor.scan() == 0  # a second short of progress_after_seconds

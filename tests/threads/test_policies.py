@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tests.clock import ManualClock
 from tests.threads.conftest import (
     Blocker,
     HandAgent,
@@ -300,8 +301,12 @@ async def test_messages_arriving_within_the_collect_window_join_one_turn(
     session_store: SessionStore,
 ) -> None:
     agent = HandAgent()
-    session = await Session.create(session_store, agent, options=SessionOptions(collect_window=0.3))
+    clock = ManualClock()
+    options = SessionOptions(collect_window=0.3, clock=clock)
+    session = await Session.create(session_store, agent, options=options)
     turns = [await session.send(Message.user(t), policy=Policy.COLLECT) for t in ("a", "b", "c")]
+    assert agent.runs == []
+    clock.advance(0.3)
     results = [await t.wait(10) for t in turns]
     assert len(agent.runs) == 1
     assert [m.text() for m in agent.runs[0].messages] == ["a", "b", "c"]
@@ -317,18 +322,17 @@ async def test_messages_arriving_within_the_collect_window_join_one_turn(
 async def test_each_collected_message_restarts_the_window(session_store: SessionStore) -> None:
     window = 0.4
     agent = HandAgent()
+    clock = ManualClock()
     session = await Session.create(
-        session_store, agent, options=SessionOptions(collect_window=window)
+        session_store, agent, options=SessionOptions(collect_window=window, clock=clock)
     )
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     sent: list[Turn] = []
-    # Pacing, not waiting: each message comes well inside the window of the one before,
-    # and together they span more than one window.
-    while loop.time() - started < 2 * window:
+    # Each message comes inside the window of the one before; together they span more than one.
+    while clock.monotonic() < 2 * window:
         sent.append(await session.send(Message.user(f"m{len(sent)}"), policy=Policy.COLLECT))
+        clock.advance(window * 3 / 4)
         assert agent.runs == []
-        await asyncio.sleep(window / 8)
+    clock.advance(window / 4)
     for turn in sent:
         await turn.wait(10)
     assert len(agent.runs) == 1

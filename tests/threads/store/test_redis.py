@@ -57,11 +57,12 @@ async def test_the_writer_lock_is_a_key_with_an_expiry(client: aioredis.Redis, p
 
 
 async def test_a_held_lock_is_renewed_before_it_lapses(client: aioredis.Redis, prefix: str) -> None:
-    store = RedisStore(REDIS_URL, prefix=prefix, lock_ttl=0.6)
+    # Renewed every second, lapsing after three: only a two-second stall could lose it.
+    store = RedisStore(REDIS_URL, prefix=prefix, lock_ttl=3.0)
     h = header()
     await store.create(h)
     lock = f"{prefix}lock:{h.id}"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10
     lowest = await client.pttl(lock)
     renewed = False
     while time.monotonic() < deadline and not renewed:
@@ -78,7 +79,7 @@ async def test_a_held_lock_is_renewed_before_it_lapses(client: aioredis.Redis, p
 async def test_a_dead_writers_lock_lapses_and_the_session_can_be_taken(
     client: aioredis.Redis, prefix: str
 ) -> None:
-    dead = RedisStore(REDIS_URL, prefix=prefix, lock_ttl=0.5)
+    dead = RedisStore(REDIS_URL, prefix=prefix)
     h = header()
     await dead.create(h)
     await dead.append(h.id, [msg("before the crash")])
@@ -89,6 +90,8 @@ async def test_a_dead_writers_lock_lapses_and_the_session_can_be_taken(
     survivor = RedisStore(REDIS_URL, prefix=prefix)
     with pytest.raises(LockedError, match=h.id):
         await survivor.append(h.id, [msg("too early")])
+    # Its expiry comes (the lock's TTL, moved to now rather than waited out for 30 s).
+    await client.pexpire(f"{prefix}lock:{h.id}", 1)
     deadline = time.monotonic() + 5
     while True:
         try:

@@ -1,0 +1,123 @@
+"""The APScheduler side of the cron service: its scheduler on our clock, and our executor.
+
+:class:`CronScheduler` is APScheduler 3's ``AsyncIOScheduler`` with its time
+taken from a :class:`~cron.base.Clock`: APScheduler reads ``datetime.now()``
+inside its scheduling pass and sleeps with ``loop.call_later``; here the pass
+reads the clock and the wake-up waits on the clock's timer. With the wall
+clock nothing changes; with a test's clock, the test decides when a job is
+due (decision cron-12). :class:`CronExecutor` receives every due time of a
+job and hands them to the service instead of calling a function
+(decision cron-01).
+
+Only this module and ``cron.service`` import APScheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from apscheduler.events import (
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_SUBMITTED,
+    JobSubmissionEvent,
+)
+from apscheduler.executors.base import BaseExecutor, MaxInstancesReachedError
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.schedulers.base import STATE_PAUSED
+
+from cron.base import Clock
+
+log = logging.getLogger(__name__)
+
+Due = Callable[[str, list[datetime]], "asyncio.Task[None]"]
+"""The service's side of a fire: ``(job id, due times)`` → the task handling them."""
+
+
+class CronScheduler(AsyncIOScheduler):  # type: ignore[misc]
+    """``AsyncIOScheduler`` reading "now" from ``clock`` and waking up on its timers."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(timezone=UTC)
+        self._clock = clock
+
+    def _start_timer(self, wait_seconds: float | None) -> None:
+        self._stop_timer()
+        if wait_seconds is not None:
+            self._timeout = self._clock.call_later(wait_seconds, self.wakeup)
+
+    def _process_jobs(self) -> float | None:
+        """``BaseScheduler._process_jobs`` (APScheduler 3.11), with "now" from the clock.
+
+        Returns how long to wait until the next due job (None: no job). The
+        service's jobs never coalesce on APScheduler's side, and their job
+        store is the in-memory one, which cannot fail a read.
+        """
+        if self.state == STATE_PAUSED:
+            return None
+        now = self._clock.now()
+        next_wakeup: datetime | None = None
+        events = []
+        with self._jobstores_lock:
+            for alias, jobstore in self._jobstores.items():
+                for job in jobstore.get_due_jobs(now):
+                    run_times = job._get_run_times(now)
+                    if not run_times:
+                        continue
+                    try:
+                        self._lookup_executor(job.executor).submit_job(job, run_times)
+                    except MaxInstancesReachedError:
+                        kind = EVENT_JOB_MAX_INSTANCES
+                    except Exception:
+                        log.exception("cron: handing job %s its due times failed", job.id)
+                        kind = None
+                    else:
+                        kind = EVENT_JOB_SUBMITTED
+                    if kind is not None:
+                        events.append(JobSubmissionEvent(kind, job.id, alias, run_times))
+                    following = job.trigger.get_next_fire_time(run_times[-1], now)
+                    if following:
+                        job._modify(next_run_time=following)
+                        jobstore.update_job(job)
+                    else:
+                        self.remove_job(job.id, alias)
+                upcoming = jobstore.get_next_run_time()
+                if upcoming and (next_wakeup is None or upcoming < next_wakeup):
+                    next_wakeup = upcoming
+        for event in events:
+            self._dispatch_event(event)
+        if next_wakeup is None:
+            return None
+        return max((next_wakeup - self._clock.now()).total_seconds(), 0.0)
+
+
+class CronExecutor(BaseExecutor):  # type: ignore[misc]
+    """Hands APScheduler's due times to the service instead of calling a function."""
+
+    def __init__(self, due: Due) -> None:
+        super().__init__()
+        self._due = due
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        task = self._due(job.id, list(run_times))
+        task.add_done_callback(lambda done: self._finished(job.id, done))
+
+    def _finished(self, job_id: str, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            self._run_job_success(job_id, [])
+        else:
+            error = task.exception()
+            self._run_job_error(job_id, error, error.__traceback__ if error else None)
+
+
+def never_called() -> None:
+    raise AssertionError("cron jobs are carried out by the cron executor, not called")
+
+
+# APScheduler checks a job's function against its arguments on every add_job, through
+# inspect.signature; a ready signature spares that work for 10 000 jobs at start-up.
+never_called.__signature__ = inspect.Signature()  # type: ignore[attr-defined]
