@@ -82,6 +82,7 @@ from channels.testing.telegram_world import (
     TgUser,
     Webhook,
     World,
+    commands_key,
 )
 
 T = TypeVar("T")
@@ -129,7 +130,8 @@ class Hold:
         """Let the held call go on and be answered."""
         self._released.set()
 
-    async def _wait(self, params: JSON) -> None:
+    async def keep(self, params: JSON) -> None:
+        """Park the call (the server calls this) until the test releases it."""
         self.params = params
         self._arrived.set()
         await self._released.wait()
@@ -313,8 +315,7 @@ class FakeTelegram(Injector):
         self, *, scope: JSON | None = None, language_code: str = ""
     ) -> list[tuple[str, str]]:
         """The bot's command list for a scope (default scope unless given) and language."""
-        scope = scope or {"type": "default"}
-        key = ",".join(f"{k}={scope[k]}" for k in sorted(scope)), language_code
+        key = commands_key(scope, language_code)
         return [(c["command"], c["description"]) for c in self.world.commands.get(key, [])]
 
     @property
@@ -411,12 +412,12 @@ class FakeTelegram(Injector):
             hold = self._take(self._holds, name)
             failure = self._take(self._failures, name)
             if hold is not None and not hold.applied:
-                await hold._wait(params)
+                await hold.keep(params)
             if failure is not None:
                 raise failure
             result = await resolved[1](call)
             if hold is not None and hold.applied:
-                await hold._wait(params)
+                await hold.keep(params)
         except ApiError as error:
             self._record(name, params, error.status, error.description)
             return web.json_response(error.body(), status=error.status)

@@ -72,17 +72,19 @@ class Injector:
         )
 
     def open_topic(self, chat: TgChat, name: str, *, by: TgUser | None = None) -> int:
-        """Create a topic in a forum; its ``message_thread_id``.
+        """Create a topic in a forum, by a user (or by the bot); its ``message_thread_id``.
 
         As in Telegram, the topic's id is the id of its ``forum_topic_created``
-        service message, which the bot receives as an update.
+        service message, which the bot receives as an update when a user
+        opened the topic.
         """
         chat = self.world.known_chat(chat)
         if not chat.is_forum:
             raise FakeUsageError(f"chat {chat.id} is not a forum; make it with group(forum=True)")
-        creator = by or self.user("Topic", username="topic_maker")
-        message = self.world.open_topic(chat, name, creator)
-        self.world.enqueue("message", message)
+        message = self.world.open_topic(chat, name, by or self.world.bot)
+        if by is not None:
+            self.world.users.setdefault(by.id, by)
+            self.world.enqueue("message", message)
         return int(message["message_id"])
 
     def add_file(self, data: bytes, *, kind: str = "document", file_name: str | None = None) -> str:

@@ -33,6 +33,7 @@ from channels.testing.telegram_world import (
     TgChat,
     Webhook,
     World,
+    commands_key,
 )
 
 Method = Callable[[Params], Awaitable[Any]]
@@ -424,9 +425,7 @@ class BotApi:
     # -- commands, files, callbacks
 
     def _commands_key(self, p: Params) -> tuple[str, str]:
-        scope = p.nested("scope") or {"type": "default"}
-        key = ",".join(f"{k}={scope[k]}" for k in sorted(scope))
-        return key, p.string("language_code") or ""
+        return commands_key(p.nested("scope"), p.string("language_code") or "")
 
     async def set_my_commands(self, p: Params) -> Any:
         commands = p.nested("commands")

@@ -172,6 +172,12 @@ _FILE_DIRS = {
 }
 
 
+def commands_key(scope: JSON | None, language_code: str) -> tuple[str, str]:
+    """Where a command list is kept: its scope (default unless given) and language."""
+    scope = scope or {"type": "default"}
+    return ",".join(f"{k}={scope[k]}" for k in sorted(scope)), language_code
+
+
 @dataclass(slots=True)
 class _Sent:
     method: str
