@@ -8,6 +8,9 @@ runs against it unmodified. Point the library at it and drive it like a chat::
     from telegram.ext import Application, MessageHandler, filters
     from channels.testing import FakeTelegram
 
+    async def echo(update, context):
+        await update.message.reply_text(update.message.text)
+
     async def test_the_bot_echoes() -> None:
         async with FakeTelegram(bot_username="echo_bot") as fake:
             app = (
@@ -28,30 +31,48 @@ runs against it unmodified. Point the library at it and drive it like a chat::
                 await app.updater.stop()
                 await app.stop()
 
-What it answers: getMe, getUpdates (offset confirms, long polling with
-``timeout``, ``limit``, ``allowed_updates``; a newer poll ends an older one
-with 409), setWebhook / deleteWebhook / getWebhookInfo (while a webhook is set
-the fake POSTs updates to it with the secret-token header, and getUpdates
-answers 409), sendMessage and editMessageText / editMessageCaption (HTML parse
-mode checked as Telegram checks it, 4096 / 1024 UTF-16 unit limits, replies,
-forum topics, inline keyboards), deleteMessage, sendChatAction,
-set/get/deleteMyCommands, getFile and file downloads, sendPhoto / Document /
-Voice / Audio / Video / Animation / Sticker (uploads or file ids), and
-answerCallbackQuery. Other methods answer 404 ``Not Found``, as Telegram
-answers an unknown method. Markdown parse modes are accepted but not parsed.
+Acting as people (each call returns an ``Injected`` with the update and
+message ids): ``user()``, ``group(supergroup=…, forum=…)``, ``open_topic()``,
+``send_dm()``, ``send_group(mention=…, reply_to=…, topic=…)``,
+``send_photo()``, ``send_document()``, ``send_voice()``, ``send_sticker()``,
+``edit_message()``, ``press_button()``, ``add_file()``, ``inject()`` for a raw
+update. ``FakeTelegram(privacy_mode=True)`` delivers in groups only what a bot
+in privacy mode gets.
 
-A test injects what users do (``send_dm``, ``send_group``, ``send_photo``,
-``send_document``, ``send_voice``, ``send_sticker``, ``edit_message``,
-``press_button``, ``open_topic``), reads what the bot did (``sent``,
-``calls``, ``chat_actions``, ``commands``, ``webhook``, ``wait_for_sent``,
-``wait_for_calls``, ``wait_until``), and makes Telegram misbehave
-(``fail_next`` for 429 / 400 / 403 / 5xx answers, ``conflict_polling`` for a
-second process polling the same token, ``hold_next`` to keep a call waiting
-until released — before or after it takes effect, for "outcome unknown").
-The differences from Telegram, kept small on purpose: ``setWebhook`` takes
-``http://`` URLs (a test's receiver is on loopback), the fake never fetches a
-URL the bot sends as a file, and a failed webhook delivery is retried at the
-next change instead of on a timer.
+Reading what the bot did: ``sent(chat)`` (frozen ``SentMessage`` records with
+the text as shown, the markup as sent, reply and thread ids, every edit),
+``calls(method)``, ``chat_actions()``, ``reactions()``, ``commands()``,
+``webhook``, ``callback_answers``, ``history(chat)``, ``pending_updates()``;
+waiting with a deadline: ``wait_for_sent(chat, n)``, ``wait_for_calls()``,
+``wait_for_poll()``, ``wait_until(check)``.
+
+Making Telegram misbehave: ``fail_next(method, 429, retry_after=…)`` (or 400,
+403, 5xx), ``conflict_polling = True`` (a second process polls the token:
+every getUpdates answers 409), ``hold_next(method, applied=…)`` (the call
+waits until released, before or after it takes effect: "outcome unknown").
+``post_update(url, update, secret_token=…)`` posts to a webhook by hand.
+
+The methods it answers, with Telegram's semantics and error texts: getMe;
+getUpdates (offsets confirm, ``timeout`` long-polls, ``limit``,
+``allowed_updates``; a newer poll ends an older one with 409); setWebhook,
+deleteWebhook, getWebhookInfo (while a webhook is set the fake POSTs each
+update to it with the ``X-Telegram-Bot-Api-Secret-Token`` header, and
+getUpdates answers 409); sendMessage, editMessageText, editMessageCaption
+(HTML parse mode checked as Telegram checks it, 4096 / 1024 UTF-16 unit
+limits, replies, forum topics, inline keyboards); sendPhoto, sendDocument,
+sendVoice, sendAudio, sendVideo, sendAnimation, sendSticker (uploads or file
+ids); deleteMessage; sendChatAction; setMessageReaction;
+set/get/deleteMyCommands; getFile and downloads; answerCallbackQuery. Other
+methods answer 404 ``Not Found``, as Telegram answers an unknown method.
+
+python-telegram-bot 22 warns when a test reads a duration as a number
+(``RetryAfter.retry_after``, ``Voice.duration``); set ``PTB_TIMEDELTA=true``
+in tests to get ``timedelta`` values instead.
+
+Where it differs from Telegram, on purpose: Markdown parse modes are accepted
+but not parsed; ``setWebhook`` takes ``http://`` URLs (a test's receiver is
+on loopback); the fake never fetches a URL the bot sends as a file; a failed
+webhook delivery is retried at the next change instead of on a timer.
 """
 
 from __future__ import annotations
@@ -77,6 +98,7 @@ from channels.testing.telegram_world import (
     ApiCall,
     ChatAction,
     Injected,
+    Reaction,
     SentMessage,
     TgChat,
     TgUser,
@@ -310,6 +332,11 @@ class FakeTelegram(Injector):
     def chat_actions(self, chat: ChatRef | None = None) -> list[ChatAction]:
         chat_id = None if chat is None else _chat_id(chat)
         return [a for a in self.world.actions if chat_id is None or a.chat_id == chat_id]
+
+    def reactions(self, chat: ChatRef | None = None) -> list[Reaction]:
+        """The reactions the bot set on messages, in order."""
+        chat_id = None if chat is None else _chat_id(chat)
+        return [r for r in self.world.reactions if chat_id is None or r.chat_id == chat_id]
 
     def commands(
         self, *, scope: JSON | None = None, language_code: str = ""

@@ -29,6 +29,7 @@ from channels.testing.telegram_world import (
     JSON,
     ChatAction,
     Edit,
+    Reaction,
     StoredFile,
     TgChat,
     Webhook,
@@ -94,6 +95,7 @@ class BotApi:
             "editMessageCaption": self.edit_message_caption,
             "deleteMessage": self.delete_message,
             "sendChatAction": self.send_chat_action,
+            "setMessageReaction": self.set_message_reaction,
             "setMyCommands": self.set_my_commands,
             "getMyCommands": self.get_my_commands,
             "deleteMyCommands": self.delete_my_commands,
@@ -238,6 +240,12 @@ class BotApi:
             raise bad_request(too_long)
         return text, entities
 
+    def _chat(self, p: Params) -> TgChat:
+        chat_id = p.string("chat_id")
+        if chat_id is None:
+            raise bad_request("chat_id is empty")
+        return self.world.chat(chat_id)
+
     def reply_target(self, chat: TgChat, p: Params) -> JSON | None:
         wanted = p.nested("reply_parameters")
         if wanted is None and p.has("reply_to_message_id"):
@@ -256,7 +264,7 @@ class BotApi:
         return message
 
     async def send_message(self, p: Params) -> Any:
-        chat = self.world.chat(p.string("chat_id", required=True) or "")
+        chat = self._chat(p)
         markup = p.string("text")
         if markup is None:
             raise bad_request("message text is empty")
@@ -309,7 +317,7 @@ class BotApi:
         return send
 
     def send_media(self, kind: str, p: Params) -> JSON:
-        chat = self.world.chat(p.string("chat_id", required=True) or "")
+        chat = self._chat(p)
         source = p.file(kind)
         if source is None:
             raise bad_request(f"there is no {kind} in the request")
@@ -352,7 +360,7 @@ class BotApi:
     def _edit(self, p: Params, field: str) -> JSON:
         if p.has("inline_message_id"):
             raise bad_request("inline messages are not supported by the fake Telegram")
-        chat = self.world.chat(p.string("chat_id", required=True) or "")
+        chat = self._chat(p)
         message = self.world.message(chat.id, p.integer("message_id", required=True) or 0)
         if message is None:
             raise bad_request("message to edit not found")
@@ -400,7 +408,7 @@ class BotApi:
         return message
 
     async def delete_message(self, p: Params) -> Any:
-        chat = self.world.chat(p.string("chat_id", required=True) or "")
+        chat = self._chat(p)
         message_id = p.integer("message_id", required=True) or 0
         if self.world.messages.get(chat.id, {}).pop(message_id, None) is None:
             raise bad_request("message to delete not found")
@@ -411,7 +419,7 @@ class BotApi:
         return True
 
     async def send_chat_action(self, p: Params) -> Any:
-        chat = self.world.chat(p.string("chat_id", required=True) or "")
+        chat = self._chat(p)
         action = p.string("action", required=True) or ""
         if action not in CHAT_ACTIONS:
             raise bad_request("wrong parameter action in request")
@@ -419,6 +427,21 @@ class BotApi:
         self.world.actions.append(
             ChatAction(chat_id=chat.id, action=action, message_thread_id=thread_id)
         )
+        self.world.notify()
+        return True
+
+    async def set_message_reaction(self, p: Params) -> Any:
+        chat = self._chat(p)
+        message_id = p.integer("message_id", required=True) or 0
+        if self.world.message(chat.id, message_id) is None:
+            raise bad_request("message to react not found")
+        reaction = p.nested("reaction") or []
+        if len(reaction) > 1:
+            raise bad_request("REACTIONS_TOO_MANY")
+        if any(r.get("type") not in ("emoji", "custom_emoji") for r in reaction):
+            raise bad_request("REACTION_INVALID")
+        emoji = tuple(r.get("emoji") or r.get("custom_emoji_id", "") for r in reaction)
+        self.world.reactions.append(Reaction(chat_id=chat.id, message_id=message_id, emoji=emoji))
         self.world.notify()
         return True
 

@@ -140,6 +140,15 @@ class ChatAction:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Reaction:
+    """A ``setMessageReaction`` the bot made; ``emoji`` is empty when it took its reaction back."""
+
+    chat_id: int
+    message_id: int
+    emoji: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Webhook:
     """The webhook the bot set, and how the last delivery to it went."""
 
@@ -233,6 +242,7 @@ class World:
         self.sent_by_id: dict[tuple[int, int], _Sent] = {}
         self.calls: list[ApiCall] = []
         self.actions: list[ChatAction] = []
+        self.reactions: list[Reaction] = []
         self.commands: dict[tuple[str, str], list[JSON]] = {}
         self.callback_answers: list[JSON] = []
         self.open_callbacks: set[str] = set()

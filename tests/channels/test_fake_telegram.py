@@ -494,7 +494,9 @@ async def test_edits_are_recorded_in_order_and_an_identical_edit_is_refused(
         await message.edit_text("gone")
 
 
-async def test_commands_and_chat_actions_are_recorded(fake: FakeTelegram, bot: Bot) -> None:
+async def test_commands_chat_actions_and_reactions_are_recorded(
+    fake: FakeTelegram, bot: Bot
+) -> None:
     await bot.set_my_commands([("new", "Start over"), ("stop", "Stop the turn")])
     await bot.set_my_commands([("ban", "Ban")], scope=BotCommandScopeAllChatAdministrators())
     assert fake.commands() == [("new", "Start over"), ("stop", "Stop the turn")]
@@ -503,9 +505,11 @@ async def test_commands_and_chat_actions_are_recorded(fake: FakeTelegram, bot: B
     with pytest.raises(BadRequest, match="Bot_command_invalid"):
         await bot.set_my_commands([("Not Valid", "x")])
     ann = fake.user("Ann")
-    fake.send_dm(ann, "/start")
+    said = fake.send_dm(ann, "/start")
     await bot.send_chat_action(ann.id, "typing")
+    await bot.set_message_reaction(ann.id, said.message_id, "👀")
     assert [a.action for a in fake.chat_actions(ann)] == ["typing"]
+    assert [r.emoji for r in fake.reactions(ann)] == [("👀",)]
 
 
 async def test_user_media_edits_and_buttons_parse_as_the_librarys_objects(
