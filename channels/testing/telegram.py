@@ -62,8 +62,9 @@ getUpdates answers 409); sendMessage, editMessageText, editMessageCaption
 limits, replies, forum topics, inline keyboards); sendPhoto, sendDocument,
 sendVoice, sendAudio, sendVideo, sendAnimation, sendSticker (uploads or file
 ids); deleteMessage; sendChatAction; setMessageReaction;
-set/get/deleteMyCommands; getFile and downloads; answerCallbackQuery. Other
-methods answer 404 ``Not Found``, as Telegram answers an unknown method.
+set/get/deleteMyCommands; getFile and downloads; answerCallbackQuery. Any
+other method answers 404 as Telegram answers an unknown one, its description
+naming the method (python-telegram-bot raises that as ``InvalidToken``).
 
 python-telegram-bot 22 warns when a test reads a duration as a number
 (``RetryAfter.retry_after``, ``Voice.duration``); set ``PTB_TIMEDELTA=true``
@@ -78,6 +79,7 @@ webhook delivery is retried at the next change instead of on a timer.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections import deque
@@ -107,6 +109,7 @@ from channels.testing.telegram_world import (
     commands_key,
 )
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 ChatRef = TgChat | TgUser | int
 _TOKEN = re.compile(r"\d+:[A-Za-z0-9_-]+")
@@ -186,6 +189,7 @@ class FakeTelegram(Injector):
         self.api = BotApi(world, privacy_mode=privacy_mode)
         self._failures: dict[str, deque[ApiError]] = {}
         self._holds: dict[str, deque[Hold]] = {}
+        self._every_hold: list[Hold] = []
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._pusher: asyncio.Task[None] | None = None
@@ -216,22 +220,27 @@ class FakeTelegram(Injector):
         )
 
     async def close(self) -> None:
-        """End waiting polls and held calls, stop delivery, stop listening."""
+        """End waiting polls and held calls, stop delivery, stop listening.
+
+        A failure of webhook delivery, which would otherwise go unseen, is
+        raised here once everything is closed.
+        """
         self.api.closing = True
         self.world.notify()
-        for holds in self._holds.values():
-            for hold in holds:
-                hold.release()
-        if self._pusher is not None:
-            self._pusher.cancel()
-            await asyncio.gather(self._pusher, return_exceptions=True)
-            self._pusher = None
+        for hold in self._every_hold:
+            hold.release()
+        pusher, self._pusher = self._pusher, None
+        if pusher is not None:
+            pusher.cancel()
+            await asyncio.wait([pusher])
         if self._session is not None:
             await self._session.close()
             self._session = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if pusher is not None and not pusher.cancelled() and pusher.exception() is not None:
+            raise RuntimeError("the fake's webhook delivery failed") from pusher.exception()
 
     @property
     def url(self) -> str:
@@ -286,6 +295,7 @@ class FakeTelegram(Injector):
         """Keep the next call of ``method`` unanswered until ``Hold.release()``."""
         hold = Hold(self._method_name(method), applied=applied)
         self._holds.setdefault(hold.method, deque()).append(hold)
+        self._every_hold.append(hold)
         return hold
 
     @property
@@ -433,7 +443,8 @@ class FakeTelegram(Injector):
             if request.match_info["token"] != self.token:
                 raise ApiError(401, "Unauthorized")
             if resolved is None:
-                raise ApiError(404, "Not Found")
+                log.warning("the fake Telegram got %s, which it does not answer", method)
+                raise ApiError(404, f"Not Found: the fake Telegram does not answer {method}")
             call = await Params.read(request)
             params = call.logged()
             hold = self._take(self._holds, name)

@@ -49,7 +49,7 @@ class WebhookPusher:
                 status = await post_update(
                     self.session, hook.url, update, secret_token=hook.secret_token
                 )
-            except aiohttp.ClientError as exc:
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 world.webhook_failed(f"Connection failed: {exc.__class__.__name__}: {exc}")
                 await world.changed().wait()
                 continue

@@ -614,7 +614,11 @@ async def test_plain_http_clients_get_telegrams_envelopes(fake: FakeTelegram) ->
         async with http.get(f"{url}/getChatMenuButtonX") as r:
             assert (r.status, await r.json()) == (
                 404,
-                {"ok": False, "error_code": 404, "description": "Not Found"},
+                {
+                    "ok": False,
+                    "error_code": 404,
+                    "description": "Not Found: the fake Telegram does not answer getChatMenuButtonX",
+                },
             )
     with pytest.raises(FakeUsageError, match="does not answer 'getChatMenuButtonX'"):
         fake.fail_next("getChatMenuButtonX")
