@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,6 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 from telegram import (
     Bot,
     BotCommandScopeAllChatAdministrators,
@@ -258,6 +261,11 @@ def test_html_becomes_telegrams_text_and_utf16_entities(
     parsed, found = parse_html(markup)
     assert parsed == text
     assert sorted((e["type"], e["offset"], e["length"]) for e in found) == sorted(entities)
+
+
+@given(st.text())
+def test_any_text_escaped_for_html_comes_back_unchanged(text: str) -> None:
+    assert parse_html(html.escape(text)) == (text, [])
 
 
 def test_html_errors_name_the_byte_offset_of_the_problem() -> None:
