@@ -249,11 +249,19 @@ class Gateway:
         except UnsafePathError as exc:
             raise StartupError(f"store.url: {exc}") from None
         self._lifetimes.push("thread manager", self._manager.close)
+        # Closing, channels stop taking messages first; they deliver while turns finish.
+        self._lifetimes.push("channel input", self._stop_receiving)
         Supervisor(self._manager).start()
         if config.cron.enabled:
             await self._start_cron(tools)
         # Delegations a stopped gateway left open are settled and announced (seed 002).
         self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
+
+    async def _stop_receiving(self) -> None:
+        for channel in self.channels.values():
+            stop = getattr(channel, "stop_receiving", None)
+            if stop is not None:
+                await stop()
 
     def _prepare_directories(self) -> None:
         """Refuse data directories that are links, not ours or open to others; make the rest.
@@ -381,6 +389,9 @@ class Gateway:
             entry: dict[str, Any] = {"running": True}
             if isinstance(channel, WebChannel):
                 entry["url"] = channel.url
+            report = getattr(channel, "health", None)
+            if callable(report):
+                entry.update(report())
             out[name] = entry
         return out
 

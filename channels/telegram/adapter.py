@@ -48,6 +48,7 @@ from channels.feedback import Feedback
 from channels.render import TelegramChunk, telegram_chunks
 from channels.telegram.address import Address
 from channels.telegram.inbound import inbound_of
+from threads.errors import ManagerClosedError
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import Turn
 
@@ -59,6 +60,7 @@ TEXT_LIMIT = 4096
 SEEN_UPDATES = 4096
 SEND_ATTEMPTS = 3
 ACCEPT_FAILED = "(Sorry — your message could not be taken right now. Please send it again.)"
+CLOSING = "(The bot is restarting and did not take your message. Please send it again.)"
 
 _Call = Callable[[str, str | None], Awaitable[str]]
 _Thunk = Callable[[], Awaitable[str]]
@@ -148,6 +150,15 @@ class TelegramChannel:
             )
         log.info("%s: @%s is %s", self.name, self.bot_username, self.options.mode)
 
+    async def stop_receiving(self) -> None:
+        """Stop taking updates (polling ends, offsets confirmed); delivery still works.
+
+        The gateway calls this before it lets running turns finish, so no message
+        is fetched that a closing gateway could not accept.
+        """
+        if self._app.updater is not None and self._app.updater.running:
+            await self._app.updater.stop()
+
     async def stop(self) -> None:
         app = self._app
         await self.feedback.close()
@@ -190,6 +201,10 @@ class TelegramChannel:
     async def _stop_polling(self) -> None:
         updater = self._app.updater
         if updater is not None and updater.running:
+            # Stopping, PTB confirms the offset with one more getUpdates, which the other
+            # poller's 409 refuses (and PTB logs with a traceback): that poller owns the
+            # offset now, so skip the confirmation.
+            updater._Updater__polling_cleanup_cb = None  # type: ignore[attr-defined]
             await updater.stop()
 
     # -- inbound
@@ -221,6 +236,9 @@ class TelegramChannel:
         )
         try:
             await self._handler(inbound)
+        except ManagerClosedError:
+            log.warning("%s: update %s came as the gateway closed", self.name, update.update_id)
+            await self._tell(inbound.chat_id, CLOSING)
         except Exception:
             log.exception("%s: update %s was not accepted", self.name, update.update_id)
             await self._tell(inbound.chat_id, ACCEPT_FAILED)

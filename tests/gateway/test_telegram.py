@@ -1,0 +1,215 @@
+"""Telegram end to end: the real adapter and python-telegram-bot against the fake Bot API."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.telegram_rig import BOT, TelegramRig, telegram_gateway
+from threads.messages import FilePart
+from threads.testing.scripted import ScriptedModel, dispatch, say
+
+
+@pytest.fixture(autouse=True)
+def _timedelta_periods(monkeypatch: pytest.MonkeyPatch) -> None:
+    # python-telegram-bot warns on int durations unless opted in; warnings are errors here.
+    monkeypatch.setenv("PTB_TIMEDELTA", "true")
+
+
+async def test_a_direct_message_gets_the_models_answer(tmp_path: Path) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        rig.script.add(f"telegram:{ann.id}", dispatch(("caller:user", "Hello **Ann**!")))
+        rig.fake.send_dm(ann, "hi there")
+        (reply,) = await rig.fake.wait_for_sent(ann, 1)
+        assert reply.text == "Hello Ann!"
+        assert reply.parse_mode == "HTML"
+        (request,) = rig.script.requests[f"telegram:{ann.id}"]
+        prompt = request.messages[-1].text()
+        assert "source: telegram" in prompt
+        assert prompt.endswith("hi there")
+        assert "sender_name: Ann" in prompt
+
+
+async def test_the_commands_are_registered_and_answered_without_a_turn(tmp_path: Path) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        names = [name for name, _about in rig.fake.commands()]
+        assert names == ["new", "reset", "stop", "status", "compact", "send", "help"]
+        ann = rig.fake.user("Ann")
+        rig.fake.send_dm(ann, "/status")
+        (reply,) = await rig.fake.wait_for_sent(ann, 1)
+        assert reply.text == f"No conversation yet for telegram:{ann.id}."
+        assert rig.script.requests == {}
+
+
+async def test_an_answer_while_the_model_works_shows_typing(tmp_path: Path) -> None:
+    model_gate = asyncio.Event()
+    model = ScriptedModel(default=dispatch(("caller:user", "done")))
+    model.gate = model_gate
+    async with telegram_gateway(tmp_path, model=model) as rig:
+        ann = rig.fake.user("Ann")
+        rig.fake.send_dm(ann, "think hard")
+        await rig.fake.wait_until(lambda: rig.fake.chat_actions(ann) or None)
+        (action,) = rig.fake.chat_actions(ann)[:1]
+        assert action.action == "typing"
+        model_gate.set()
+        (reply,) = await rig.fake.wait_for_sent(ann, 1)
+        assert reply.text == "done"
+
+
+LONG_ANSWER = "\n\n".join(
+    [
+        "## Result",
+        *(
+            f"Paragraph {n}: " + "words that go on " * 60 + f"\n\n```python\nprint({n})\n```"
+            for n in range(12)
+        ),
+        "| name | value |\n|---|---|\n" + "\n".join(f"| row {n} | {n * n} |" for n in range(20)),
+        "The end.",
+    ]
+)
+
+
+async def test_a_long_answer_with_code_and_a_table_arrives_as_ordered_valid_chunks(
+    tmp_path: Path,
+) -> None:
+    assert len(LONG_ANSWER) > 10_000
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        rig.script.add(f"telegram:{ann.id}", dispatch(("caller:user", LONG_ANSWER)))
+        rig.fake.send_dm(ann, "tell me everything")
+        await rig.fake.wait_for_sent(ann, 1)
+        await rig.gateway.wait_idle()
+        sent = rig.fake.sent(ann)
+        assert len(sent) >= 3
+        assert all(m.parse_mode == "HTML" for m in sent)  # the fake accepted every chunk's HTML
+        shown = "\n".join(m.text or "" for m in sent)
+        positions = [shown.index(f"print({n})") for n in range(12)]
+        assert positions == sorted(positions)
+        assert shown.index("Result") < shown.index("row 19") < shown.index("The end.")
+
+
+async def test_html_telegram_refuses_is_sent_again_as_plain_text(tmp_path: Path) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        rig.fake.fail_next(
+            "sendMessage",
+            status=400,
+            description='Bad Request: can\'t parse entities: Unsupported start tag "b" at byte offset 0',
+        )
+        rig.script.add(f"telegram:{ann.id}", dispatch(("caller:user", "**bold** answer")))
+        rig.fake.send_dm(ann, "hi")
+        (reply,) = await rig.fake.wait_for_sent(ann, 1)
+        assert reply.parse_mode is None
+        assert reply.text == "bold answer"
+
+
+async def test_a_rate_limit_delays_the_reply_but_neither_loses_nor_doubles_it(
+    tmp_path: Path,
+) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        rig.fake.fail_next("sendMessage", status=429, retry_after=1)
+        rig.script.add(f"telegram:{ann.id}", dispatch(("caller:user", "patience")))
+        rig.fake.send_dm(ann, "hi")
+        await rig.fake.wait_for_sent(ann, 1)
+        await rig.gateway.wait_idle()
+        assert [m.text for m in rig.fake.sent(ann)] == ["patience"]
+        statuses = [c.status for c in rig.fake.calls("sendMessage")]
+        assert statuses == [429, 200]
+
+
+async def test_a_message_during_a_long_turn_is_steered_into_it(tmp_path: Path) -> None:
+    model = ScriptedModel(say("first thoughts"), dispatch(("caller:user", "both handled")))
+    model.gate = asyncio.Event()
+    async with telegram_gateway(tmp_path, model=model) as rig:
+        ann = rig.fake.user("Ann")
+        rig.fake.send_dm(ann, "first")
+        await rig.fake.wait_until(lambda: model.requests or None, what="the model call")
+        rig.fake.send_dm(ann, "and also this")
+        thread = await wait_for_steer(rig, f"telegram:{ann.id}")
+        assert thread
+        model.gate.set()
+        await rig.fake.wait_for_sent(ann, 1)
+        await rig.gateway.wait_idle()
+        # The streamed first thoughts showed as a draft, which the answer replaced.
+        (reply,) = rig.fake.sent(ann)
+        assert reply.text == "both handled"
+        assert reply.versions == ("first thoughts", "both handled")
+        assert len(model.requests) == 2
+        steered = model.requests[1].messages[-1].text()
+        assert "injected: true" in steered
+        assert steered.endswith("and also this")
+
+
+async def wait_for_steer(rig: TelegramRig, key: str) -> bool:
+    def steered() -> bool:
+        thread = rig.gateway.manager.thread(key)
+        return thread is not None and thread.session.has_steers()
+
+    await eventually(steered, "the steer")
+    return True
+
+
+async def eventually(check: Callable[[], object], what: str) -> None:
+    """Poll ``check`` on our side of the wire until it holds, failing after a deadline."""
+    async with asyncio.timeout(10):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+async def test_the_same_update_twice_runs_one_turn(tmp_path: Path) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        rig.script.add(f"telegram:{ann.id}", dispatch(("caller:user", "once")))
+        sent = rig.fake.send_dm(ann, "hello")
+        original = next(m for m in rig.fake.history(ann) if m["message_id"] == sent.message_id)
+        rig.fake.inject("message", dict(original))
+        await rig.fake.wait_for_sent(ann, 1)
+        await rig.fake.wait_until(lambda: rig.fake.pending_updates() == [] or None)
+        await rig.gateway.wait_idle()
+        assert len(rig.script.requests[f"telegram:{ann.id}"]) == 1
+        assert len(rig.fake.sent(ann)) == 1
+
+
+async def test_a_photo_reaches_the_model_as_an_image(tmp_path: Path) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        rig.script.add(f"telegram:{ann.id}", dispatch(("caller:user", "a cat")))
+        rig.fake.send_photo(ann, b"\xff\xd8\xff fake jpeg", caption="what is this?")
+        await rig.fake.wait_for_sent(ann, 1)
+        (request,) = rig.script.requests[f"telegram:{ann.id}"]
+        prompt = request.messages[-1]
+        assert prompt.text().endswith("what is this?")
+        (image,) = [p for p in prompt.content if isinstance(p, FilePart)]
+        assert image.media_type == "image/jpeg"
+        assert (
+            image.url
+            == "data:image/jpeg;base64," + base64.b64encode(b"\xff\xd8\xff fake jpeg").decode()
+        )
+        # The transcript keeps the reference, never the bytes or a URL with the token.
+        thread = rig.gateway.manager.thread(f"telegram:{ann.id}")
+        assert thread is not None
+        stored = [p for m in thread.session.context() for p in m.content if isinstance(p, FilePart)]
+        assert [p.url.split("/")[:3] for p in stored] == [["telegram:", "", "telegram"]]
+        assert rig.fake.token not in stored[0].url
+
+
+async def test_a_second_poller_of_the_token_stops_this_account_with_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        rig.fake.conflict_polling = True
+        rig.fake.send_dm(rig.fake.user("Ann"), "ends the poll in flight")
+        await eventually(lambda: rig.channel.stopped_reason, "the stop")
+        await eventually(lambda: not rig.channel._app.updater.running, "polling to end")  # type: ignore[union-attr]
+        health = await rig.gateway.manager.health()
+        assert health["channels"]["telegram"]["running"] is False
+        assert "409" in health["channels"]["telegram"]["stopped"]
+        lines = [r.getMessage() for r in caplog.records if "409 Conflict" in r.getMessage()]
+        assert len(lines) == 1
+        assert f"@{BOT}" in lines[0]
