@@ -45,7 +45,7 @@ class Presence(Protocol):
         ...
 
     async def end_draft(self, chat_id: str) -> None:
-        """The turn ended: remove a draft no delivery took over."""
+        """The turn ended: remove a draft no delivery took over, forget the one that was."""
         ...
 
 
@@ -90,6 +90,11 @@ class Feedback:
             follower.task = asyncio.create_task(
                 self._run(chat_id, follower), name=f"feedback {chat_id}"
             )
+
+    def following(self, chat_id: str) -> bool:
+        """Whether a turn of ``chat_id`` is being shown now."""
+        follower = self._followers.get(chat_id)
+        return follower is not None and follower.task is not None
 
     async def close(self) -> None:
         """Stop following every chat."""
@@ -143,8 +148,7 @@ class Feedback:
             with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                 await pending
             await events.aclose()
-        if shown:
-            await self._quietly(self.presence.end_draft(chat_id), "end of the draft", chat_id)
+        await self._quietly(self.presence.end_draft(chat_id), "end of the draft", chat_id)
 
     async def _quietly(self, call: Awaitable[None], what: str, chat_id: str) -> None:
         """Feedback is a courtesy: a failure is logged, never fails the turn or the follower."""

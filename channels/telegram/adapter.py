@@ -86,8 +86,11 @@ class TelegramOptions:
 
 @dataclass(slots=True)
 class _Draft:
-    message_id: int
-    html: str
+    """The message showing a running turn's answer so far; ``final`` once a delivery took it."""
+
+    message_id: int | None
+    html: str = ""
+    final: bool = False
 
 
 class TelegramChannel:
@@ -274,13 +277,18 @@ class TelegramChannel:
         chunks = telegram_chunks(message.text)
         ids: list[str] = []
         async with self._lock(chat_id):
-            draft = self._drafts.pop(chat_id, None)
+            draft = self._drafts.get(chat_id)
             for index, chunk in enumerate(chunks):
-                if index == 0 and draft is not None:
+                if index == 0 and draft is not None and not draft.final and draft.message_id:
                     ids.append(await self._edit(address, draft.message_id, chunk))
                 else:
                     reply = message.reply_to if index == 0 else ""
                     ids.append(await self._send(address, chunk, reply))
+            if draft is not None:
+                draft.final = True
+            elif self.feedback.following(chat_id):
+                # A draft the running turn would still post is moot once its answer is out.
+                self._drafts[chat_id] = _Draft(message_id=None, final=True)
         self._forget_lock(chat_id)
         return Delivery(delivered_to=f"{self.name}:{chat_id}", message_ids=tuple(ids))
 
@@ -386,14 +394,14 @@ class TelegramChannel:
             if current is None:
                 message_id = await self._send(address, first, "")
                 self._drafts[chat_id] = _Draft(message_id=int(message_id), html=first.html)
-            elif current.html != first.html:
+            elif not current.final and current.message_id and current.html != first.html:
                 await self._edit(address, current.message_id, first)
                 current.html = first.html
 
     async def end_draft(self, chat_id: str) -> None:
         async with self._lock(chat_id):
             draft = self._drafts.pop(chat_id, None)
-            if draft is not None:
+            if draft is not None and not draft.final and draft.message_id:
                 address = Address.parse(chat_id)
                 await self._app.bot.delete_message(
                     chat_id=address.chat_id, message_id=draft.message_id

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.telegram_rig import BOT, TelegramRig, telegram_gateway
+from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
 from threads.messages import FilePart
 from threads.testing.scripted import ScriptedModel, dispatch, say
 
@@ -213,3 +214,101 @@ async def test_a_second_poller_of_the_token_stops_this_account_with_one_line(
         lines = [r.getMessage() for r in caplog.records if "409 Conflict" in r.getMessage()]
         assert len(lines) == 1
         assert f"@{BOT}" in lines[0]
+
+
+class Streaming:
+    """A model that streams its answer in parts, each part released by the test."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+        self.release = [asyncio.Event() for _ in parts]
+
+    async def complete(
+        self, request: ModelRequest, on_delta: DeltaCallback | None = None
+    ) -> ModelResponse:
+        for part, go in zip(self.parts, self.release, strict=True):
+            await go.wait()
+            if on_delta is not None:
+                on_delta(part)
+        return say("".join(self.parts))
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_streamed_answer_grows_in_one_message_the_final_text_replaces(
+    tmp_path: Path,
+) -> None:
+    model = Streaming("Hello", ", Ann", " — here is your answer.")
+    async with telegram_gateway(tmp_path, model=model, telegram={"edit_seconds": 0.0}) as rig:
+        ann = rig.fake.user("Ann")
+        rig.fake.send_dm(ann, "hi")
+        model.release[0].set()
+        (draft,) = await rig.fake.wait_for_sent(ann, 1)
+        assert draft.text == "Hello"
+        model.release[1].set()
+        await rig.fake.wait_until(lambda: rig.fake.sent(ann)[0].edits or None)
+        model.release[2].set()
+        await rig.gateway.wait_idle()
+        (message,) = rig.fake.sent(ann)  # one message, edited in place
+        assert message.text == "Hello, Ann — here is your answer."
+        assert message.versions[0] == "Hello"
+        assert "Hello, Ann" in message.versions
+
+
+async def test_a_session_reaches_a_telegram_user_by_channel_and_user_id(tmp_path: Path) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        assert rig.gateway.cli is not None
+        # A bot can write only to people who wrote to it first (Telegram's rule).
+        rig.script.add(f"telegram:{ann.id}", dispatch())
+        rig.fake.send_dm(ann, "hello bot")
+        await eventually(lambda: rig.script.requests.get(f"telegram:{ann.id}"), "Ann's turn")
+        await rig.gateway.wait_idle()
+        rig.script.add(
+            "cli",
+            dispatch(
+                {
+                    "to": "session",
+                    "params": {"channel": "telegram", "user_id": str(ann.id)},
+                    "body": "Please greet Ann",
+                }
+            ),
+        )
+        rig.script.add(f"telegram:{ann.id}", dispatch(("user", "Hello Ann, from the team!")))
+        await rig.gateway.cli.submit("greet ann on telegram")
+        (greeting,) = await rig.fake.wait_for_sent(ann, 1)
+        assert greeting.text == "Hello Ann, from the team!"
+        assert await rig.gateway.manager.session_exists(f"telegram:{ann.id}")
+
+
+async def test_a_send_to_telegram_when_it_is_not_running_says_so(tmp_path: Path) -> None:
+    from gateway.app import Gateway
+    from tests.gateway.conftest import make_config
+    from tests.threads.agent.conftest import KeyedScript
+
+    script = KeyedScript()
+    script.add(
+        "cli",
+        dispatch(
+            {"to": "session", "params": {"channel": "telegram", "user_id": "5"}, "body": "hi"}
+        ),
+        dispatch(),
+    )
+    config = make_config(
+        tmp_path,
+        models={"providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}},
+        agents={"default": {"model": "scripted/test"}},
+    )
+    async with Gateway(config, model_clients={"scripted": ScriptedModel(default=script)}) as gw:
+        assert gw.cli is not None
+        await gw.cli.submit("greet")
+        await gw.wait_idle()
+    errors = [
+        p.content
+        for m in script.requests["cli"][1].messages
+        for p in m.tool_results()
+        if p.is_error
+    ]
+    assert any("the telegram channel is not running in this gateway" in e for e in errors)
+    assert not any("user-facing" in e for e in errors)
