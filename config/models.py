@@ -351,7 +351,9 @@ class TelegramAccount(Section):
     @model_validator(mode="after")
     def _webhook(self) -> TelegramAccount:
         if self.mode == "webhook":
-            if not self.webhook_url.startswith("https://"):
+            url = urlsplit(self.webhook_url)
+            local = url.scheme == "http" and is_loopback(url.hostname or "")
+            if url.scheme != "https" and not local:
                 raise ValueError(
                     "mode = 'webhook' needs webhook_url, the https:// address Telegram posts "
                     "updates to (it must reach this gateway's web server)"

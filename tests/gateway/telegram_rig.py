@@ -51,6 +51,7 @@ async def telegram_gateway(
     model: ModelClient | None = None,
     script: KeyedScript | None = None,
     telegram: Mapping[str, Any] | None = None,
+    channels_web_port: int = 0,
     **overrides: Any,
 ) -> AsyncIterator[TelegramRig]:
     """A started gateway on the scripted model whose Telegram bot talks to a fake server."""
@@ -63,7 +64,7 @@ async def telegram_gateway(
             },
             agents={"default": {"model": "scripted/test"}},
             channels={
-                "web": {"port": 0},
+                "web": {"port": channels_web_port},
                 "telegram": telegram_config(tmp_path, fake, **(telegram or {})),
             },
             **overrides,

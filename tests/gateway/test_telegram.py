@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 
+from channels.telegram.adapter import SECRET_HEADER
 from tests.gateway.telegram_rig import BOT, TelegramRig, telegram_gateway
 from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
 from threads.messages import FilePart
@@ -312,3 +315,36 @@ async def test_a_send_to_telegram_when_it_is_not_running_says_so(tmp_path: Path)
     ]
     assert any("the telegram channel is not running in this gateway" in e for e in errors)
     assert not any("user-facing" in e for e in errors)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_webhook_mode_takes_updates_posted_with_the_secret_on_the_web_server(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    webhook = f"http://127.0.0.1:{port}/telegram/default"
+    async with telegram_gateway(
+        tmp_path,
+        telegram={"mode": "webhook", "webhook_url": webhook, "webhook_secret": "s3cret"},
+        channels_web_port=port,
+    ) as rig:
+        assert rig.fake.webhook is not None
+        assert rig.fake.webhook.url == webhook
+        assert not rig.fake.calls("getUpdates")  # nothing polls
+        ann = rig.fake.user("Ann")
+        rig.script.add(f"telegram:{ann.id}", dispatch(("caller:user", "via the webhook")))
+        rig.fake.send_dm(ann, "hi")
+        (reply,) = await rig.fake.wait_for_sent(ann, 1)
+        assert reply.text == "via the webhook"
+        async with aiohttp.ClientSession() as http:
+            forged = {"update_id": 999, "message": {"message_id": 1, "date": 0, "text": "x",
+                      "chat": {"id": 5, "type": "private"}}}  # fmt: skip
+            for headers in ({}, {SECRET_HEADER: "wrong"}):
+                async with http.post(webhook, json=forged, headers=headers) as response:
+                    assert response.status == 401
+        assert "telegram:5" not in rig.script.requests
