@@ -81,6 +81,7 @@ class TelegramOptions:
     typing: bool = True
     drafts: bool = True
     edit_every: float = 1.0
+    read_timeout: float = 10.0
     commands: Sequence[tuple[str, str]] = ()
 
 
@@ -104,6 +105,7 @@ class TelegramChannel:
             .token(options.token)
             .base_url(options.base_url)
             .base_file_url(options.base_file_url)
+            .read_timeout(options.read_timeout)
         )
         if options.mode == "webhook":
             builder = builder.updater(None)

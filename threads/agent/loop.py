@@ -354,8 +354,11 @@ class AgentLoop:
                 return
         try:
             delivery = await wake.sink.deliver(OutboundMessage(text=text, expects_reply=False))
-        except Exception:
+        except Exception as exc:
             log.exception("session %s: delivering the final answer failed", key)
+            await run.session.custom(
+                "delivery_failed", {"to": wake.sink.describe(), "error": str(exc)}
+            )
             return
         if delivery.blocked:
             log.info("session %s: the final answer was not delivered: %s", key, delivery.blocked)
