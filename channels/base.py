@@ -32,11 +32,13 @@ class MediaRef:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Inbound:
-    """One message from a channel user, after dedup and access checks.
+    """One message from a channel user, after dedup.
 
     ``reply_to`` is the id of the message it answers and ``reply_to_text`` that
     message's text (shortened); ``reply_to_bot`` says it answers the bot.
     ``mentioned`` says the message addresses the bot (always, in a direct chat).
+    The router's access check (:mod:`channels.access`) decides from these
+    whether a group message starts a turn.
     """
 
     channel: str

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -312,12 +313,50 @@ class StoreConfig(Section):
         return value
 
 
-class AccessConfig(Section):
-    """Who may talk to the bot on a channel: allowlist, pairing, mention gating."""
+DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
+GroupPolicy = Literal["allowlist", "open", "disabled"]
 
-    allowed_users: list[str] = Field(default_factory=list)
-    pairing: bool = True
-    require_mention_in_groups: bool = True
+
+def _id_text(value: object) -> object:
+    """A platform id as text: TOML gives Telegram ids as integers (groups are negative)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _check_pattern(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+    return value
+
+
+PlatformId = Annotated[str, BeforeValidator(_id_text), Field(min_length=1)]
+MentionPattern = Annotated[str, AfterValidator(_check_pattern)]
+
+
+class AccessConfig(Section):
+    """Who may talk to the bot on a chat channel, checked once for every channel.
+
+    Direct messages follow ``dm_policy``: ``pairing`` (an unknown sender gets
+    a code an operator approves with ``gateway pairing approve``),
+    ``allowlist`` (only ``allow_from`` and ``owners``), ``open`` (anyone) or
+    ``disabled``. Group chats follow ``group_policy`` over the chat ids in
+    ``groups``; there the bot answers only when addressed (a mention, a reply
+    to it, or a ``mention_patterns`` match) unless ``require_mention`` is off,
+    and keeps up to ``group_context_messages`` of the rest as context for the
+    next turn. ``owners`` may use owner-only commands (``/send``) here.
+    """
+
+    dm_policy: DmPolicy = "pairing"
+    allow_from: list[PlatformId] = Field(default_factory=list)
+    group_policy: GroupPolicy = "allowlist"
+    groups: list[PlatformId] = Field(default_factory=list)
+    require_mention: bool = True
+    mention_patterns: list[MentionPattern] = Field(default_factory=list)
+    group_context_messages: int = Field(default=20, ge=0, le=200)
+    owners: list[PlatformId] = Field(default_factory=list)
 
 
 class TelegramAccount(Section):
@@ -452,6 +491,15 @@ class ChannelsConfig(Section):
     web: WebConfig = Field(default_factory=WebConfig)
     cli: CliConfig = Field(default_factory=CliConfig)
     api: ApiConfig = Field(default_factory=ApiConfig)
+
+    def access_sections(self) -> dict[str, AccessConfig]:
+        """The chat channels with an ``[channels.<name>.access]`` section, by name."""
+        found: dict[str, AccessConfig] = {}
+        for name in type(self).model_fields:
+            access = getattr(getattr(self, name), "access", None)
+            if isinstance(access, AccessConfig):
+                found[name] = access
+        return found
 
 
 class CronConfig(Section):

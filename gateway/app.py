@@ -5,10 +5,11 @@
 
 Start-up checks the data directories (private: see :mod:`gateway.preflight`),
 then builds the store (and checks it can be reached), the models, the tools,
-the agent loop, the thread manager, the router, the channels and the control
-socket, in that order; a failure part way tears down what started, in
-reverse. Close does the same. A start that cannot work raises
-:class:`StartupError`: one line naming the setting, credentials redacted.
+the agent loop, the thread manager, the control socket, the channels' access
+control (pairing, on the state store), the router and the channels, in that
+order; a failure part way tears down what started, in reverse. Close does the
+same. A start that cannot work raises :class:`StartupError`: one line naming
+the setting, credentials redacted.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from channels.access import Access
 from channels.base import Channel, ChannelSink, Inbound
 from channels.cli import CliChannel
-from channels.errors import ChannelError, ChannelStartError
+from channels.errors import ChannelError, ChannelStartError, DeliveryError
+from channels.pairing import PairingService
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
@@ -51,7 +54,8 @@ from threads.sessions.access import SubagentToolFilter
 from threads.sessions.delegation import settle_unsettled
 from threads.sessions.policy import SendPolicy, key_of_endpoint, send_command
 from threads.sessions.tools import SESSION_TOOLS
-from threads.sinks import DropSink, Sink
+from threads.sinks import DropSink, OutboundMessage, Sink
+from threads.state import StateStore, StateStoreError, open_state_store
 from threads.store import check_reachable, open_store
 from threads.store.base import SessionStore, StoreOptions
 from threads.supervision import Supervisor
@@ -134,6 +138,8 @@ class Gateway:
         self._router: Router | None = None
         self.control_path: Path | None = None
         self.cron: CronService | None = None
+        self.pairing: PairingService | None = None
+        self.access: dict[str, Access] = {}
 
     @property
     def store(self) -> SessionStore:
@@ -221,7 +227,9 @@ class Gateway:
 
         for channel in self._build_channels():
             self.channels[channel.name] = channel
+        await self._start_access()
         self._router = Router(self._manager, self.channels)
+        self._router.access = self.access
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
         self._router.commands["/compact"] = compact_command(self._manager, agent)
@@ -256,6 +264,39 @@ class Gateway:
             await self._start_cron(tools)
         # Delegations a stopped gateway left open are settled and announced (seed 002).
         self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
+        if self.pairing is not None:
+            # Approvals and denials made while no gateway ran are told now.
+            self._manager.spawn(self.pairing.deliver_notices(), name="pairing notices")
+
+    async def _start_access(self) -> None:
+        """Access control for the channels with an access section, and their pairing.
+
+        Built whether or not those channels run, so ``gateway pairing`` works
+        against any running gateway; pairing state lives in the state store.
+        """
+        sections = self.config.channels.access_sections()
+        if not sections:
+            return
+        try:
+            state: StateStore = await open_state_store(self.config.state_store_url())
+        except StateStoreError as exc:
+            raise StartupError(f"{self._state_setting()}: {exc}") from None
+        self._lifetimes.push("state store", state.close)
+        self.pairing = pairing = PairingService(state, sections, notify=self._tell_user)
+        await pairing.start()
+        self._lifetimes.push("pairing", pairing.close)
+        owners = self.config.session.owners
+        self.access = {
+            name: Access(name, section, pairing=pairing, session_owners=owners)
+            for name, section in sections.items()
+        }
+
+    async def _tell_user(self, channel_name: str, chat_id: str, text: str) -> None:
+        """Pairing's notifier: one plain message to a chat, past no policy (it is no agent's)."""
+        channel = self.channels.get(channel_name)
+        if channel is None:
+            raise DeliveryError(channel_name, chat_id, "the channel is not running")
+        await channel.deliver(chat_id, OutboundMessage(text=text))
 
     async def _stop_receiving(self) -> None:
         for channel in self.channels.values():

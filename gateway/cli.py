@@ -8,6 +8,7 @@
     gateway stop-session   soft-stop a running thread
     gateway cron …         operate scheduled jobs (see ``gateway cron --help``)
     gateway sessions …     list sessions, read transcripts, set a send policy
+    gateway pairing …      approve, deny and revoke who may message the bot directly
 
 Every command takes ``--config PATH`` (else ``GATEWAY_CONFIG``, else
 ``./gateway.toml`` when present, else the embedded defaults).
@@ -33,6 +34,7 @@ from config.redaction import redact_text
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
 from gateway.errors import ControlError, GatewayError, GatewayGoneError
+from gateway.pairing_cli import app as pairing_app
 from gateway.sessions_cli import app as sessions_app
 from gateway.terminal import StopSignals, first_of, input_lines
 from threads.errors import ThreadsError
@@ -57,6 +59,7 @@ config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True
 app.add_typer(config_app, name="config")
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(cron_app, name="cron")
+app.add_typer(pairing_app, name="pairing")
 
 ConfigOption = Annotated[
     Path | None,

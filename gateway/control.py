@@ -13,6 +13,11 @@ an optional ``id`` echoed in the answer:
   answers what the stop did (``ended``, ``winding_down``, ``dropped``, ``text``)
 * ``send_policy`` ``{"key", "setting"}`` — a session's send policy override
   (allow | deny | inherit); answers the policy now in force
+* ``pairing_list`` — every access-controlled channel's pending requests and
+  paired users (``{"channels": {name: {"pending": […], "paired": […]}}}``)
+* ``pairing_approve`` / ``pairing_deny`` ``{"channel", "code"}`` — answers the
+  request and whether its user was told now (``told``)
+* ``pairing_revoke`` ``{"channel", "user"}`` — answers the unpaired user
 
 Errors come back as ``{"ok": false, "error": "…"}``.
 """
@@ -29,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from channels.pairing import PairingService, listing_json, outcome_json
 from gateway.errors import ControlError, GatewayGoneError
 from threads.errors import ThreadsError
 
@@ -72,6 +78,10 @@ class ControlServer:
             "check_session": self._check_session,
             "stop_session": self._stop_session,
             "send_policy": self._send_policy,
+            "pairing_list": self._pairing_list,
+            "pairing_approve": self._pairing_approve,
+            "pairing_deny": self._pairing_deny,
+            "pairing_revoke": self._pairing_revoke,
         }
 
     async def start(self) -> None:
@@ -197,6 +207,35 @@ class ControlServer:
         key, setting = str(request["key"]), str(request["setting"])
         decision = await policy.set(key, setting)
         return {"ok": True, "key": key, "policy": decision.action, "reason": decision.reason}
+
+    def _pairing(self) -> PairingService:
+        pairing = self.gateway.pairing
+        if pairing is None:
+            raise LookupError("this gateway has no channel with access control to pair on")
+        return pairing
+
+    async def _pairing_list(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        return {"ok": True, **listing_json(await self._pairing().listing())}
+
+    async def _pairing_approve(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        outcome = await self._pairing().approve(str(request["channel"]), str(request["code"]))
+        return {"ok": True, **outcome_json(outcome)}
+
+    async def _pairing_deny(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        outcome = await self._pairing().deny(str(request["channel"]), str(request["code"]))
+        return {"ok": True, **outcome_json(outcome)}
+
+    async def _pairing_revoke(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        user = await self._pairing().revoke(str(request["channel"]), str(request["user"]))
+        return {"ok": True, "user": user.model_dump(mode="json")}
 
 
 async def _alive(path: Path) -> bool:

@@ -11,6 +11,12 @@ A message becomes a wake: the text (after the message it replies to, quoted
 and shortened), the files it carries, the sender as the caller, and a sink
 back to the chat that answers the triggering message in a group. A channel
 that can show a running turn (typing, a streamed draft) is handed the turn.
+
+On a channel with access control (``Router.access``: Telegram, Discord) every
+message passes its :class:`~channels.access.Access` first: a stranger's
+direct message gets a pairing code or a refusal and goes no further, an
+unaddressed group message is kept as context, and owner-only commands
+(``/send``) need an owner.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
+from channels.access import Access
 from channels.base import Channel, ChannelSink, Follows, Inbound
 from threads.errors import NoTurnRunningError, ThreadNotLoadedError
 from threads.keys import SessionKey, base_channel
@@ -109,18 +116,36 @@ class Router:
             "/stop": self._stop,
             "/status": self._status,
         }
+        # Channels with an access section (Telegram, Discord) are checked before
+        # anything else; owner-only commands need one of that channel's owners.
+        self.access: Mapping[str, Access] = {}
+        self.owner_commands: set[str] = {"/send"}
 
     async def handle(self, inbound: Inbound) -> None:
-        """Route one inbound message: a command answered now, or a wake."""
-        key = session_key_of(inbound)
+        """Route one inbound message: access first, then a command answered now, or a wake."""
+        name, rest = "", ""
         text = inbound.text.strip()
         if text.startswith("/"):
-            name, _, rest = text.partition(" ")
-            command = self.commands.get(name.split("@", 1)[0].lower())
-            if command is not None:
-                answer = await command(inbound, key, rest.strip())
-                await self.reply(inbound, answer)
+            word, _, rest = text.partition(" ")
+            name = word.split("@", 1)[0].lower()
+        command = self.commands.get(name) if name else None
+        access = self.access.get(inbound.channel)
+        if access is not None:
+            verdict = await access.admit(inbound, command=command is not None)
+            if verdict.reply:
+                await self.reply(inbound, verdict.reply)
+            if verdict.inbound is None:
                 return
+            inbound = verdict.inbound
+            owner_only = command is not None and name in self.owner_commands
+            if owner_only and not access.is_owner(inbound.user_id):
+                await self.reply(inbound, f"Only an owner of this bot can use {name}.")
+                return
+        key = session_key_of(inbound)
+        if command is not None:
+            answer = await command(inbound, key, rest.strip())
+            await self.reply(inbound, answer)
+            return
         channel = self.channels[inbound.channel]
         platform = base_channel(inbound.channel)
         reply_to = inbound.message_id if inbound.chat_type != "direct" else ""

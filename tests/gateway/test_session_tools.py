@@ -45,6 +45,10 @@ class FakeChannel:
         await self.handler(Inbound(channel=self.name, **fields))
 
 
+# Everyone may talk to the bot here: these tests are about the send policy.
+OPEN = {"dm_policy": "open", "group_policy": "open", "require_mention": False}
+
+
 def scripted_config(tmp_path: Path, **session: Any) -> GatewayConfig:
     return make_config(
         tmp_path,
@@ -52,7 +56,11 @@ def scripted_config(tmp_path: Path, **session: Any) -> GatewayConfig:
             "default": "scripted/test",
             "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}},
         },
-        channels={"web": {"enabled": False}},
+        channels={
+            "web": {"enabled": False},
+            "telegram": {"access": OPEN},
+            "discord": {"access": OPEN},
+        },
         session=session,
         threads={"close_deadline_seconds": 0},
     )
@@ -107,7 +115,7 @@ async def test_an_owner_turns_a_chat_off_and_on_with_send_and_no_turn_runs(
             chat_id="group:-1001", chat_type="group", user_id="42", text="/send off"
         )
         assert [text for _, text in telegram.sent] == [
-            'Only an owner can change the send policy; owners are listed in [session] owners (e.g. owners = ["telegram:12345"]).',
+            "Only an owner of this bot can use /send.",
             "Send policy for telegram:group:-1001: deny (this session's own setting).",
         ]
         assert script.requests == {}  # answered by the router: no turn ran

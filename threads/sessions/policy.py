@@ -240,7 +240,8 @@ SendCommand = Callable[[Sender, SessionKey, str], Awaitable[str]]
 
 
 def is_owner(sender: Sender, config: GatewayConfig) -> bool:
-    """Owners are ``session.owners`` (``<channel>:<user id>`` or a bare user id).
+    """Owners are ``session.owners`` (``<channel>:<user id>`` or a bare user id),
+    and the channel's own ``[channels.<name>.access] owners``.
 
     The terminal user is always one: whoever can type into ``gateway chat``
     can run ``gateway sessions send-policy`` on the same machine.
@@ -248,7 +249,10 @@ def is_owner(sender: Sender, config: GatewayConfig) -> bool:
     if sender.channel == "cli":
         return True
     owners = config.session.owners
-    return f"{sender.channel}:{sender.user_id}" in owners or sender.user_id in owners
+    if f"{sender.channel}:{sender.user_id}" in owners or sender.user_id in owners:
+        return True
+    access = config.channels.access_sections().get(sender.channel)
+    return access is not None and sender.user_id in access.owners
 
 
 def describe_decision(key: str, decision: Decision, config: GatewayConfig) -> str:

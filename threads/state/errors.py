@@ -12,7 +12,7 @@ namespace / key, and what to do.
 
 from __future__ import annotations
 
-from config.models import redact_url
+from config.redaction import redact_url
 from threads.errors import ThreadsError
 
 
