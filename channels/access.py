@@ -43,7 +43,6 @@ from typing import Literal
 from channels.base import Inbound
 from channels.pairing import Ask, PairingService
 from config.models import AccessConfig
-from threads.state import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +87,6 @@ class Access:
         *,
         pairing: PairingService | None = None,
         session_owners: Iterable[str] = (),
-        clock: Clock = utc_now,
     ) -> None:
         if config.dm_policy == "pairing" and pairing is None:
             raise ValueError(
@@ -97,7 +95,6 @@ class Access:
         self.channel = channel
         self.config = config
         self.pairing = pairing
-        self._clock = clock
         self._allowed = frozenset(config.allow_from)
         self._groups = frozenset(config.groups)
         self._owners = frozenset(_owners_of(channel, config.owners, session_owners))
@@ -211,9 +208,10 @@ class Access:
 
     def _pairing_text(self, ask: Ask) -> str:
         request = ask.request
-        if ask.outcome == "full" or request is None:
+        if ask.outcome == "full" or request is None or self.pairing is None:
             return "This bot has too many pairing requests waiting right now; try again later."
-        minutes = max(1, round((request.expires - self._clock()).total_seconds() / 60))
+        left = (request.expires - self.pairing.now()).total_seconds()
+        minutes = max(1, round(left / 60))
         return (
             "This bot answers only people its owner has approved; your message was not "
             "passed on.\n"

@@ -219,6 +219,10 @@ class PairingService:
         """Remove expired requests and notices from the store now."""
         return await self.store.sweep()
 
+    def now(self) -> datetime:
+        """The time on the service's clock (injectable, for tests)."""
+        return self._clock()
+
     # -- the hot path
 
     def is_paired(self, channel: str, user_id: str) -> bool:
