@@ -59,22 +59,16 @@ class UnknownCodeError(PairingError, LookupError):
     def __init__(self, channel: str, code: str) -> None:
         self.channel = channel
         self.code = code
-        super().__init__(
-            f"unknown pairing code {code!r} on {channel} "
-            "(`gateway pairing list` shows the pending ones)"
-        )
+        super().__init__(f"unknown pairing code {code!r} on {channel}; see `gateway pairing list`")
 
 
 class ExpiredCodeError(PairingError, LookupError):
     """The code was issued but its hour is over."""
 
-    def __init__(self, channel: str, code: str, expired: str) -> None:
+    def __init__(self, channel: str, code: str) -> None:
         self.channel = channel
         self.code = code
-        super().__init__(
-            f"pairing code {code} on {channel} expired at {expired}; the user gets a new "
-            "one by messaging the bot again"
-        )
+        super().__init__(f"expired pairing code {code} on {channel}: the user must write again")
 
 
 class NotPairedError(PairingError, LookupError):
@@ -83,6 +77,4 @@ class NotPairedError(PairingError, LookupError):
     def __init__(self, channel: str, user_id: str) -> None:
         self.channel = channel
         self.user_id = user_id
-        super().__init__(
-            f"user {user_id} is not paired on {channel} (`gateway pairing list` shows who is)"
-        )
+        super().__init__(f"{channel} user {user_id} is not paired; see `gateway pairing list`")

@@ -385,7 +385,7 @@ class PairingService:
             raise UnknownCodeError(channel, wanted)
         request = PairingRequest.model_validate(raw)
         if request.expires <= self._clock():
-            raise ExpiredCodeError(channel, wanted, f"{request.expires:%Y-%m-%d %H:%M} UTC")
+            raise ExpiredCodeError(channel, wanted)
         return request
 
     async def _bump(self) -> None:

@@ -79,8 +79,8 @@ def approve(channel: ChannelArgument, code: CodeArgument, config: ConfigOption =
         return outcome_json(await service.approve(channel, code))
 
     answer = _call(_load(config), "pairing_approve", {"channel": channel, "code": code}, offline)
-    told = "told them to send their message again" if answer["told"] else _LATER
-    typer.echo(f"{channel}: approved {_who(answer['request'])}; {told}.")
+    told = "they were told to send their message again" if answer["told"] else _LATER
+    typer.echo(f"{channel}: approved {_who(answer['request'])}\n{told}")
 
 
 @app.command()
@@ -91,8 +91,8 @@ def deny(channel: ChannelArgument, code: CodeArgument, config: ConfigOption = No
         return outcome_json(await service.deny(channel, code))
 
     answer = _call(_load(config), "pairing_deny", {"channel": channel, "code": code}, offline)
-    told = "told them" if answer["told"] else _LATER
-    typer.echo(f"{channel}: denied the request of {_who(answer['request'])}; {told}.")
+    told = "they were told" if answer["told"] else _LATER
+    typer.echo(f"{channel}: denied {_who(answer['request'])}\n{told}")
 
 
 @app.command()
@@ -107,7 +107,7 @@ def revoke(
         return {"user": (await service.revoke(channel, user)).model_dump(mode="json")}
 
     answer = _call(_load(config), "pairing_revoke", {"channel": channel, "user": user}, offline)
-    typer.echo(f"{channel}: {_who(answer['user'])} is no longer paired.")
+    typer.echo(f"{channel}: unpaired {_who(answer['user'])}")
 
 
 # --- text ------------------------------------------------------------------------------

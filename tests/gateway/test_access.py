@@ -100,7 +100,7 @@ async def test_approving_from_the_cli_tells_the_user_and_their_next_message_runs
     code = await running.code_of("11")
     status, out, err = await gateway_cli(running.path, "pairing", "approve", "telegram", code)
     assert status == 0, err
-    assert out == "telegram: approved user 11 (Ada); told them to send their message again.\n"
+    assert out == "telegram: approved user 11 (Ada)\nthey were told to send their message again\n"
     assert telegram.to("11")[-1] == APPROVED_TEXT
     script.add("telegram:11", dispatch(("caller:user", "hi Ada")))
     await telegram.push(chat_id="11", user_id="11", user_name="Ada", text="hello again")
@@ -115,7 +115,7 @@ async def test_a_denied_user_is_told_once_and_a_new_message_asks_anew(running: R
     code = await running.code_of("11")
     status, out, err = await gateway_cli(running.path, "pairing", "deny", "telegram", code.lower())
     assert status == 0, err
-    assert out == "telegram: denied the request of user 11; told them.\n"
+    assert out == "telegram: denied user 11\nthey were told\n"
     assert telegram.to("11")[1:] == [DENIED_TEXT]
     await telegram.push(chat_id="11", user_id="11", text="please?")
     assert await running.code_of("11") != code
@@ -129,7 +129,7 @@ async def test_a_revoked_user_is_asked_for_a_code_again(running: Running) -> Non
     await gw.pairing.approve("telegram", await running.code_of("11"))
     status, out, err = await gateway_cli(running.path, "pairing", "revoke", "telegram", "11")
     assert status == 0, err
-    assert out == "telegram: user 11 (Ada) is no longer paired.\n"
+    assert out == "telegram: unpaired user 11 (Ada)\n"
     await telegram.push(chat_id="11", user_id="11", text="still there?")
     await gw.wait_idle()
     assert "Pairing code:" in telegram.to("11")[-1]
@@ -232,7 +232,7 @@ async def test_an_approval_made_with_no_gateway_running_is_told_at_the_next_star
         [request] = (await gw.pairing.listing())["telegram"].pending
     status, out, err = await gateway_cli(path, "pairing", "approve", "telegram", request.code)
     assert status == 0, err
-    assert out == "telegram: approved user 11 (Ada); they are told when the gateway next runs.\n"
+    assert out == "telegram: approved user 11 (Ada)\nthey are told when the gateway next runs\n"
     status, out, err = await gateway_cli(path, "pairing", "list")
     assert status == 0, err
     assert "user 11 (Ada)  approved" in out
@@ -253,8 +253,11 @@ async def test_pairing_errors_are_one_line_naming_the_problem_with_or_without_a_
     path = write_config(tmp_path, config)
     calls = [
         (("approve", "telegram", "ABCD2345"), "unknown pairing code 'ABCD2345' on telegram"),
-        (("deny", "slack", "ABCD2345"), "unknown channel 'slack': pairing is for telegram, discord"),
-        (("revoke", "discord", "5"), "user 5 is not paired on discord"),
+        (
+            ("deny", "slack", "ABCD2345"),
+            "unknown channel 'slack': pairing is for telegram, discord",
+        ),
+        (("revoke", "discord", "5"), "discord user 5 is not paired"),
     ]
     async with gateway(config, script, telegram):
         for args, words in calls:
@@ -262,6 +265,7 @@ async def test_pairing_errors_are_one_line_naming_the_problem_with_or_without_a_
             assert (status, out) == (1, "")
             assert err.startswith(f"error: {words}")
             assert err.count("\n") == 1
+            assert len(err) <= 81  # one line of at most 80 columns
     for args, words in calls:
         status, out, err = await gateway_cli(path, "pairing", *args)
         assert (status, out) == (1, "")
