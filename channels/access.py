@@ -18,9 +18,11 @@ group chat            ``ignore`` (no reply: a bot added to a group it may not
                       bot, a ``mention_patterns`` match, or any message when
                       ``require_mention`` is off — else ``context``: kept (at
                       most ``group_context_messages`` per chat, oldest dropped)
-                      and prepended to the body of the next turn that runs in
-                      that chat. A slash command counts as addressed to the bot
-                      and takes no context.
+                      and handed, with the verdict, to the next turn that runs
+                      in that chat. A slash command counts as addressed to the
+                      bot and takes no context. ``groups`` lists group ids; a
+                      Telegram forum topic (``group:<id>:topic:<n>``) belongs
+                      to its group, and keeps its own context.
 ====================  ==========================================================
 
 ``check`` is synchronous and does no I/O: the paired users are an in-memory
@@ -59,12 +61,14 @@ CONTEXT_CLOSE = "[End of earlier messages. The message to answer:]"
 class Verdict:
     """What one inbound message gets.
 
-    ``inbound`` is the message to route on ``run`` (its body carrying any group
-    context), else None; ``reply`` is what to tell the sender (empty: nothing).
+    ``inbound`` is the message to route on ``run``, else None; ``context`` the
+    group messages its turn gets before it (:func:`with_context`); ``reply``
+    is what to tell the sender (empty: nothing).
     """
 
     action: Action
     inbound: Inbound | None = None
+    context: tuple[ContextLine, ...] = ()
     reply: str = ""
     reason: str = ""
 
@@ -105,7 +109,9 @@ class Access:
     # -- who
 
     def is_owner(self, user_id: str) -> bool:
-        """Owners: this channel's ``owners`` and ``session.owners``' ``<channel>:<id>`` (or bare)."""
+        """Owners: this channel's ``owners``, and ``session.owners`` written
+        ``<channel>:<id>``, ``<platform>:<id>`` (``telegram:`` for every Telegram
+        account) or as a bare id."""
         return user_id in self._owners
 
     def allows_direct(self, user_id: str) -> bool:
@@ -160,14 +166,17 @@ class Access:
 
     def _group(self, inbound: Inbound, *, command: bool) -> Verdict:
         policy = self.config.group_policy
-        if policy == "disabled" or (policy == "allowlist" and inbound.chat_id not in self._groups):
-            self._log_ignored(inbound.chat_id, policy)
-            return Verdict(action="ignore", reason=f"group {inbound.chat_id} is not allowed")
+        group = group_of(inbound.chat_id)
+        listed = group in self._groups or inbound.chat_id in self._groups
+        if policy == "disabled" or (policy == "allowlist" and not listed):
+            self._log_ignored(group, policy)
+            return Verdict(action="ignore", reason=f"group {group} is not allowed")
         if command:
             return Verdict(action="run", inbound=inbound, reason="a command")
         if self.addressed(inbound):
+            context = tuple(self._context.pop(inbound.chat_id, ()))
             return Verdict(
-                action="run", inbound=self._with_context(inbound), reason="addressed to the bot"
+                action="run", inbound=inbound, context=context, reason="addressed to the bot"
             )
         self._keep(inbound)
         return Verdict(action="context", reason="not addressed to the bot")
@@ -197,12 +206,6 @@ class Access:
             self._context.move_to_end(inbound.chat_id)
         sender = " ".join((inbound.user_name or f"user {inbound.user_id}").split())
         lines.append(ContextLine(sender=sender, text=inbound.text[:MAX_CONTEXT_CHARS]))
-
-    def _with_context(self, inbound: Inbound) -> Inbound:
-        lines = self._context.pop(inbound.chat_id, None)
-        if not lines:
-            return inbound
-        return dataclasses.replace(inbound, text=with_context(lines, inbound.text))
 
     # -- words
 
@@ -239,8 +242,11 @@ def with_context(lines: Iterable[ContextLine], text: str) -> str:
     """``text`` after a delimited block of earlier group messages, one sender per line.
 
     A message's own line breaks are indented, so no message can start a line
-    that looks like a sender or a delimiter.
+    that looks like a sender or a delimiter. No lines: ``text`` as it is.
     """
+    lines = tuple(lines)
+    if not lines:
+        return text
     body = [CONTEXT_OPEN]
     for line in lines:
         body.append(f"{line.sender}: " + line.text.replace("\n", "\n  "))
@@ -249,12 +255,20 @@ def with_context(lines: Iterable[ContextLine], text: str) -> str:
     return "\n".join(body)
 
 
+def group_of(chat_id: str) -> str:
+    """The group a chat is in, as ``groups`` lists it: ``group:<id>[:topic:<n>]``
+    (Telegram's chats, forum topics included) is ``<id>``; any other chat id is itself."""
+    kind, sep, rest = chat_id.partition(":")
+    return rest.partition(":")[0] if sep and kind == "group" else chat_id
+
+
 def _owners_of(channel: str, owners: Iterable[str], session_owners: Iterable[str]) -> set[str]:
     found = set(owners)
+    names = {channel, channel.partition(".")[0]}  # an account's owners include its platform's
     for owner in session_owners:
         name, sep, user_id = owner.partition(":")
         if not sep:
             found.add(owner)
-        elif name == channel and user_id:
+        elif name in names and user_id:
             found.add(user_id)
     return found

@@ -493,12 +493,22 @@ class ChannelsConfig(Section):
     api: ApiConfig = Field(default_factory=ApiConfig)
 
     def access_sections(self) -> dict[str, AccessConfig]:
-        """The chat channels with an ``[channels.<name>.access]`` section, by name."""
+        """The chat channels with access control, by channel name.
+
+        ``telegram`` and ``discord`` (``[channels.<name>.access]``), and each
+        Telegram account as ``telegram.<account>``
+        (``[channels.telegram.accounts.<account>.access]``), whether enabled or not.
+        """
         found: dict[str, AccessConfig] = {}
         for name in type(self).model_fields:
-            access = getattr(getattr(self, name), "access", None)
+            section = getattr(self, name)
+            access = getattr(section, "access", None)
             if isinstance(access, AccessConfig):
                 found[name] = access
+            for account, settings in getattr(section, "accounts", {}).items():
+                inner = getattr(settings, "access", None)
+                if isinstance(inner, AccessConfig):
+                    found[f"{name}.{account}"] = inner
         return found
 
 

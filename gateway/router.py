@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from channels.access import Access
+from channels.access import Access, ContextLine, with_context
 from channels.base import Channel, ChannelSink, Follows, Inbound
 from threads.errors import NoTurnRunningError, ThreadNotLoadedError
 from threads.keys import SessionKey, base_channel
@@ -129,6 +129,7 @@ class Router:
             word, _, rest = text.partition(" ")
             name = word.split("@", 1)[0].lower()
         command = self.commands.get(name) if name else None
+        context: tuple[ContextLine, ...] = ()
         access = self.access.get(inbound.channel)
         if access is not None:
             verdict = await access.admit(inbound, command=command is not None)
@@ -136,7 +137,7 @@ class Router:
                 await self.reply(inbound, verdict.reply)
             if verdict.inbound is None:
                 return
-            inbound = verdict.inbound
+            inbound, context = verdict.inbound, verdict.context
             owner_only = command is not None and name in self.owner_commands
             if owner_only and not access.is_owner(inbound.user_id):
                 await self.reply(inbound, f"Only an owner of this bot can use {name}.")
@@ -151,7 +152,7 @@ class Router:
         reply_to = inbound.message_id if inbound.chat_type != "direct" else ""
         wake = Wake(
             source=WakeSource(platform),
-            body=body_of(inbound),
+            body=with_context(context, body_of(inbound)),
             caller=UserCaller(channel=platform, user_id=inbound.user_id, name=inbound.user_name),
             sink=self.wrap_sink(
                 key, ChannelSink(channel=channel, chat_id=inbound.chat_id, reply_to=reply_to)

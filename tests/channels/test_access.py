@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from channels.access import CONTEXT_CLOSE, CONTEXT_OPEN, Access
+from channels.access import CONTEXT_CLOSE, CONTEXT_OPEN, Access, with_context
 from channels.base import Inbound
 from channels.pairing import PairingService
 from config.models import AccessConfig
@@ -234,8 +234,7 @@ async def test_unaddressed_messages_are_prepended_to_the_next_addressed_one_with
     assert gate.check(group("since noon\nafter the merge", user="22")).action == "context"
     verdict = gate.check(group("@bot why?", user_name="Cy", mentioned=True))
     assert verdict.action == "run"
-    assert verdict.inbound is not None
-    assert verdict.inbound.text == "\n".join(
+    assert with_context(verdict.context, "@bot why?") == "\n".join(
         [
             CONTEXT_OPEN,
             "Ada: the build is red",
@@ -246,8 +245,19 @@ async def test_unaddressed_messages_are_prepended_to_the_next_addressed_one_with
         ]
     )
     again = gate.check(group("@bot and now?", mentioned=True))
-    assert again.inbound is not None
-    assert again.inbound.text == "@bot and now?"  # the context went with the first turn
+    assert again.context == ()  # the context went with the first turn
+    assert with_context(again.context, "@bot and now?") == "@bot and now?"
+
+
+async def test_a_forum_topic_belongs_to_its_group_and_keeps_its_own_context(
+    pairing: PairingService,
+) -> None:
+    gate = access(pairing, groups=["-100"])
+    assert gate.check(group("chatter", chat="group:-100:topic:7")).action == "context"
+    assert gate.check(group("chatter", chat="group:-200:topic:7")).action == "ignore"
+    mentioned = gate.check(group("@bot hi", chat="group:-100", mentioned=True))
+    assert (mentioned.action, mentioned.context) == ("run", ())
+    assert [line.text for line in gate.context("group:-100:topic:7")] == ["chatter"]
 
 
 async def test_context_is_bounded_per_chat_and_drops_the_oldest(
@@ -267,8 +277,8 @@ async def test_no_context_is_kept_when_group_context_messages_is_zero(
     gate = access(pairing, groups=["-100"], group_context_messages=0)
     gate.check(group("chatter"))
     verdict = gate.check(group("@bot hi", mentioned=True))
-    assert verdict.inbound is not None
-    assert verdict.inbound.text == "@bot hi"
+    assert verdict.action == "run"
+    assert verdict.context == ()
 
 
 async def test_a_command_in_a_group_needs_no_mention_and_leaves_the_context(
@@ -277,9 +287,7 @@ async def test_a_command_in_a_group_needs_no_mention_and_leaves_the_context(
     gate = access(pairing, groups=["-100"])
     gate.check(group("chatter", user_name="Ada"))
     verdict = gate.check(group("/status"), command=True)
-    assert verdict.action == "run"
-    assert verdict.inbound is not None
-    assert verdict.inbound.text == "/status"
+    assert (verdict.action, verdict.context) == ("run", ())
     assert [line.text for line in gate.context("-100")] == ["chatter"]
 
 
@@ -297,3 +305,11 @@ async def test_owners_are_the_channel_s_and_session_owners_for_this_channel(
         True,
         False,
     ]
+
+
+async def test_a_telegram_account_s_owners_include_the_platform_s(
+    pairing: PairingService,
+) -> None:
+    owners = ("telegram:2", "telegram.support:3", "telegram.other:4")
+    gate = Access("telegram.support", AccessConfig(), pairing=pairing, session_owners=owners)
+    assert [gate.is_owner(user) for user in ("2", "3", "4")] == [True, True, False]

@@ -25,6 +25,34 @@ def test_the_chat_channels_with_access_sections_are_telegram_and_discord() -> No
     assert sorted(validate({}, "test").channels.access_sections()) == ["discord", "telegram"]
 
 
+def test_each_telegram_account_has_an_access_section_of_its_own() -> None:
+    config = validate(
+        {
+            "channels": {
+                "telegram": {
+                    "accounts": {"support": {"access": {"dm_policy": "open"}}},
+                    "access": {"dm_policy": "disabled"},
+                }
+            }
+        },
+        "test",
+    )
+    sections = config.channels.access_sections()
+    assert sorted(sections) == ["discord", "telegram", "telegram.support"]
+    assert sections["telegram.support"].dm_policy == "open"
+    assert sections["telegram"].dm_policy == "disabled"
+
+
+def test_a_bad_account_access_option_is_named_by_its_account_path() -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate(
+            {"channels": {"telegram": {"accounts": {"support": {"access": {"groups": [""]}}}}}},
+            "test",
+        )
+    [problem] = caught.value.problems
+    assert problem.path == "channels.telegram.accounts.support.access.groups.0"
+
+
 def test_ids_written_as_numbers_are_read_as_text(tmp_path: Path) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text(
@@ -81,3 +109,9 @@ def test_a_channel_s_access_owners_are_owners_for_the_send_policy() -> None:
     assert is_owner(Sender("telegram", "42"), config)
     assert not is_owner(Sender("discord", "42"), config)
     assert not is_owner(Sender("telegram", "43"), config)
+
+
+def test_a_platform_owner_owns_every_account_of_that_platform() -> None:
+    config = validate({"session": {"owners": ["telegram:7"]}}, "test")
+    assert is_owner(Sender("telegram.support", "7"), config)
+    assert not is_owner(Sender("discord", "7"), config)

@@ -25,7 +25,9 @@ from tests.gateway.test_thread_ops_cli import gateway_cli
 from tests.threads.agent.conftest import KeyedScript
 from threads.testing.scripted import ScriptedModel, dispatch
 
-GROUP, OTHER_GROUP, OWNER = "-100", "-200", "42"
+# Telegram's group chats are "group:<id>" (a forum topic "group:<id>:topic:<n>");
+# `groups` lists the ids.
+GROUP_ID, GROUP, OTHER_GROUP, OWNER = "-100", "group:-100", "group:-200", "42"
 
 
 def access_config(tmp_path: Path) -> GatewayConfig:
@@ -35,7 +37,7 @@ def access_config(tmp_path: Path) -> GatewayConfig:
         agents={"default": {"model": "scripted/test"}},
         channels={
             "web": {"enabled": False},
-            "telegram": {"access": {"groups": [GROUP], "owners": [OWNER]}},
+            "telegram": {"access": {"groups": [GROUP_ID], "owners": [OWNER]}},
         },
     )
 
@@ -172,6 +174,38 @@ async def test_group_chatter_is_kept_and_given_to_the_next_mentioned_message(
     body = request.messages[-1].text()
     expected = "\n".join(
         [CONTEXT_OPEN, "Ada: the build is red", "Bo: since the merge", CONTEXT_CLOSE, "@bot why?"]
+    )
+    assert expected in body
+
+
+async def test_group_chatter_comes_before_the_quoted_message_the_user_replied_to(
+    running: Running,
+) -> None:
+    gw, telegram, script = running.gw, running.telegram, running.script
+    chat = {"chat_id": GROUP, "chat_type": "group"}
+    await telegram.push(user_id="21", user_name="Ada", text="lunch?", **chat)
+    script.add(f"telegram:{GROUP}", dispatch(("caller:user", "noted")))
+    await telegram.push(
+        user_id="22",
+        user_name="Bo",
+        text="and what about this?",
+        reply_to="7",
+        reply_to_text="the deploy is at 3",
+        reply_to_bot=True,
+        **chat,
+    )
+    await gw.wait_idle()
+    body = script.requests[f"telegram:{GROUP}"][0].messages[-1].text()
+    expected = "\n".join(
+        [
+            CONTEXT_OPEN,
+            "Ada: lunch?",
+            CONTEXT_CLOSE,
+            "(replying to the bot:)",
+            "> the deploy is at 3",
+            "",
+            "and what about this?",
+        ]
     )
     assert expected in body
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from config.models import GatewayConfig, SendPolicyConfig, SendPolicyMatch
 from threads.errors import NotFoundError
-from threads.keys import SessionKey
+from threads.keys import SessionKey, base_channel
 from threads.session import Session
 from threads.sessions import meta as m
 from threads.sessions.errors import UnknownSessionError
@@ -240,8 +240,9 @@ SendCommand = Callable[[Sender, SessionKey, str], Awaitable[str]]
 
 
 def is_owner(sender: Sender, config: GatewayConfig) -> bool:
-    """Owners are ``session.owners`` (``<channel>:<user id>`` or a bare user id),
-    and the channel's own ``[channels.<name>.access] owners``.
+    """Owners are ``session.owners`` (``<channel>:<user id>``, ``<platform>:<user id>``
+    for any of a platform's accounts, or a bare user id), and the channel's own
+    ``[channels.<name>.access] owners``.
 
     The terminal user is always one: whoever can type into ``gateway chat``
     can run ``gateway sessions send-policy`` on the same machine.
@@ -249,7 +250,10 @@ def is_owner(sender: Sender, config: GatewayConfig) -> bool:
     if sender.channel == "cli":
         return True
     owners = config.session.owners
-    if f"{sender.channel}:{sender.user_id}" in owners or sender.user_id in owners:
+    platform = base_channel(sender.channel)  # a Telegram account's owners: "telegram:<id>"
+    if sender.user_id in owners or any(
+        f"{name}:{sender.user_id}" in owners for name in (sender.channel, platform)
+    ):
         return True
     access = config.channels.access_sections().get(sender.channel)
     return access is not None and sender.user_id in access.owners

@@ -8,7 +8,9 @@ worth of processes) write to it at once and serialize on SQLite's lock.
 Every call is one statement, so one atomic step.
 
 The file is created 0600 in a 0700 directory and never through a symbolic
-link (``O_NOFOLLOW``); a file that already exists is set to 0600 too.
+link, and a looser existing file is tightened
+(:func:`threads.store.private.create_private_database`, which never opens an
+existing file: closing it would drop SQLite's locks in this process).
 ``synchronous = NORMAL`` as for cron: a crashed process loses nothing, a power
 loss may lose the last commits.
 """
@@ -16,13 +18,12 @@ loss may lose the last commits.
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
 from datetime import datetime
 from pathlib import Path
 
 import aiosqlite
 
+from threads.errors import UnsafePathError
 from threads.state.base import (
     Clock,
     Json,
@@ -35,6 +36,7 @@ from threads.state.base import (
     utc_now,
 )
 from threads.state.errors import StateStoreError
+from threads.store.private import create_private_database, make_private_dir
 
 BUSY_TIMEOUT_MS = 10_000
 SCHEMA = """
@@ -51,23 +53,6 @@ CREATE INDEX IF NOT EXISTS state_values_expiry
 _LIVE = "(expires_us IS NULL OR expires_us > ?)"
 
 
-def create_private(path: Path, url: str) -> None:
-    """Create ``path`` (0600, parents 0700) unless it exists; refuse a symbolic link."""
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise StateStoreError(
-                url, f"{path} is a symbolic link; refusing to follow it"
-            ) from None
-        raise StateStoreError(url, f"cannot open {path}: {exc.strerror or exc}") from None
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-
-
 class SqliteStateStore:
     """A :class:`~threads.state.base.StateStore` in one SQLite table."""
 
@@ -82,7 +67,13 @@ class SqliteStateStore:
         """Open (creating when missing) the database file at ``path``."""
         path = Path(path)
         url = f"sqlite:///{path}"
-        create_private(path, url)
+        try:
+            make_private_dir(path.parent)
+            create_private_database(path)
+        except UnsafePathError as exc:
+            raise StateStoreError(url, str(exc)) from None
+        except OSError as exc:
+            raise StateStoreError(url, f"cannot create {path}: {exc.strerror or exc}") from None
         try:
             db = await aiosqlite.connect(path, isolation_level=None)
         except (OSError, aiosqlite.Error) as exc:
