@@ -80,7 +80,11 @@ class SqliteStateStore:
             raise StateStoreError(url, f"cannot open: {exc}") from None
         try:
             await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            await db.execute("PRAGMA journal_mode = WAL")
+            # Switching to WAL takes an exclusive lock; a file already in WAL (cron's,
+            # or an earlier run's) is left as it is, so opening never waits on one.
+            mode = await db.execute_fetchall("PRAGMA journal_mode")
+            if str(next(iter(mode))[0]).lower() != "wal":
+                await db.execute("PRAGMA journal_mode = WAL")
             await db.execute("PRAGMA synchronous = NORMAL")
             await db.executescript(SCHEMA)
         except aiosqlite.Error as exc:

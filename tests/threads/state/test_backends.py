@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import sqlite3
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -122,3 +124,15 @@ async def test_an_unreachable_redis_is_one_error_naming_the_redacted_url() -> No
         await open_state_store("redis://:hunter2@127.0.0.1:9/0")
     assert "hunter2" not in str(caught.value)
     assert "cannot reach Redis" in str(caught.value)
+
+
+async def test_the_sqlite_file_runs_in_wal_mode_so_the_cli_and_a_gateway_share_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gateway.db"
+    store = await open_state_store(f"sqlite:///{path}")
+    await store.close()
+    again = await open_state_store(f"sqlite:///{path}")  # already WAL: opened without a switch
+    await again.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
