@@ -33,6 +33,11 @@ class TelegramRig:
         return channel
 
 
+# Everyone may talk to the bot in these tests (they are about the adapter, not
+# access control: see tests/gateway/test_access_telegram.py).
+OPEN_ACCESS = {"dm_policy": "open", "group_policy": "open", "require_mention": False}
+
+
 def telegram_config(tmp_path: Path, fake: FakeTelegram, **telegram: Any) -> dict[str, Any]:
     """The ``[channels.telegram]`` table pointing the default account at ``fake``."""
     return {
@@ -40,6 +45,7 @@ def telegram_config(tmp_path: Path, fake: FakeTelegram, **telegram: Any) -> dict
         "token": fake.token,
         "base_url": fake.base_url,
         "base_file_url": fake.base_file_url,
+        "access": OPEN_ACCESS,
         **telegram,
     }
 
