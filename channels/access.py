@@ -44,7 +44,7 @@ from typing import Literal
 
 from channels.base import Inbound
 from channels.pairing import Ask, PairingService
-from config.models import AccessConfig
+from config.access import AccessConfig
 
 log = logging.getLogger(__name__)
 

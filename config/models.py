@@ -18,7 +18,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -27,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from config.access import AccessConfig
 from config.redaction import redact_url
 
 BusyPolicy = Literal["queue", "reject", "steer", "interrupt", "rollback", "collect"]
@@ -311,52 +311,6 @@ class StoreConfig(Section):
                 "sqlite:///FILE or redis://HOST:PORT/DB"
             )
         return value
-
-
-DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
-GroupPolicy = Literal["allowlist", "open", "disabled"]
-
-
-def _id_text(value: object) -> object:
-    """A platform id as text: TOML gives Telegram ids as integers (groups are negative)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-def _check_pattern(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
-    return value
-
-
-PlatformId = Annotated[str, BeforeValidator(_id_text), Field(min_length=1)]
-MentionPattern = Annotated[str, AfterValidator(_check_pattern)]
-
-
-class AccessConfig(Section):
-    """Who may talk to the bot on a chat channel, checked once for every channel.
-
-    Direct messages follow ``dm_policy``: ``pairing`` (an unknown sender gets
-    a code an operator approves with ``gateway pairing approve``),
-    ``allowlist`` (only ``allow_from`` and ``owners``), ``open`` (anyone) or
-    ``disabled``. Group chats follow ``group_policy`` over the chat ids in
-    ``groups``; there the bot answers only when addressed (a mention, a reply
-    to it, or a ``mention_patterns`` match) unless ``require_mention`` is off,
-    and keeps up to ``group_context_messages`` of the rest as context for the
-    next turn. ``owners`` may use owner-only commands (``/send``) here.
-    """
-
-    dm_policy: DmPolicy = "pairing"
-    allow_from: list[PlatformId] = Field(default_factory=list)
-    group_policy: GroupPolicy = "allowlist"
-    groups: list[PlatformId] = Field(default_factory=list)
-    require_mention: bool = True
-    mention_patterns: list[MentionPattern] = Field(default_factory=list)
-    group_context_messages: int = Field(default=20, ge=0, le=200)
-    owners: list[PlatformId] = Field(default_factory=list)
 
 
 class TelegramAccount(Section):

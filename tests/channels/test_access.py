@@ -9,7 +9,7 @@ import pytest
 from channels.access import CONTEXT_CLOSE, CONTEXT_OPEN, Access, with_context
 from channels.base import Inbound
 from channels.pairing import PairingService
-from config.models import AccessConfig
+from config.access import AccessConfig
 from tests.channels.clock import HandClock
 from threads.state import Json
 from threads.state.memory import MemoryStateStore
