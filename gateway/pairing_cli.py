@@ -30,6 +30,7 @@ import typer
 from channels.errors import PairingError
 from channels.pairing import PairingService, listing_json, outcome_json
 from config import ConfigError, GatewayConfig, load_config
+from config.redaction import redact_text
 from gateway.control import ControlClient
 from gateway.errors import ControlError
 from threads.state import StateStoreError, open_state_store
@@ -185,5 +186,5 @@ def _load(path: Path | None) -> GatewayConfig:
 
 
 def _fail(message: str, *, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {redact_text(message)}", err=True)
     raise typer.Exit(code)
