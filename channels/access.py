@@ -45,6 +45,7 @@ from typing import Literal
 from channels.base import Inbound
 from channels.pairing import Ask, PairingService
 from config.access import AccessConfig
+from threads.state import StateStoreError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ MAX_CONTEXT_CHARS = 1000
 MAX_LOGGED_GROUPS = 1000
 CONTEXT_OPEN = "[Earlier messages in this chat, not addressed to you, for context:]"
 CONTEXT_CLOSE = "[End of earlier messages. The message to answer:]"
+UNAVAILABLE = "This bot cannot take new users right now; try again later."
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,9 +142,13 @@ class Access:
         verdict = self.check(inbound, command=command)
         if verdict.action != "pair" or self.pairing is None:
             return verdict
-        ask = await self.pairing.ask(
-            self.channel, inbound.user_id, user_name=inbound.user_name, chat_id=inbound.chat_id
-        )
+        try:
+            ask = await self.pairing.ask(
+                self.channel, inbound.user_id, user_name=inbound.user_name, chat_id=inbound.chat_id
+            )
+        except StateStoreError as exc:
+            log.error("%s: cannot record a pairing request: %s", self.channel, exc)
+            return dataclasses.replace(verdict, reply=UNAVAILABLE)
         return dataclasses.replace(verdict, reply=self._pairing_text(ask))
 
     def _direct(self, inbound: Inbound) -> Verdict:

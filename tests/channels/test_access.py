@@ -11,23 +11,30 @@ from channels.base import Inbound
 from channels.pairing import PairingService
 from config.access import AccessConfig
 from tests.channels.clock import HandClock
-from threads.state import Json
+from threads.state import Json, StateStoreError
 from threads.state.memory import MemoryStateStore
 
 
 class CountingStore(MemoryStateStore):
-    """The memory store, counting every call: the common path must make none."""
+    """The memory store, counting every read (the common path must make none),
+    and failing them as an unreachable Redis would when told to."""
 
     def __init__(self, clock: HandClock) -> None:
         super().__init__(clock=clock)
         self.calls = 0
+        self.failing = False
+
+    def _read(self) -> None:
+        self.calls += 1
+        if self.failing:
+            raise StateStoreError("redis://127.0.0.1:6379/0", "cannot reach Redis")
 
     async def get(self, namespace: str, key: str) -> Json:
-        self.calls += 1
+        self._read()
         return await super().get(namespace, key)
 
     async def scan(self, namespace: str, prefix: str = "") -> list[tuple[str, Json]]:
-        self.calls += 1
+        self._read()
         return await super().scan(namespace, prefix)
 
 
@@ -105,6 +112,15 @@ async def test_a_fourth_stranger_is_told_to_try_later(pairing: PairingService) -
     assert verdict.reply == (
         "This bot has too many pairing requests waiting right now; try again later."
     )
+
+
+async def test_a_stranger_is_told_in_one_line_when_the_state_store_fails(
+    pairing: PairingService, store: CountingStore
+) -> None:
+    store.failing = True
+    verdict = await access(pairing).admit(dm("11"))
+    assert (verdict.action, verdict.inbound) == ("pair", None)
+    assert verdict.reply == "This bot cannot take new users right now; try again later."
 
 
 async def test_a_paired_user_runs_and_the_check_touches_no_store(
