@@ -58,6 +58,7 @@ async def telegram_gateway(
     script: KeyedScript | None = None,
     telegram: Mapping[str, Any] | None = None,
     channels_web_port: int = 0,
+    control: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[TelegramRig]:
     """A started gateway on the scripted model whose Telegram bot talks to a fake server."""
@@ -76,5 +77,5 @@ async def telegram_gateway(
             **overrides,
         )
         client = model if model is not None else ScriptedModel(default=script)
-        async with Gateway(config, model_clients={"scripted": client}, control=False) as gw:
+        async with Gateway(config, model_clients={"scripted": client}, control=control) as gw:
             yield TelegramRig(gateway=gw, fake=fake, script=script, model=client)

@@ -15,6 +15,7 @@ import pytest
 from channels.access import CONTEXT_CLOSE, CONTEXT_OPEN
 from channels.pairing import APPROVED_TEXT
 from tests.gateway.telegram_rig import TelegramRig, telegram_gateway
+from tests.gateway.test_thread_ops_cli import gateway_cli, write_config
 from threads.testing.scripted import dispatch
 
 TEAM = -1009876
@@ -72,3 +73,42 @@ async def test_group_chatter_reaches_the_model_only_with_a_mention(tmp_path: Pat
         body = request.messages[-1].text()
         assert f"{CONTEXT_OPEN}\nAnn: the build is red\n{CONTEXT_CLOSE}\n" in body
         assert fake.sent(elsewhere) == []
+
+
+async def test_a_stranger_is_approved_from_the_cli_and_the_model_answers(tmp_path: Path) -> None:
+    async with telegram_gateway(tmp_path, control=True, telegram={"access": {}}) as rig:
+        fake, script = rig.fake, rig.script
+        ann = fake.user("Ann")
+        fake.send_dm(ann, "hello")
+        [pairing] = await fake.wait_for_sent(ann, 1)
+        assert pairing.text is not None
+        code = pairing.text.split("Pairing code:")[1].split()[0]
+        config = write_config(tmp_path, rig.gateway.config)
+        status, out, err = await gateway_cli(config, "pairing", "approve", "telegram", code)
+        assert status == 0, err
+        assert "Ann" in out
+        approved = await fake.wait_for_sent(ann, 2)
+        assert approved[1].text == APPROVED_TEXT
+        script.add(f"telegram:{ann.id}", dispatch(("caller:user", "welcome")))
+        fake.send_dm(ann, "hello again")
+        answered = await fake.wait_for_sent(ann, 3)
+        assert answered[2].text == "welcome"
+        assert len(script.requests[f"telegram:{ann.id}"]) == 1  # "hello" never reached it
+
+
+async def test_a_forum_topic_is_its_own_conversation_and_replies_stay_in_it(
+    tmp_path: Path,
+) -> None:
+    async with guarded(tmp_path) as rig:
+        fake, script = rig.fake, rig.script
+        team = fake.group("Team", forum=True, id=TEAM)
+        ann = fake.user("Ann")
+        ideas = fake.open_topic(team, "Ideas", by=ann)
+        key = f"telegram:group:{TEAM}:topic:{ideas}"
+        script.add(key, dispatch(("caller:user", "noted in the topic")))
+        trigger = fake.send_group(team, ann, "a new idea", mention=True, topic=ideas)
+        [answer] = await fake.wait_for_sent(team, 1)
+        assert answer.text == "noted in the topic"
+        assert answer.message_thread_id == ideas
+        assert answer.reply_to_message_id == trigger.message_id  # answers the trigger
+        assert f"telegram:group:{TEAM}" not in script.requests
