@@ -1,10 +1,12 @@
 """Feedback while a turn runs: the typing indicator, and the answer streamed into one draft.
 
-A person should never stare at a silent chat for twenty seconds. While a turn
-answering them runs, a channel that can show it refreshes its typing
+A person should never stare at a silent chat for twenty seconds. Once a turn
+answering them has run for ``typing_after`` seconds (a quick answer needs no
+indicator: it is the answer), a channel that can show it refreshes its typing
 indicator every few seconds and — when the model streams — shows the answer
 so far in one draft message edited in place, at most once per ``edit_every``
-seconds. The final answer replaces the draft: the channel's ``deliver`` takes
+seconds. A turn still waiting for its slot or its place in the queue shows
+nothing yet. The final answer replaces the draft: the channel's ``deliver`` takes
 the draft over. A draft no delivery took over (the turn ended silently, or
 failed) is removed when the turn ends.
 
@@ -24,11 +26,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from threads.turns import Event, TextDelta, Turn
+from threads.turns import Event, RunStart, TextDelta, Turn
 
 log = logging.getLogger(__name__)
 
 TYPING_EVERY = 4.0
+TYPING_AFTER = 0.5
 EDIT_EVERY = 1.0
 
 
@@ -67,12 +70,14 @@ class Feedback:
         presence: Presence,
         *,
         typing_every: float = TYPING_EVERY,
+        typing_after: float = TYPING_AFTER,
         edit_every: float = EDIT_EVERY,
         drafts: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.presence = presence
         self.typing_every = typing_every
+        self.typing_after = typing_after
         self.edit_every = edit_every
         self.drafts = drafts
         self.clock = clock
@@ -120,23 +125,31 @@ class Feedback:
         events = turn.events()
         pending: asyncio.Future[Event] = asyncio.ensure_future(anext(events))
         text = shown = ""
+        began: float | None = None
         typed_at = last_edit = float("-inf")
         try:
             while True:
                 now = self.clock()
-                if now - typed_at >= self.typing_every:
-                    await self._quietly(self.presence.typing(chat_id), "typing", chat_id)
-                    typed_at = now
-                wait = self.typing_every - (now - typed_at)
+                waits: list[float] = []
+                if began is not None:
+                    due = max(began + self.typing_after, typed_at + self.typing_every)
+                    if now >= due:
+                        await self._quietly(self.presence.typing(chat_id), "typing", chat_id)
+                        typed_at = now
+                        due = now + self.typing_every
+                    waits.append(due - now)
                 if self.drafts and text != shown:
-                    wait = min(wait, self.edit_every - (now - last_edit))
-                done, _ = await asyncio.wait({pending}, timeout=max(wait, 0.0))
+                    waits.append(self.edit_every - (now - last_edit))
+                timeout = max(min(waits), 0.0) if waits else None
+                done, _ = await asyncio.wait({pending}, timeout=timeout)
                 if pending in done:
                     try:
                         event = pending.result()
                     except StopAsyncIteration:
                         break
-                    if isinstance(event, TextDelta):
+                    if isinstance(event, RunStart):
+                        began = self.clock()
+                    elif isinstance(event, TextDelta):
                         text += event.text
                     pending = asyncio.ensure_future(anext(events))
                 now = self.clock()

@@ -31,7 +31,7 @@ from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_recei
 from threads.messages import JSON, Message
 from threads.store.entries import Entry, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
 from threads.tree import EntryTree, interruption_results, still_open
-from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, Turn
+from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
 
 if TYPE_CHECKING:
     from threads.session import Injected, Session, SessionOptions, SessionState
@@ -374,6 +374,7 @@ class TurnDriver:
                 if not active.cancel_reason:
                     active.begun = True
                     run.started = time.monotonic()
+                    run.emit(RunStart(run_id=run.run_id))
                     active.task = asyncio.create_task(self._session.agent.run(run), name=run.run_id)
                     await asyncio.wait([active.task])
                     result = _result_of(active.task)

@@ -75,11 +75,18 @@ class StepFinish:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunStart:
+    """The run began: it holds a turn slot and its first model call is next."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunFinish:
     result: RunResult
 
 
-Event = TextDelta | ToolStart | ToolFinish | StepFinish | RunFinish
+Event = RunStart | TextDelta | ToolStart | ToolFinish | StepFinish | RunFinish
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,7 +40,13 @@ from telegram.error import (
     TelegramError,
     TimedOut,
 )
-from telegram.ext import AIORateLimiter, Application, ContextTypes, TypeHandler
+from telegram.ext import (
+    AIORateLimiter,
+    Application,
+    BaseUpdateProcessor,
+    ContextTypes,
+    TypeHandler,
+)
 
 from channels.base import InboundHandler
 from channels.errors import ChannelStartError, DeliveryError
@@ -59,6 +65,10 @@ ALLOWED_UPDATES = ["message", "edited_message"]
 TEXT_LIMIT = 4096
 SEEN_UPDATES = 4096
 SEND_ATTEMPTS = 3
+CONCURRENT_UPDATES = 64
+# httpcore assigns each waiting request by scanning every pooled connection, so a
+# big pool costs more than it saves; Telegram's own limits need few connections.
+CONNECTIONS = 16
 ACCEPT_FAILED = "(Sorry — your message could not be taken right now. Please send it again.)"
 CLOSING = "(The bot is restarting and did not take your message. Please send it again.)"
 
@@ -85,6 +95,42 @@ class TelegramOptions:
     commands: Sequence[tuple[str, str]] = ()
 
 
+class ChatOrder(BaseUpdateProcessor):
+    """Updates of different chats are handled at once; a chat's own, one by one, in order.
+
+    PTB creates a task per update in arrival order; tasks take a chat's lock in
+    the order they were created (``asyncio.Lock`` is first come, first served),
+    so each chat's messages are accepted in the order they were sent while one
+    slow chat never holds up another.
+    """
+
+    def __init__(self, max_concurrent_updates: int) -> None:
+        super().__init__(max_concurrent_updates)
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
+        message = update.effective_message if isinstance(update, Update) else None
+        if message is None:
+            await coroutine
+            return
+        chat = message.chat_id
+        lock = self._locks.get(chat)
+        if lock is None:
+            lock = self._locks[chat] = asyncio.Lock()
+        try:
+            async with lock:
+                await coroutine
+        finally:
+            if not lock.locked() and self._locks.get(chat) is lock:
+                del self._locks[chat]
+
+    async def initialize(self) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        return None
+
+
 @dataclass(slots=True)
 class _Draft:
     """The message showing a running turn's answer so far; ``final`` once a delivery took it."""
@@ -106,6 +152,8 @@ class TelegramChannel:
             .base_url(options.base_url)
             .base_file_url(options.base_file_url)
             .read_timeout(options.read_timeout)
+            .connection_pool_size(CONNECTIONS)
+            .concurrent_updates(ChatOrder(CONCURRENT_UPDATES))
         )
         if options.mode == "webhook":
             builder = builder.updater(None)

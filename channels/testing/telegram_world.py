@@ -239,6 +239,7 @@ class World:
         self.paths: dict[str, StoredFile] = {}
         self.pending: list[JSON] = []
         self.sent: list[_Sent] = []
+        self.sent_by_chat: dict[int, list[_Sent]] = {}
         self.sent_by_id: dict[tuple[int, int], _Sent] = {}
         self.calls: list[ApiCall] = []
         self.actions: list[ChatAction] = []
@@ -402,11 +403,13 @@ class World:
             **fields,
         )
         self.sent.append(sent)
+        self.sent_by_chat.setdefault(sent.chat_id, []).append(sent)
         self.sent_by_id[sent.chat_id, sent.message_id] = sent
         self.notify()
 
     def sent_messages(self, chat_id: int | None = None) -> list[SentMessage]:
-        return [s.snapshot() for s in self.sent if chat_id is None or s.chat_id == chat_id]
+        sent = self.sent if chat_id is None else self.sent_by_chat.get(chat_id, [])
+        return [s.snapshot() for s in sent]
 
     # -- files
 

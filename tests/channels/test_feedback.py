@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from channels.feedback import Feedback
-from threads.turns import Outcome, Policy, TextDelta, Turn
+from threads.turns import Outcome, Policy, RunStart, TextDelta, Turn
 
 
 class Shown:
@@ -37,13 +37,17 @@ class Shown:
                 await self.changed.wait()
 
 
-def turn(name: str = "t") -> Turn:
-    return Turn(name, f"run-{name}", Policy.QUEUE)
+def turn(name: str = "t", *, started: bool = True) -> Turn:
+    """A turn handle; ``started``: its run has begun."""
+    handle = Turn(name, f"run-{name}", Policy.QUEUE)
+    if started:
+        handle.emit(RunStart(run_id=handle.run_id))
+    return handle
 
 
 async def test_typing_is_refreshed_for_as_long_as_the_turn_runs_then_stops() -> None:
     shown = Shown()
-    feedback = Feedback(shown, typing_every=0.01)
+    feedback = Feedback(shown, typing_every=0.01, typing_after=0)
     running = turn()
     feedback.follow("chat", running)
     await shown.wait("typing", 3)
@@ -69,7 +73,7 @@ async def test_streamed_text_is_shown_as_a_draft_at_most_once_per_interval() -> 
 
 async def test_turns_waiting_behind_the_followed_one_are_shown_after_it() -> None:
     shown = Shown()
-    feedback = Feedback(shown, typing_every=3600, edit_every=0)
+    feedback = Feedback(shown, typing_every=3600, typing_after=0, edit_every=0)
     first, steered, follow_up = turn("a"), turn("b"), turn("c")
     feedback.follow("chat", first)
     feedback.follow("chat", steered)
@@ -93,7 +97,7 @@ async def test_a_presence_that_fails_never_fails_the_follower() -> None:
             raise ConnectionError("the platform is down")
 
     shown = Broken()
-    feedback = Feedback(shown, typing_every=0.01)
+    feedback = Feedback(shown, typing_every=0.01, typing_after=0)
     running = turn()
     feedback.follow("chat", running)
     await shown.wait("typing", 2)
@@ -105,3 +109,18 @@ async def test_a_presence_that_fails_never_fails_the_follower() -> None:
 async def _gone(feedback: Feedback, chat: str) -> None:
     while feedback.following(chat):
         await asyncio.sleep(0)
+
+
+async def test_a_turn_waiting_for_its_slot_shows_nothing_until_its_run_begins() -> None:
+    shown = Shown()
+    feedback = Feedback(shown, typing_every=0.01, typing_after=0, edit_every=0)
+    queued = turn(started=False)
+    feedback.follow("chat", queued)
+    queued.emit(TextDelta(text="early"))  # the follower has seen an event, not the start
+    await shown.wait("draft", 1)
+    assert shown.count("typing") == 0
+    queued.emit(RunStart(run_id=queued.run_id))
+    await shown.wait("typing", 1)
+    queued.finish(Outcome.ANSWERED)
+    await shown.wait("end", 1)
+    await feedback.close()
