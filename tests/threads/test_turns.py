@@ -25,7 +25,16 @@ from threads.session import Session
 from threads.store.base import SessionStore
 from threads.store.entries import Entry, Header, MessageEntry, ReceiptEntry, TurnEntry
 from threads.store.memory import MemoryStore
-from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, StepFinish, TextDelta
+from threads.turns import (
+    Outcome,
+    Policy,
+    Run,
+    RunFinish,
+    RunResult,
+    RunStart,
+    StepFinish,
+    TextDelta,
+)
 
 
 async def test_the_prompt_is_durable_before_the_run_starts(session_store: SessionStore) -> None:
@@ -169,7 +178,8 @@ async def test_the_turn_handle_waits_with_a_timeout_reports_done_and_streams_eve
     result = await handle.wait(10)
     assert handle.done()
     events = await live
-    assert events[:2] == [TextDelta(text="thinking"), StepFinish(step=1, usage=Usage())]
+    assert events[0] == RunStart(run_id=handle.run_id)  # the run began before it streamed
+    assert events[1:3] == [TextDelta(text="thinking"), StepFinish(step=1, usage=Usage())]
     assert events[-1] == RunFinish(result=result)  # type: ignore[arg-type]
     assert await collect() == events  # a finished turn replays its events
     await session.close()
