@@ -19,7 +19,7 @@ from threads.messages import Usage
 from threads.store.memory import MemoryStore
 from threads.testing.fake_openai import FakeOpenAIServer, Reply
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
-from threads.turns import TextDelta
+from threads.turns import RunStart, TextDelta
 from threads.wake import SessionCaller, UserCaller, Wake, WakeSource
 
 
@@ -183,6 +183,8 @@ async def test_streamed_text_reaches_the_turn_events_before_the_turn_ends() -> N
                 ),
             )
             events = turn.events()
+            started = await asyncio.wait_for(anext(events), 10)
+            assert isinstance(started, RunStart)
             first = await asyncio.wait_for(anext(events), 10)
             assert isinstance(first, TextDelta)
             assert not turn.done()  # the answer's last event is still held by the server
