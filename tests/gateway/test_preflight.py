@@ -72,3 +72,22 @@ def test_a_data_dir_open_to_others_is_named_with_its_fix(tmp_path: Path) -> None
     assert f"  data_dir: {data} is open to other users (mode 0755): chmod 700 {data}" in (
         result.output.splitlines()
     )
+
+
+def test_an_enabled_telegram_bot_whose_token_variable_is_unset_is_named(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f'[channels.telegram]\nenabled = true\ntoken_env = "{UNSET}"\n'
+        '[channels.telegram.accounts.support]\ntoken_file = "/nonexistent/token"\n',
+    )
+    result = check(path)
+    assert result.exit_code == 1
+    assert f"channels.telegram.token_env: names {UNSET}, which is not set" in result.output
+    assert "channels.telegram.accounts.support.token_file" in result.output
+
+
+def test_an_unknown_access_policy_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, '[channels.telegram.access]\ndm_policy = "everyone"\n')
+    result = check(path)
+    assert result.exit_code == 1
+    assert "channels.telegram.access.dm_policy" in result.output

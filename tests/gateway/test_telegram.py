@@ -348,3 +348,37 @@ async def test_webhook_mode_takes_updates_posted_with_the_secret_on_the_web_serv
                 async with http.post(webhook, json=forged, headers=headers) as response:
                     assert response.status == 401
         assert "telegram:5" not in rig.script.requests
+
+
+async def test_an_edited_message_is_a_new_message_marked_edited(tmp_path: Path) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        key = f"telegram:{ann.id}"
+        rig.script.add(key, dispatch(("caller:user", "first")), dispatch(("caller:user", "fixed")))
+        sent = rig.fake.send_dm(ann, "helo")
+        await rig.fake.wait_for_sent(ann, 1)
+        await rig.gateway.wait_idle()
+        rig.fake.edit_message(sent, "hello")
+        await rig.fake.wait_for_sent(ann, 2)
+        prompts = [r.messages[-1].text() for r in rig.script.requests[key]]
+        assert prompts[1].endswith("[edited] hello")
+
+
+async def test_documents_and_voice_notes_reach_the_model_as_file_references(
+    tmp_path: Path,
+) -> None:
+    async with telegram_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        key = f"telegram:{ann.id}"
+        rig.script.add(key, dispatch(("caller:user", "got it")))
+        rig.fake.send_document(
+            ann, b"%PDF-1.7 tiny", file_name="report.pdf", mime_type="application/pdf",
+            caption="please read",
+        )  # fmt: skip
+        await rig.fake.wait_for_sent(ann, 1)
+        (request,) = rig.script.requests[key]
+        prompt = request.messages[-1]
+        (part,) = [p for p in prompt.content if isinstance(p, FilePart)]
+        assert (part.name, part.media_type, part.size) == ("report.pdf", "application/pdf", 13)
+        assert part.url.startswith("telegram://telegram/")  # a reference, not fetched
+        assert prompt.text().endswith("please read")
