@@ -59,10 +59,6 @@ def session_key_of(inbound: Inbound) -> SessionKey:
     channel, chat = inbound.channel, inbound.chat_id
     if channel == "cli":
         return SessionKey("cli")
-    if channel == "discord":
-        if inbound.chat_type == "direct":
-            return SessionKey(f"discord:dm:{inbound.user_id}")
-        return SessionKey(f"discord:channel:{chat}")
     return SessionKey(f"{channel}:{chat}")
 
 
@@ -70,11 +66,8 @@ def endpoint_of(key: SessionKey) -> tuple[str, str] | None:
     """The (channel, chat id) a user-facing key delivers to; the inverse of the above."""
     if not key.is_user_facing:
         return None
-    parts = key.parts
     if key == "cli":
         return "cli", "cli"
-    if parts[0] == "discord" and len(parts) == 3:
-        return "discord", parts[2] if parts[1] == "channel" else f"dm:{parts[2]}"
     channel, _, chat = key.partition(":")
     return (channel, chat) if chat else None
 

@@ -128,8 +128,8 @@ def endpoint_key(channel: str, user_id: str) -> SessionKey:
     Groups follow the channel's convention: ``user_id = "group:<chatid>"``.
     Telegram direct chats are ``telegram:<user id>`` and groups
     ``telegram:group:<chat id>`` (an account's: ``telegram.<account>:…``);
-    Discord channels ``discord:channel:<id>`` and direct messages
-    ``discord:dm:<user>``; the terminal is ``cli``; other channels
+    Discord direct messages are ``discord:<user id>`` and guild channels
+    ``discord:channel:<id>``; the terminal is ``cli``; other channels
     ``<channel>:<id>`` and ``<channel>:group:<id>``.
     """
     kind, sep, rest = user_id.partition(":")
@@ -138,8 +138,8 @@ def endpoint_key(channel: str, user_id: str) -> SessionKey:
         return SessionKey("cli")
     if base_channel(channel) == "telegram":
         return SessionKey(f"{channel}:group:{rest}" if group else f"{channel}:{user_id}")
-    if channel == "discord":
-        return SessionKey(f"discord:channel:{rest}" if group else f"discord:dm:{user_id}")
+    if base_channel(channel) == "discord":
+        return SessionKey(f"{channel}:channel:{rest}" if group else f"{channel}:{user_id}")
     if group:
         return SessionKey(f"{channel}:group:{rest}")
     return SessionKey(f"{channel}:{user_id}")

@@ -91,11 +91,11 @@ async def test_a_denied_discord_group_gets_no_reply_and_the_refusal_is_recorded(
         config, model_clients={"scripted": GatedModel(script)}, channels=[discord], control=False
     ) as gw:
         script.add("discord:channel:555", dispatch(("caller:user", "hello everyone")))
-        script.add("discord:dm:9", dispatch(("caller:user", "hello you")))
-        await discord.receive(chat_id="555", chat_type="group", user_id="9", text="hi bot")
-        await discord.receive(chat_id="dm:9", chat_type="direct", user_id="9", text="hi bot")
+        script.add("discord:9", dispatch(("caller:user", "hello you")))
+        await discord.receive(chat_id="channel:555", chat_type="group", user_id="9", text="hi bot")
+        await discord.receive(chat_id="9", chat_type="direct", user_id="9", text="hi bot")
         await gw.wait_idle()
-        assert discord.sent == [("dm:9", "hello you")]
+        assert discord.sent == [("9", "hello you")]
         assert blocked_texts(gw, "discord:channel:555") == ["hello everyone"]
 
 

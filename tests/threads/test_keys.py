@@ -94,7 +94,7 @@ def test_user_facing_keys_are_the_channel_chats() -> None:
     [
         ("telegram", "12345", "telegram:12345"),
         ("telegram", "group:-100777", "telegram:group:-100777"),
-        ("discord", "42", "discord:dm:42"),
+        ("discord", "42", "discord:42"),
         ("discord", "group:99", "discord:channel:99"),
         ("wecom", "ZhaoJing", "wecom:ZhaoJing"),
         ("wecom", "group:g1", "wecom:group:g1"),

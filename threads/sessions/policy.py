@@ -216,10 +216,6 @@ def key_of_endpoint(channel: str, chat: str) -> SessionKey:
     """The session key of a channel endpoint, for sink wire forms that do not carry it."""
     if channel == "cli":
         return SessionKey("cli")
-    if channel == "discord":
-        if chat.startswith("dm:"):
-            return SessionKey(f"discord:{chat}")
-        return SessionKey(f"discord:channel:{chat}")
     return SessionKey(f"{channel}:{chat}")
 
 

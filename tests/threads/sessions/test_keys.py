@@ -22,7 +22,7 @@ CONFIG = session_config(session={"main_key": "telegram:42"})
         ("agent:default:discord:channel:555", "discord:channel:555"),
         ("agent:default:discord:group:555", "discord:channel:555"),
         ("agent:ops:webchat:group:room1", "web:group:room1"),
-        ("agent:default:discord:dm:77", "discord:dm:77"),
+        ("agent:default:discord:dm:77", "discord:77"),
         ("agent:default:telegram:direct:77", "telegram:77"),
         ("agent:default:cron:nightly", "cron:nightly"),
         ("cron:nightly", "cron:nightly"),
@@ -65,7 +65,7 @@ def test_an_agent_key_of_no_known_shape_is_an_error_listing_the_shapes() -> None
         ("hook:3f2a", "hook"),
         ("node-kitchen", "node"),
         ("telegram:7", "other"),
-        ("discord:dm:77", "other"),
+        ("discord:77", "other"),
         ("agent:default:subagent:0b6f", "other"),
     ],
 )

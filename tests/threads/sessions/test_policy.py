@@ -57,8 +57,8 @@ def test_a_matching_deny_wins_even_after_a_matching_allow() -> None:
 def test_a_matching_allow_beats_a_deny_default() -> None:
     config = rules(allow(key_prefix="telegram:"), default="deny")
     assert decide(config, "telegram:5").allowed
-    assert not decide(config, "discord:dm:5").allowed
-    assert decide(config, "discord:dm:5").reason == "the default send policy is deny"
+    assert not decide(config, "discord:5").allowed
+    assert decide(config, "discord:5").reason == "the default send policy is deny"
 
 
 def test_rules_match_channel_chat_type_and_key_prefix_together() -> None:
