@@ -70,16 +70,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import yarl
 from aiohttp import web
-from discord.asset import Asset
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
 
 from channels.testing.discord_gateway import Gateway
 from channels.testing.discord_inject import ChannelRef, Injector
@@ -102,6 +100,11 @@ from channels.testing.discord_world import (
 )
 from channels.testing.errors import FakeUsageError
 from channels.testing.telegram import Hold
+
+if TYPE_CHECKING:
+    from discord.asset import Asset
+    from discord.gateway import DiscordWebSocket
+    from discord.http import Route
 
 T = TypeVar("T")
 _DEFAULT_ERRORS = {
@@ -187,11 +190,15 @@ class FakeDiscord(Injector):
             app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0
         )
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        self.port = int(self._runner.addresses[0][1])
-        self.world.base_url = self.url
-        if self.redirect:
-            self._redirected.enter_context(self.redirect_discord())
+        try:
+            await web.TCPSite(self._runner, self.host, self.port).start()
+            self.port = int(self._runner.addresses[0][1])
+            self.world.base_url = self.url
+            if self.redirect:
+                self._redirected.enter_context(self.redirect_discord())
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         """Release held calls, close the gateway's connections, stop listening, restore discord.py."""
@@ -234,6 +241,7 @@ class FakeDiscord(Injector):
         """Point discord.py at this fake inside the block, and restore it after."""
         if self._runner is None:
             raise FakeUsageError("the fake is not running; start it before redirecting discord.py")
+        Route, DiscordWebSocket, Asset = _discord_classes()
         if Route.BASE.startswith("http://127.0.0.1") and self.api_url != Route.BASE:
             raise FakeUsageError(
                 f"discord.py already points at another fake ({Route.BASE}); "
@@ -445,3 +453,18 @@ class FakeDiscord(Injector):
             body=stored.file.data,
             content_type=stored.file.content_type or "application/octet-stream",
         )
+
+
+def _discord_classes() -> tuple[type[Route], type[DiscordWebSocket], type[Asset]]:
+    """The discord.py classes that hold its addresses, imported when first redirected.
+
+    discord.py imports ``audioop``, which Python 3.11 deprecates; that
+    warning is discord.py's, so it does not reach a test run that makes
+    warnings errors through us.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "'audioop' is deprecated", DeprecationWarning)
+        from discord.asset import Asset
+        from discord.gateway import DiscordWebSocket
+        from discord.http import Route
+    return Route, DiscordWebSocket, Asset
