@@ -8,7 +8,8 @@ not empty, a reply to a message that exists unless
 recorded for the test, and echoed to the bot's sessions as MESSAGE_CREATE,
 since Discord sends a bot its own messages. A post with ``enforce_nonce``
 and a nonce the bot used in that channel moments ago returns the earlier
-message instead of making a second one, as Discord does.
+message instead of making a second one (or 404 when that message was
+deleted), as Discord does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from channels.testing.discord_payloads import attachment_object, message_object, pings
 from channels.testing.discord_world import (
     DIRECT_MESSAGES,
+    DISCORD_EPOCH_MS,
     EPHEMERAL,
     GUILD_MESSAGES,
     JSON,
@@ -242,8 +244,10 @@ def _by_nonce(world: World, channel_id: int, nonce: str) -> JSON | None:
     for sent in reversed(world.sent):
         if sent.channel_id != channel_id or str(sent.payload.get("nonce")) != nonce:
             continue
-        message = world.message(channel_id, sent.message_id)
-        created = ((sent.message_id >> 22) + 1_420_070_400_000) / 1000
-        if message is not None and now - created < NONCE_WINDOW_S:
-            return message
+        created = ((sent.message_id >> 22) + DISCORD_EPOCH_MS) / 1000
+        if now - created >= NONCE_WINDOW_S:
+            return None
+        if sent.deleted:
+            raise unknown_message()
+        return world.message(channel_id, sent.message_id)
     return None

@@ -407,6 +407,99 @@ async def test_an_invalid_session_makes_discord_py_identify_anew(fake: FakeDisco
     assert second.path == "/"
 
 
+async def test_a_send_with_a_nonce_discord_already_has_returns_the_first_message(
+    fake: FakeDiscord,
+) -> None:
+    ann = fake.user("ann")
+    bot = Bot()
+    async with running(fake, bot):
+        channel = await bot.create_dm(discord.Object(ann.id))
+        first = await channel.send("once", nonce=1234)
+        again = await channel.send("once", nonce=1234)
+        await first.delete()
+        with pytest.raises(discord.NotFound):
+            await channel.send("once", nonce=1234)
+    assert again.id == first.id
+    [sent] = fake.sent(ann)
+    assert sent.deleted
+
+
+async def test_a_held_send_waits_until_released_and_applies_only_then(fake: FakeDiscord) -> None:
+    ann = fake.user("ann")
+    bot = Bot()
+    async with running(fake, bot):
+        channel = await bot.create_dm(discord.Object(ann.id))
+        hold = fake.hold_next(SEND)
+        sending = asyncio.create_task(channel.send("held"))
+        request = await hold.arrived()
+        assert request["body"]["content"] == "held"
+        assert fake.sent(ann) == []
+        hold.release()
+        message = await sending
+    [sent] = fake.sent(ann)
+    assert sent.message_id == message.id
+
+
+async def test_a_deferred_answer_is_edited_into_place(fake: FakeDiscord) -> None:
+    ann = fake.user("ann")
+    bot = Bot()
+    tree = app_commands.CommandTree(bot)
+
+    @tree.command(name="slow", description="Takes a while")
+    async def slow(interaction: discord.Interaction) -> None:
+        await interaction.response.defer(thinking=True)
+        await interaction.edit_original_response(content="done")
+
+    async with running(fake, bot):
+        await tree.sync()
+        interaction = fake.slash_command(ann, "slow")
+        callback = await fake.wait_for_callback(interaction)
+        await fake.wait_until(lambda: fake.sent(ann) and fake.sent(ann)[0].edits)
+    assert callback.type == 5
+    [answer] = fake.sent(ann)
+    assert answer.versions == ("", "done")
+    assert answer.interaction_id == interaction.id
+
+
+async def test_reactions_deletes_history_and_threads_the_bot_starts(fake: FakeDiscord) -> None:
+    general = fake.text_channel(fake.guild())
+    ann = fake.user("ann")
+    bot = Bot()
+    async with running(fake, bot):
+        fake.send_in_channel(general, ann, "first")
+        fake.send_in_channel(general, ann, "second")
+        first, second = await bot.messages.wait_for(2)
+        await second.add_reaction("👀")
+        await first.delete()
+        history = [m.content async for m in second.channel.history(limit=10)]
+        thread = await second.create_thread(name="about second")
+        await thread.send("in my own thread")
+        await fake.wait_for_sent(thread.id, 1)
+    assert history == ["second"]
+    [reaction] = fake.reactions(general)
+    assert (reaction.message_id, reaction.emoji, reaction.added) == (second.id, "👀", True)
+    assert [m["content"] for m in fake.history(general)] == ["second"]
+    assert thread.id == second.id
+    assert thread.parent_id == general.id
+    assert [s.content for s in fake.sent(thread.id)] == ["in my own thread"]
+
+
+async def test_a_client_with_the_members_intent_gets_its_guilds_members_in_chunks(
+    fake: FakeDiscord,
+) -> None:
+    owner = fake.user("olga")
+    guild = fake.guild(owner=owner)
+    intents = discord.Intents.none()
+    intents.guilds = intents.members = True
+    client = discord.Client(intents=intents, guild_ready_timeout=0.01)
+    async with running(fake, client):
+        [found] = client.guilds
+        assert found.chunked
+        names = sorted(m.name for m in found.members)
+    assert guild.owner_id == owner.id
+    assert names == ["gw-test-bot", "olga"]
+
+
 async def test_a_wrong_token_is_a_login_failure(fake: FakeDiscord) -> None:
     client = discord.Client(intents=discord.Intents.none())
     async with client:
