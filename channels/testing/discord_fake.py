@@ -242,7 +242,7 @@ class FakeDiscord(Injector):
         if self._runner is None:
             raise FakeUsageError("the fake is not running; start it before redirecting discord.py")
         Route, DiscordWebSocket, Asset = _discord_classes()
-        if Route.BASE.startswith("http://127.0.0.1") and self.api_url != Route.BASE:
+        if not Route.BASE.startswith("https://discord.com/") and self.api_url != Route.BASE:
             raise FakeUsageError(
                 f"discord.py already points at another fake ({Route.BASE}); "
                 "one FakeDiscord can be discord.py's target at a time"
@@ -333,10 +333,16 @@ class FakeDiscord(Injector):
 
     # -- what the bot did
 
-    def sent(self, channel: ChannelRef | None = None) -> list[DcSentMessage]:
-        """The messages the bot posted, in order; in one channel (a user means their DM) or all."""
+    def sent(
+        self, channel: ChannelRef | None = None, *, interaction: DcInteraction | None = None
+    ) -> list[DcSentMessage]:
+        """The messages the bot posted, in order, in one channel (a user means their DM) or
+        in all; with ``interaction``, only that interaction's response and followups."""
         channel_id = None if channel is None else self.world.known_channel(channel).id
-        return self.world.sent_messages(channel_id)
+        sent = self.world.sent_messages(channel_id)
+        if interaction is not None:
+            sent = [s for s in sent if s.interaction_id == interaction.id]
+        return sent
 
     def calls(self, route: str | None = None) -> list[DcCall]:
         """Every REST call the bot made (or those of one route), in order, answered or refused."""

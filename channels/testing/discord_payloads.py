@@ -63,7 +63,8 @@ def channel_object(world: World, channel: DcChannel, *, in_guild_create: bool = 
     messages = world.messages.get(channel.id, {})
     last = str(max(messages)) if messages else None
     if channel.is_dm:
-        recipient = world.users[channel.recipient_id or 0]
+        assert channel.recipient_id is not None, "a DM channel has a recipient"
+        recipient = world.users[channel.recipient_id]
         return {
             "id": str(channel.id),
             "type": DM,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -193,8 +194,12 @@ class DcSentMessage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DcCall:
-    """One REST call the bot made: its route (``"POST /channels/{channel_id}/messages"``),
-    path, query, JSON body (``payload_json`` of a multipart call) and how the fake answered."""
+    """One REST call the bot made, and how the fake answered it.
+
+    ``route`` names it as Discord does (``"POST /channels/{channel_id}/messages"``);
+    ``body`` is its JSON (``payload_json`` of a multipart call); ``status`` is
+    0 when the client went away before the answer.
+    """
 
     method: str
     route: str
@@ -261,6 +266,8 @@ class Dispatch:
 
 @dataclass(slots=True)
 class SentRecord:
+    """A message the bot posted, kept as it changes; tests see ``DcSentMessage`` snapshots."""
+
     channel_id: int
     message_id: int
     guild_id: int | None
@@ -485,4 +492,5 @@ class World:
         return stored
 
     def cdn_url(self, stored: StoredFile) -> str:
-        return f"{self.base_url}/attachments/{stored.channel_id}/{stored.id}/{stored.file.filename}"
+        name = urllib.parse.quote(stored.file.filename)
+        return f"{self.base_url}/attachments/{stored.channel_id}/{stored.id}/{name}"

@@ -285,7 +285,8 @@ async def test_a_slash_command_syncs_and_its_interaction_reaches_the_callback(
         assert registered["options"][0]["name"] == "question"
         interaction = fake.slash_command(ann, "ask", {"question": "why?"}, channel=general)
         callback = await fake.wait_for_callback(interaction)
-        answer, followup = await fake.wait_for_sent(general, 2)
+        await fake.wait_for_sent(general, 2)
+        answer, followup = fake.sent(interaction=interaction)
     assert asked == [("why?", ann.id)]
     assert callback.type == 4
     assert callback.data is not None
