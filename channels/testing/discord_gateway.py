@@ -244,6 +244,8 @@ class Gateway:
         if op == HEARTBEAT:
             self.heartbeats += 1
             connection.send({"op": HEARTBEAT_ACK, "d": None, "s": None, "t": None})
+        elif op in (IDENTIFY, RESUME, REQUEST_MEMBERS) and not isinstance(data, dict):
+            connection.close(4002, "Error while decoding payload.")
         elif op == IDENTIFY:
             self._identify(connection, data)
         elif op == RESUME:
