@@ -2,9 +2,27 @@
 
 ``FakeTelegram`` is a Bot API server on loopback that python-telegram-bot runs
 against unmodified; see ``channels.testing.telegram`` for how to use it.
+``FakeDiscord`` is Discord's REST API and gateway on loopback that discord.py
+runs against unmodified; see ``channels.testing.discord_fake``.
 """
 
-from channels.testing.errors import ApiError, FakePlatformError, FakeUsageError
+from channels.testing.discord_fake import FakeDiscord
+from channels.testing.discord_world import (
+    DcCall,
+    DcCallback,
+    DcChannel,
+    DcEdit,
+    DcFile,
+    DcGuild,
+    DcHandshake,
+    DcInjected,
+    DcInteraction,
+    DcReaction,
+    DcSentMessage,
+    DcTyping,
+    DcUser,
+)
+from channels.testing.errors import ApiError, DiscordApiError, FakePlatformError, FakeUsageError
 from channels.testing.telegram import FakeTelegram, Hold
 from channels.testing.telegram_world import (
     ApiCall,
@@ -22,7 +40,22 @@ __all__ = [
     "ApiCall",
     "ApiError",
     "ChatAction",
+    "DcCall",
+    "DcCallback",
+    "DcChannel",
+    "DcEdit",
+    "DcFile",
+    "DcGuild",
+    "DcHandshake",
+    "DcInjected",
+    "DcInteraction",
+    "DcReaction",
+    "DcSentMessage",
+    "DcTyping",
+    "DcUser",
+    "DiscordApiError",
     "Edit",
+    "FakeDiscord",
     "FakePlatformError",
     "FakeTelegram",
     "FakeUsageError",
