@@ -262,10 +262,14 @@ def with_context(lines: Iterable[ContextLine], text: str) -> str:
 
 
 def group_of(chat_id: str) -> str:
-    """The group a chat is in, as ``groups`` lists it: ``group:<id>[:topic:<n>]``
-    (Telegram's chats, forum topics included) is ``<id>``; any other chat id is itself."""
+    """The group a chat is in, as ``groups`` lists it.
+
+    Telegram's ``group:<id>[:topic:<n>]`` and Discord's ``channel:<id>[:thread:<n>]``
+    are ``<id>`` (a topic or thread belongs to its group or channel); any other
+    chat id is itself.
+    """
     kind, sep, rest = chat_id.partition(":")
-    return rest.partition(":")[0] if sep and kind == "group" else chat_id
+    return rest.partition(":")[0] if sep and kind in ("group", "channel") else chat_id
 
 
 def _owners_of(channel: str, owners: Iterable[str], session_owners: Iterable[str]) -> set[str]:

@@ -380,16 +380,30 @@ class TelegramConfig(TelegramAccount):
 
 
 class DiscordConfig(Section):
+    """A Discord bot: its token, where discord.py reaches Discord, and who may talk to it.
+
+    The token comes from ``token_env`` (default ``DISCORD_BOT_TOKEN``), or
+    ``token_file``, or ``token`` inline; it is never logged. ``api_base`` and
+    ``gateway_url`` point discord.py elsewhere (a proxy, a test server);
+    ``ready_timeout_seconds`` is how long discord.py waits for the servers'
+    data after connecting before the bot counts as ready. Chats are
+    ``discord:<user id>`` (a direct message), ``discord:channel:<id>`` and
+    ``discord:channel:<id>:thread:<thread id>``.
+    """
+
     enabled: bool = False
     token: SecretStr | None = None
+    token_env: str = "DISCORD_BOT_TOKEN"
     token_file: Path | None = None
     api_base: str = "https://discord.com/api/v10"
+    gateway_url: str = ""
+    ready_timeout_seconds: float = Field(default=2.0, ge=0.0, le=60.0)
+    # While a turn runs: the typing indicator, and the answer streamed into one
+    # message edited in place (at most one edit per edit_seconds).
+    typing: bool = True
+    stream_edits: bool = True
+    edit_seconds: float = Field(default=1.0, ge=0.0, le=60.0)
     access: AccessConfig = Field(default_factory=AccessConfig)
-
-    @field_validator("enabled")
-    @classmethod
-    def _built(cls, enabled: bool) -> bool:
-        return not_built("channels.discord", enabled)
 
 
 class WebConfig(Section):

@@ -32,7 +32,7 @@ from cron import CronService, connect_store
 from cron.base import Clock
 from cron.errors import StoreError as CronStoreError
 from cron.manager_waker import ManagerWaker
-from gateway.channel_setup import build_telegram, channel_problems, webhook_path
+from gateway.channel_setup import build_discord, build_telegram, channel_problems, webhook_path
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
 from gateway.lifetimes import Lifetimes
@@ -389,6 +389,11 @@ class Gateway:
             if telegram.options.mode == "webhook" and self.web is not None:
                 self.web.mount(webhook_path(telegram.name), telegram.webhook)
             channels.append(telegram)
+        for discord in build_discord(self.config, COMMANDS):
+            if discord.name in given:
+                continue
+            self.media.register_channel(discord.name, discord.fetch_file)
+            channels.append(discord)
         return channels
 
     async def close(self) -> None:

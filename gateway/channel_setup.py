@@ -22,6 +22,7 @@ from config import GatewayConfig, Problem
 from config.models import TelegramAccount, read_secret
 
 if TYPE_CHECKING:
+    from channels.discord import DiscordChannel
     from channels.telegram import TelegramChannel
 
 
@@ -133,9 +134,27 @@ def telegram_webhook_secret(setup: TelegramAccountSetup) -> str:
     )
 
 
+def discord_token(config: GatewayConfig) -> str:
+    discord = config.channels.discord
+    return secret(
+        "channels.discord",
+        discord.token,
+        discord.token_file,
+        discord.token_env,
+        what="the bot token from the Discord developer portal",
+        file_setting="token_file",
+        env_setting="token_env",
+    )
+
+
 def channel_problems(config: GatewayConfig) -> list[Problem]:
     """The enabled channels' secrets that cannot be found, and settings that cannot work."""
     problems: list[Problem] = []
+    if config.channels.discord.enabled:
+        try:
+            discord_token(config)
+        except SecretMissing as exc:
+            problems.append(exc.problem)
     for setup in telegram_accounts(config):
         for find in (telegram_token, telegram_webhook_secret):
             try:
@@ -183,6 +202,31 @@ def build_telegram(
             )
         )
     return channels
+
+
+def build_discord(
+    config: GatewayConfig, commands: Sequence[tuple[str, str]]
+) -> list[DiscordChannel]:
+    """The Discord channel when it is enabled (raises :class:`SecretMissing`)."""
+    settings = config.channels.discord
+    if not settings.enabled:
+        return []
+    from channels.discord import DiscordChannel, DiscordOptions
+
+    return [
+        DiscordChannel(
+            DiscordOptions(
+                token=discord_token(config),
+                api_base=settings.api_base,
+                gateway_url=settings.gateway_url,
+                ready_timeout=settings.ready_timeout_seconds,
+                typing=settings.typing,
+                drafts=settings.stream_edits,
+                edit_every=settings.edit_seconds,
+                commands=commands,
+            )
+        )
+    ]
 
 
 def webhook_path(setup_channel: str) -> str:

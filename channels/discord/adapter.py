@@ -65,6 +65,7 @@ class DiscordOptions:
     token: str
     api_base: str = DEFAULT_API
     gateway_url: str = ""
+    ready_timeout: float = 2.0
     typing: bool = True
     drafts: bool = True
     edit_every: float = 1.0
@@ -91,7 +92,10 @@ class DiscordChannel:
         intents.dm_messages = True
         intents.guild_messages = True
         self._client = discord.Client(
-            intents=intents, allowed_mentions=MENTIONS, chunk_guilds_at_startup=False
+            intents=intents,
+            allowed_mentions=MENTIONS,
+            chunk_guilds_at_startup=False,
+            guild_ready_timeout=options.ready_timeout,
         )
         self._client.event(self.on_message)
         self._client.event(self.on_message_edit)
@@ -145,11 +149,6 @@ class DiscordChannel:
     def _stopped(self, reason: str) -> None:
         self.stopped_reason = reason
         log.error("the %s channel stopped: %s; other channels go on", self.name, reason)
-
-    async def stop_receiving(self) -> None:
-        """Stop taking messages: the gateway connection closes (REST delivery still works)."""
-        if self._client.ws is not None:
-            await self._client.ws.close(code=1000)
 
     async def stop(self) -> None:
         await self.feedback.close()
@@ -246,7 +245,7 @@ class DiscordChannel:
         )
         pending = self._interactions.pop(key, None)
         if pending is not None:
-            await pending.followup.send(NOTHING_TO_SAY, ephemeral=True)
+            await pending.edit_original_response(content=NOTHING_TO_SAY)
 
     async def fetch_file(self, url: str) -> bytes:
         """The bytes of ``discord://<account>/<channel>/<message>/<attachment>`` (for media)."""
@@ -303,8 +302,10 @@ class DiscordChannel:
         interaction = self._interactions.pop(reply_to.removeprefix(INTERACTION), None)
         if interaction is None:
             return await self.deliver(chat_id, OutboundMessage(text="\n".join(chunks)))
-        ids = []
-        for chunk in chunks:
+        # The first chunk takes the place of the "thinking…" note; the rest follow it.
+        first = await interaction.edit_original_response(content=chunks[0] if chunks else "…")
+        ids = [str(first.id)]
+        for chunk in chunks[1:]:
             sent = await interaction.followup.send(chunk, ephemeral=True, wait=True)
             ids.append(str(sent.id))
         return Delivery(delivered_to=f"{self.name}:{chat_id}", message_ids=tuple(ids))
