@@ -44,7 +44,7 @@ from aiohttp import WSMsgType, hdrs, web
 
 from channels.base import Inbound, InboundHandler
 from channels.errors import ChannelError, InboundError
-from config.models import WebConfig, is_loopback, normal_origin, read_secret
+from config.models import HttpConfig, WebConfig, is_loopback, normal_origin, read_secret
 from threads.errors import (
     BusyError,
     CorruptError,
@@ -65,6 +65,7 @@ _CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _STYLE = re.compile(r"<style>(.*?)</style>", re.DOTALL)
 
 RequestHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+CHAT_PATHS = frozenset({"/", "/web_chat.js", "/ws"})
 
 # What the person at the page reads when a message was not taken: one plain
 # line each, naming no internals (no paths, URLs or exception names).
@@ -107,7 +108,7 @@ class WebChannel:
         """
         if not is_loopback(host) and not token:
             raise ChannelError(
-                f"channels.web.host {host!r} is not a loopback address and the web chat has "
+                f"http.host {host!r} is not a loopback address and the web chat has "
                 "no token: set channels.web.token (or token_file), or bind 127.0.0.1"
             )
         self.host = host
@@ -120,17 +121,16 @@ class WebChannel:
         self._handler: InboundHandler | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
         self._backlog: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=BACKLOG))
-        self._runner: web.AppRunner | None = None
         self._counter = 0
-        self._mounted: dict[str, RequestHandler] = {}
+        self._root: web.Application | None = None
         assets = resources.files("channels")
         self._page_html = assets.joinpath("web_chat.html").read_text(encoding="utf-8")
         self._script = assets.joinpath("web_chat.js").read_text(encoding="utf-8")
         self._headers = security_headers(self._page_html)
 
     @classmethod
-    def from_config(cls, config: WebConfig, *, state_dir: Path) -> WebChannel:
-        """The channel ``[channels.web]`` describes, its key in ``state_dir/web_secret``.
+    def from_config(cls, config: WebConfig, http: HttpConfig, *, state_dir: Path) -> WebChannel:
+        """The channel ``[channels.web]`` describes on ``[http]``, its key in ``state_dir/web_secret``.
 
         Raises :class:`ChannelError`, naming the setting, when the token file
         cannot be read or is empty, or the key file is not a key.
@@ -142,8 +142,8 @@ class WebChannel:
         if token is not None and not token.get_secret_value():
             raise ChannelError(f"channels.web.token_file {config.token_file} is empty")
         return cls(
-            host=config.host,
-            port=config.port,
+            host=http.host,
+            port=http.port,
             key=load_key(state_dir / "web_secret"),
             allowed_origins=config.allowed_origins,
             token=token.get_secret_value() if token is not None else "",
@@ -153,43 +153,33 @@ class WebChannel:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/"
 
-    def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._guard])
+    def install(self, app: web.Application) -> None:
+        """Serve the chat at the root of ``app``, the gateway's one HTTP server.
+
+        Its guard (host, token, origin rules) and its headers apply to the chat's
+        own paths only: the other parts under the same server (the API, the
+        admin pages, platform webhooks) keep their own rules.
+        """
+        self._root = app
+        app.middlewares.append(self._guard)
         app.on_response_prepare.append(self._add_headers)
         app.router.add_get("/", self._page)
         app.router.add_get("/web_chat.js", self._script_file)
         app.router.add_get("/ws", self._socket)
-        for path, handler in self._mounted.items():
-            app.router.add_post(path, handler)
+
+    def app(self) -> web.Application:
+        """An application serving only the chat (for tests of the chat alone)."""
+        app = web.Application()
+        self.install(app)
         return app
-
-    def mount(self, path: str, handler: RequestHandler) -> None:
-        """Serve POSTs to ``path`` with ``handler``, before :meth:`start`.
-
-        For a platform's webhook (Telegram's): it authenticates each request
-        itself (a secret header), so the chat's host and token rules do not
-        apply to it — the platform calls from outside, under a public name.
-        """
-        if self._runner is not None:
-            raise RuntimeError("mount a webhook before the web channel starts")
-        self._mounted[path] = handler
 
     async def start(self, handler: InboundHandler) -> None:
         self._handler = handler
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        if self.port == 0:
-            self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         for sockets in list(self._sockets.values()):
             for ws in list(sockets):
                 await ws.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
         self._handler = None
 
     # -- who may ask
@@ -205,7 +195,7 @@ class WebChannel:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: RequestHandler) -> web.StreamResponse:
-        if request.path in self._mounted:
+        if request.path not in CHAT_PATHS:
             return await handler(request)
         if not self._token:
             host = _hostname(request.host)
@@ -280,7 +270,10 @@ class WebChannel:
         )
 
     async def _add_headers(self, request: web.Request, response: web.StreamResponse) -> None:
-        response.headers.update(self._headers)
+        # The chat's responses, and whatever else the root answers (a 404), not the
+        # responses of the parts mounted under their own prefixes.
+        if request.path in CHAT_PATHS or request.match_info.current_app is self._root:
+            response.headers.update(self._headers)
 
     # -- what is served
 

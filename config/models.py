@@ -107,22 +107,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_listener(host: str, info: ValidationInfo, section: str, *tokens: str) -> str:
-    """``host``, unless it is off loopback with none of the section's ``tokens`` set.
-
-    The field validator of a listener's host: its token settings are declared
-    before it, so they are in ``info.data``. One token set is enough; whether a
-    token file can be read is checked at start.
-    """
-    given = [info.data.get(name) for name in tokens]
-    values = [t.get_secret_value() if isinstance(t, SecretStr) else t for t in given]
-    if is_loopback(host) or any(v not in (None, "") for v in values):
-        return host
-    first, *rest = tokens
-    also = f" (or {', '.join(rest)})" if rest else ""
-    raise ValueError(
-        f"{host!r} is not a loopback address: set {section}.{first}{also}, or bind 127.0.0.1"
-    )
+def _given(inline: SecretStr | None, path: Path | None) -> bool:
+    return path is not None or (inline is not None and bool(inline.get_secret_value()))
 
 
 def normal_origin(value: str) -> str:
@@ -407,24 +393,17 @@ class DiscordConfig(Section):
 
 
 class WebConfig(Section):
-    """The browser chat: where it listens, which other origins may embed it, its token."""
+    """The browser chat at ``/`` of the HTTP server: which other origins may embed it, its token."""
 
     enabled: bool = True
     token: SecretStr | None = None
     token_file: Path | None = None
-    host: str = "127.0.0.1"
-    port: int = Field(default=8765, ge=0, le=65535)
     allowed_origins: list[str] = Field(default_factory=list)
 
     @field_validator("allowed_origins")
     @classmethod
     def _origins(cls, value: list[str]) -> list[str]:
         return [normal_origin(origin) for origin in value]
-
-    @field_validator("host")
-    @classmethod
-    def _guarded(cls, host: str, info: ValidationInfo) -> str:
-        return check_listener(host, info, "channels.web", "token", "token_file")
 
 
 class CliConfig(Section):
@@ -444,13 +423,6 @@ class ApiConfig(Section):
 
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
-    host: str = "127.0.0.1"
-    port: int = Field(default=8766, ge=0, le=65535)
-
-    @field_validator("host")
-    @classmethod
-    def _guarded(cls, host: str, info: ValidationInfo) -> str:
-        return check_listener(host, info, "channels.api", "api_key", "api_key_file")
 
 
 class ChannelsConfig(Section):
@@ -532,7 +504,7 @@ class ToolsConfig(Section):
 
 
 class AdminConfig(Section):
-    """The admin HTTP API and dashboard (the CLI uses the control socket, always on)."""
+    """The admin HTTP API (``/api``) and dashboard (``/admin``); the CLI uses the control socket."""
 
     enabled: bool = False
 
@@ -543,13 +515,22 @@ class AdminConfig(Section):
 
     token: SecretStr | None = None
     token_file: Path | None = None
-    host: str = "127.0.0.1"
-    port: int = Field(default=8767, ge=0, le=65535)
 
-    @field_validator("host")
-    @classmethod
-    def _guarded(cls, host: str, info: ValidationInfo) -> str:
-        return check_listener(host, info, "admin", "token", "token_file")
+
+class HttpConfig(Section):
+    """The gateway's one HTTP server.
+
+    It carries the web chat at ``/``, the OpenAI-compatible API at ``/v1``,
+    the admin API at ``/api`` and its dashboard at ``/admin``, and platform
+    webhooks under ``/telegram``; each part is switched on in its own section.
+    Off loopback, every part that is on needs its token.
+    """
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    # The largest request body taken (attachments come in one message).
+    max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1024**3)
 
 
 def _default_agents() -> dict[str, AgentConfig]:
@@ -572,6 +553,7 @@ class GatewayConfig(Section):
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
 
     @field_validator("agents")
     @classmethod
@@ -580,6 +562,38 @@ class GatewayConfig(Section):
             if not _NAME.match(name):
                 raise ValueError(f"agent name {name!r} must match [a-z0-9][a-z0-9_-]*")
         return value
+
+    @field_validator("http")
+    @classmethod
+    def _tokens_off_loopback(cls, http: HttpConfig, info: ValidationInfo) -> HttpConfig:
+        """Off loopback, each part of the HTTP server that is on needs its token."""
+        channels, admin = info.data.get("channels"), info.data.get("admin")
+        if not http.enabled and isinstance(channels, ChannelsConfig) and channels.web.enabled:
+            raise ValueError(
+                "the web chat (channels.web) is served by the HTTP server: enable [http] "
+                "or disable the web chat"
+            )
+        if is_loopback(http.host):
+            return http
+        missing = []
+        if isinstance(channels, ChannelsConfig):
+            web, api = channels.web, channels.api
+            if web.enabled and not _given(web.token, web.token_file):
+                missing.append("channels.web.token (or token_file) for the web chat")
+            if api.enabled and not _given(api.api_key, api.api_key_file):
+                missing.append("channels.api.api_key (or api_key_file) for the API")
+        if (
+            isinstance(admin, AdminConfig)
+            and admin.enabled
+            and not _given(admin.token, admin.token_file)
+        ):
+            missing.append("admin.token (or token_file) for the admin pages")
+        if missing:
+            raise ValueError(
+                f"host {http.host!r} is not a loopback address: set {'; '.join(missing)} — "
+                "or bind 127.0.0.1"
+            )
+        return http
 
     def state_store_url(self) -> str:
         """Where gateway state (cron jobs, run ledger, outbound ledger) lives.

@@ -21,6 +21,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from aiohttp import web
+
 from channels.access import Access
 from channels.base import Channel, ChannelSink, Inbound
 from channels.cli import CliChannel
@@ -32,9 +34,15 @@ from cron import CronService, connect_store
 from cron.base import Clock
 from cron.errors import StoreError as CronStoreError
 from cron.manager_waker import ManagerWaker
-from gateway.channel_setup import build_discord, build_telegram, channel_problems, webhook_path
+from gateway.channel_setup import (
+    build_discord,
+    build_telegram,
+    channel_problems,
+    webhook_account,
+)
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
+from gateway.http.server import HttpServer
 from gateway.lifetimes import Lifetimes
 from gateway.preflight import directory_problems, make_data_dirs
 from gateway.router import COMMANDS, Router, endpoint_of
@@ -131,6 +139,8 @@ class Gateway:
         self.channels: dict[str, Channel] = {}
         self.cli: CliChannel | None = None
         self.web: WebChannel | None = None
+        self.http: HttpServer | None = None
+        self._webhooks: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {}
         self._stopped = asyncio.Event()
         self._store: SessionStore | None = None
         self._manager: ThreadManager | None = None
@@ -233,21 +243,12 @@ class Gateway:
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
         self._router.commands["/compact"] = compact_command(self._manager, agent)
+        await self._start_http()
         for channel in self.channels.values():
             try:
                 await channel.start(self._router.handle)
             except ChannelStartError as exc:
                 raise StartupError(str(exc)) from None
-            except OSError as exc:
-                raise StartupError(
-                    f"the {channel.name} channel could not start: {exc.strerror or exc}"
-                    + (
-                        f" (channels.web.port {self.config.channels.web.port}: set another port "
-                        "or stop what is using it)"
-                        if channel.name == "web"
-                        else ""
-                    )
-                ) from None
             self._lifetimes.push(f"{channel.name} channel", channel.stop)
 
         # With the channels up, input left unsettled by the last run continues, and
@@ -363,6 +364,29 @@ class Gateway:
             ],
         }
 
+    async def _start_http(self) -> None:
+        """The one HTTP server, with every part put in place: the web chat, the webhooks."""
+        if not self.config.http.enabled:
+            return
+        http = self.http = HttpServer(self.config.http)
+        if self.web is not None:
+            self.web.install(http.app)
+        if self._webhooks:
+            webhooks = web.Application()
+            for account, handler in self._webhooks.items():
+                webhooks.router.add_post(f"/{account}", handler)
+            http.mount("/telegram", webhooks)
+        try:
+            await http.start()
+        except OSError as exc:
+            raise StartupError(
+                f"http.port {http.port}: {exc.strerror or exc}: set another port or stop what "
+                "is using it"
+            ) from None
+        self._lifetimes.push("http server", http.stop)
+        if self.web is not None:
+            self.web.host, self.web.port = http.host, http.port
+
     def _build_channels(self) -> list[Channel]:
         channels: list[Channel] = []
         given = {c.name for c in self._extra_channels}
@@ -372,7 +396,9 @@ class Gateway:
         web = self.config.channels.web
         if web.enabled and "web" not in given:
             try:
-                self.web = WebChannel.from_config(web, state_dir=self.config.data_dir / "state")
+                self.web = WebChannel.from_config(
+                    web, self.config.http, state_dir=self.config.data_dir / "state"
+                )
             except ChannelError as exc:
                 raise StartupError(str(exc)) from None
             channels.append(self.web)
@@ -386,8 +412,8 @@ class Gateway:
             if telegram.name in given:
                 continue
             self.media.register_channel(telegram.name, telegram.fetch_file)
-            if telegram.options.mode == "webhook" and self.web is not None:
-                self.web.mount(webhook_path(telegram.name), telegram.webhook)
+            if telegram.options.mode == "webhook":
+                self._webhooks[webhook_account(telegram.name)] = telegram.webhook
             channels.append(telegram)
         for discord in build_discord(self.config, COMMANDS):
             if discord.name in given:

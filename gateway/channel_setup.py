@@ -161,11 +161,11 @@ def channel_problems(config: GatewayConfig) -> list[Problem]:
                 find(setup)
             except SecretMissing as exc:
                 problems.append(exc.problem)
-        if setup.settings.mode == "webhook" and not config.channels.web.enabled:
+        if setup.settings.mode == "webhook" and not config.http.enabled:
             problems.append(
                 Problem(
                     path=f"{setup.path}.mode",
-                    message="webhook mode is served by the web server: enable [channels.web]",
+                    message="webhook mode is served by the HTTP server: enable [http]",
                 )
             )
     return problems
@@ -229,6 +229,6 @@ def build_discord(
     ]
 
 
-def webhook_path(setup_channel: str) -> str:
-    """Where a Telegram account's webhook is served on the web server."""
-    return f"/telegram/{setup_channel.partition('.')[2] or 'default'}"
+def webhook_account(channel: str) -> str:
+    """A Telegram account's name in its webhook path, ``/telegram/<account>``."""
+    return channel.partition(".")[2] or "default"

@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp.web import AppRunner, TCPSite
 
 from channels.web import WebChannel
 from gateway.app import Gateway
@@ -25,6 +26,19 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
 def web(gateway: Gateway) -> WebChannel:
     assert gateway.web is not None
     return gateway.web
+
+
+@asynccontextmanager
+async def served(channel: WebChannel) -> AsyncIterator[WebChannel]:
+    """The chat alone on its own loopback server (the gateway serves it on its HTTP server)."""
+    runner = AppRunner(channel.app(), access_log=None)
+    await runner.setup()
+    await TCPSite(runner, "127.0.0.1", 0).start()
+    channel.port = int(runner.addresses[0][1])
+    try:
+        yield channel
+    finally:
+        await runner.cleanup()
 
 
 def browser() -> aiohttp.ClientSession:

@@ -78,7 +78,7 @@ async def test_a_chat_outlives_a_restart_of_the_gateway(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    config = make_config(tmp_path, channels={"web": {"port": port}})
+    config = make_config(tmp_path, http={"port": port})
     async with browser() as http:
         async with Gateway(config, control=False) as gw:
             assert gw.web is not None

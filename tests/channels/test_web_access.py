@@ -65,7 +65,7 @@ async def test_the_chats_own_page_may_open_it(web: WebChannel) -> None:
 
 async def test_an_origin_in_allowed_origins_may_open_the_chat(tmp_path: Path) -> None:
     config = make_config(
-        tmp_path, channels={"web": {"port": 0, "allowed_origins": ["https://Chat.Example.com/"]}}
+        tmp_path, channels={"web": {"allowed_origins": ["https://Chat.Example.com/"]}}
     )
     async with Gateway(config, control=False) as gw, browser() as http:
         assert gw.web is not None
@@ -176,7 +176,7 @@ async def test_the_page_shows_model_output_as_text(web: WebChannel) -> None:
 
 @pytest.fixture
 async def guarded(tmp_path: Path) -> AsyncIterator[WebChannel]:
-    config = make_config(tmp_path, channels={"web": {"port": 0, "token": "s3cret-token"}})
+    config = make_config(tmp_path, channels={"web": {"token": "s3cret-token"}})
     async with Gateway(config, control=False) as gw:
         assert gw.web is not None
         yield gw.web
@@ -216,9 +216,7 @@ async def test_a_client_may_send_the_token_as_a_bearer_header(guarded: WebChanne
 
 async def test_the_token_may_come_from_a_file(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("from-a-file\n")
-    config = make_config(
-        tmp_path, channels={"web": {"port": 0, "token_file": str(tmp_path / "token")}}
-    )
+    config = make_config(tmp_path, channels={"web": {"token_file": str(tmp_path / "token")}})
     async with Gateway(config, control=False) as gw, browser() as http:
         assert gw.web is not None
         async with http.get(gw.web.url) as response:
@@ -229,9 +227,7 @@ async def test_the_token_may_come_from_a_file(tmp_path: Path) -> None:
 
 async def test_an_empty_token_file_stops_the_start_naming_the_setting(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("\n")
-    config = make_config(
-        tmp_path, channels={"web": {"port": 0, "token_file": str(tmp_path / "token")}}
-    )
+    config = make_config(tmp_path, channels={"web": {"token_file": str(tmp_path / "token")}})
     with pytest.raises(StartupError, match=r"^channels\.web\.token_file .* is empty$"):
         await Gateway(config, control=False).start()
 
@@ -246,7 +242,7 @@ async def test_a_damaged_key_file_stops_the_start_naming_the_file(tmp_path: Path
 
 
 def test_a_channel_off_loopback_without_a_token_is_refused() -> None:
-    with pytest.raises(ChannelError, match=r"channels\.web\.host '0\.0\.0\.0' is not a loopback"):
+    with pytest.raises(ChannelError, match=r"http\.host '0\.0\.0\.0' is not a loopback"):
         WebChannel(host="0.0.0.0", port=0)
     assert WebChannel(host="0.0.0.0", port=0, token="t").host == "0.0.0.0"
 

@@ -15,7 +15,7 @@ import pytest
 from channels.base import Inbound
 from channels.web import WebChannel
 from gateway.app import Gateway
-from tests.channels.conftest import browser, open_chat, receive
+from tests.channels.conftest import browser, open_chat, receive, served
 from tests.gateway.conftest import make_config
 from threads.errors import (
     BusyError,
@@ -169,7 +169,11 @@ async def refusing_chat(
     handler = Refusing(*errors)
     await handler.channel.start(handler)
     try:
-        async with browser() as http, open_chat(http, handler.channel) as (ws, chat):
+        async with (
+            served(handler.channel),
+            browser() as http,
+            open_chat(http, handler.channel) as (ws, chat),
+        ):
             yield handler, ws, chat
     finally:
         await handler.channel.stop()

@@ -10,14 +10,6 @@ from pydantic import ValidationError
 from config import ConfigError, GatewayConfig, load_config
 from config.models import is_loopback, normal_origin
 
-# section, host setting, its TOML, the token it names, a token setting that satisfies it
-LISTENERS = [
-    ("channels.web", "host", "channels.web.token (or token_file)", 'token = "t"'),
-    ("channels.web", "host", "channels.web.token (or token_file)", 'token_file = "/run/t"'),
-    ("channels.api", "host", "channels.api.api_key (or api_key_file)", 'api_key = "k"'),
-    ("admin", "host", "admin.token (or token_file)", 'token_file = "/run/t"'),
-]
-
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "gateway.toml"
@@ -25,45 +17,55 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("section", "host", "names", "token"), LISTENERS)
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "192.168.1.20", "example.com", ""])
-def test_a_listener_off_loopback_without_a_token_is_a_config_error_naming_the_setting(
-    tmp_path: Path, section: str, host: str, names: str, token: str, address: str
+def test_the_http_server_off_loopback_without_the_chats_token_is_a_config_error(
+    tmp_path: Path, address: str
 ) -> None:
-    path = write(tmp_path, f'[{section}]\n{host} = "{address}"\n')
+    path = write(tmp_path, f'[http]\nhost = "{address}"\n')
     with pytest.raises(ConfigError) as caught:
         load_config(path, env={})
     (problem,) = caught.value.problems
-    assert str(problem) == (
-        f"{section}.{host}: {address!r} is not a loopback address: set {names}, "
-        f"or bind 127.0.0.1 (got {address!r})"
+    assert problem.path == "http"
+    assert problem.message == (
+        f"host {address!r} is not a loopback address: set channels.web.token (or token_file) "
+        "for the web chat — or bind 127.0.0.1"
     )
 
 
-@pytest.mark.parametrize(("section", "host", "names", "token"), LISTENERS)
-def test_a_listener_off_loopback_with_a_token_is_accepted(
-    tmp_path: Path, section: str, host: str, names: str, token: str
-) -> None:
-    path = write(tmp_path, f'[{section}]\n{host} = "0.0.0.0"\n{token}\n')
-    config = load_config(path, env={})
-    assert isinstance(config, GatewayConfig)
+@pytest.mark.parametrize("token", ['token = "t"', 'token_file = "/run/t"'])
+def test_off_loopback_the_chats_token_is_enough(tmp_path: Path, token: str) -> None:
+    path = write(tmp_path, f'[http]\nhost = "0.0.0.0"\n[channels.web]\n{token}\n')
+    assert isinstance(load_config(path, env={}), GatewayConfig)
+
+
+def test_off_loopback_with_the_web_chat_off_no_token_is_needed(tmp_path: Path) -> None:
+    path = write(tmp_path, '[http]\nhost = "0.0.0.0"\n[channels.web]\nenabled = false\n')
+    assert load_config(path, env={}).http.host == "0.0.0.0"
 
 
 def test_a_token_from_the_environment_counts(tmp_path: Path) -> None:
-    path = write(tmp_path, '[channels.web]\nhost = "0.0.0.0"\n')
+    path = write(tmp_path, '[http]\nhost = "0.0.0.0"\n')
     config = load_config(path, env={"GATEWAY_CHANNELS__WEB__TOKEN": "from-env"})
-    assert config.channels.web.host == "0.0.0.0"
+    assert config.http.host == "0.0.0.0"
 
 
 def test_an_empty_token_does_not_count() -> None:
     with pytest.raises(ValidationError, match=r"'0\.0\.0\.0' is not a loopback address"):
-        GatewayConfig.model_validate({"channels": {"web": {"host": "0.0.0.0", "token": ""}}})
+        GatewayConfig.model_validate(
+            {"http": {"host": "0.0.0.0"}, "channels": {"web": {"token": ""}}}
+        )
+
+
+def test_the_web_chat_needs_the_http_server(tmp_path: Path) -> None:
+    path = write(tmp_path, "[http]\nenabled = false\n")
+    with pytest.raises(ConfigError, match="served by the HTTP server"):
+        load_config(path, env={})
 
 
 def test_the_message_is_one_line_and_never_shows_a_secret(tmp_path: Path) -> None:
     path = write(
         tmp_path,
-        '[channels.telegram]\ntoken = "123:BOT-SECRET"\n[channels.web]\nhost = "0.0.0.0"\n',
+        '[channels.telegram]\ntoken = "123:BOT-SECRET"\n[http]\nhost = "0.0.0.0"\n',
     )
     with pytest.raises(ConfigError) as caught:
         load_config(path, env={})
@@ -77,7 +79,7 @@ def test_the_message_is_one_line_and_never_shows_a_secret(tmp_path: Path) -> Non
 )
 def test_loopback_addresses_need_no_token(host: str) -> None:
     assert is_loopback(host)
-    assert GatewayConfig.model_validate({"channels": {"web": {"host": host}}})
+    assert GatewayConfig.model_validate({"http": {"host": host}})
 
 
 @pytest.mark.parametrize(

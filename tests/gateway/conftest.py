@@ -33,7 +33,7 @@ def make_config(tmp_path: Path, **overrides: object) -> GatewayConfig:
     data = {
         "data_dir": str(tmp_path / "data"),
         "store": {"url": f"jsonl://{tmp_path / 'data' / 'sessions'}"},
-        "channels": {"web": {"port": 0}},
+        "http": {"port": 0},
     }
     data.update(overrides)
     return validate(data, "test")

@@ -50,8 +50,8 @@ async def discord_gateway(
                 "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}
             },
             agents={"default": {"model": "scripted/test"}},
+            http={"port": 0},
             channels={
-                "web": {"port": 0},
                 "discord": {
                     "enabled": True,
                     "token": fake.token,

@@ -57,7 +57,7 @@ async def telegram_gateway(
     model: ModelClient | None = None,
     script: KeyedScript | None = None,
     telegram: Mapping[str, Any] | None = None,
-    channels_web_port: int = 0,
+    http_port: int = 0,
     control: bool = False,
     **overrides: Any,
 ) -> AsyncIterator[TelegramRig]:
@@ -70,8 +70,8 @@ async def telegram_gateway(
                 "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}
             },
             agents={"default": {"model": "scripted/test"}},
+            http={"port": http_port},
             channels={
-                "web": {"port": channels_web_port},
                 "telegram": telegram_config(tmp_path, fake, **(telegram or {})),
             },
             **overrides,

@@ -39,7 +39,7 @@ def gateway_env(tmp_path: Path, **settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env["GATEWAY_DATA_DIR"] = str(tmp_path / "data")
     env["GATEWAY_STORE__URL"] = f"jsonl://{tmp_path / 'data' / 'sessions'}"
-    env["GATEWAY_CHANNELS__WEB__PORT"] = "0"
+    env["GATEWAY_HTTP__PORT"] = "0"
     env.update(settings)
     return env
 

@@ -249,8 +249,8 @@ async def test_a_refused_token_is_one_line_and_stops_only_discord(
                 "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}
             },
             agents={"default": {"model": "scripted/test"}},
+            http={"port": 0},
             channels={
-                "web": {"port": 0},
                 "discord": {
                     "enabled": True,
                     "token": "not-the-token",

@@ -43,9 +43,9 @@ async def test_a_busy_web_port_is_an_error_naming_the_setting(tmp_path: Path) ->
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        config = make_config(tmp_path, channels={"web": {"port": port}})
+        config = make_config(tmp_path, http={"port": port})
         gateway = Gateway(config)
-        with pytest.raises(StartupError, match=f"channels.web.port {port}"):
+        with pytest.raises(StartupError, match=f"http.port {port}"):
             await gateway.start()
 
 

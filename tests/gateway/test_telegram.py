@@ -331,7 +331,7 @@ async def test_webhook_mode_takes_updates_posted_with_the_secret_on_the_web_serv
     async with telegram_gateway(
         tmp_path,
         telegram={"mode": "webhook", "webhook_url": webhook, "webhook_secret": "s3cret"},
-        channels_web_port=port,
+        http_port=port,
     ) as rig:
         assert rig.fake.webhook is not None
         assert rig.fake.webhook.url == webhook
