@@ -157,6 +157,7 @@ def reference_problems(data: Mapping[str, Any]) -> list[Problem]:
     for name, agent in agents.items():
         if isinstance(agent, Mapping):
             check_model(f"agents.{name}.model", agent.get("model"))
+    problems.extend(mcp_reference_problems(data, agents))
     for name, provider in providers.items():
         key_file = provider.get("api_key_file") if isinstance(provider, Mapping) else None
         if isinstance(key_file, str) and not Path(key_file).is_file():
@@ -167,6 +168,38 @@ def reference_problems(data: Mapping[str, Any]) -> list[Problem]:
                     value=repr(key_file),
                 )
             )
+    return problems
+
+
+def mcp_reference_problems(data: Mapping[str, Any], agents: Mapping[str, Any]) -> list[Problem]:
+    """Agent tool patterns of the MCP form (``NAME.tool``, ``NAME.*``) naming no server."""
+    mcp = data.get("mcp", {})
+    servers = mcp.get("servers", {}) if isinstance(mcp, Mapping) else {}
+    if not isinstance(servers, Mapping):
+        return []
+    problems = []
+    for name, agent in agents.items():
+        if not isinstance(agent, Mapping):
+            continue
+        for field in ("tools", "auto_approve"):
+            patterns = agent.get(field, [])
+            if not isinstance(patterns, list):
+                continue
+            for pattern in patterns:
+                if not isinstance(pattern, str) or "." not in pattern:
+                    continue
+                server = pattern.removeprefix("-").split(".", 1)[0]
+                if server not in servers and not any(c in server for c in "*?["):
+                    problems.append(
+                        Problem(
+                            path=f"agents.{name}.{field}",
+                            message=(
+                                f"names MCP server {server!r}, which is not under [mcp.servers] "
+                                f"(have: {sorted(servers)})"
+                            ),
+                            value=repr(pattern),
+                        )
+                    )
     return problems
 
 

@@ -28,6 +28,7 @@ from pydantic import (
 
 from config.access import AccessConfig
 from config.redaction import redact_url
+from config.tools import McpConfig, ToolsConfig
 
 BusyPolicy = Literal["queue", "reject", "steer", "interrupt", "rollback", "collect"]
 Visibility = Literal["spawned", "all"]
@@ -196,6 +197,11 @@ class AgentConfig(Section):
     # None: by session — owners' and operators' sessions see all, chat sessions
     # see their own and what they spawned. "all" grants this agent every session.
     session_tools_visibility: Visibility | None = None
+    # The files tools' directory (default: [tools.files] workspaces / <agent name>).
+    workspace: Path | None = None
+    # Tools (patterns, as in tools) this agent runs without asking a person even
+    # when they require approval.
+    auto_approve: list[str] = Field(default_factory=list)
 
 
 class SubagentDefaults(Section):
@@ -495,14 +501,6 @@ class SessionConfig(Section):
     owners: list[str] = Field(default_factory=list)
 
 
-class SubagentTools(Section):
-    tools: list[str] | None = None
-
-
-class ToolsConfig(Section):
-    subagents: SubagentTools = Field(default_factory=SubagentTools)
-
-
 class AdminConfig(Section):
     """The admin HTTP API (``/api``) and dashboard (``/admin``); the CLI uses the control socket."""
 
@@ -552,6 +550,7 @@ class GatewayConfig(Section):
     cron: CronConfig = Field(default_factory=CronConfig)
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
 

@@ -1,25 +1,34 @@
 """Typed tools: pydantic argument models, the JSON schema the model sees, safe calls.
 
-A tool's schema is generated once, when it is registered. Calling a tool
+A tool's schema is generated once, when it is registered (or given as is, for
+a tool whose schema comes from elsewhere: an MCP server's). Calling a tool
 never raises into the runner: invalid arguments come back to the model as an
 error naming the field, an exception as an error with its message, and a
 call past its timeout as a timeout error — and the turn goes on.
+
+Agents choose tools with patterns (``*``, a name, ``-name``, shell-style
+globs such as ``github.*`` matched against a tool's name and its label).
+``*`` covers the standard tools only: an *opt-in* tool (the files, web and
+command built-ins, every MCP server's tools) is offered to an agent whose
+patterns name it. A tool marked ``requires_approval`` passes the registry's
+:class:`ApprovalGate` before it runs; with no gate it is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fnmatch
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from threads.llm.base import UNPARSED_ARGS_KEY, ToolSpec
-from threads.messages import ToolCallPart, ToolResultPart
+from threads.messages import FilePart, ToolCallPart, ToolResultPart
 
 if TYPE_CHECKING:
     from threads.turns import Run
@@ -31,12 +40,17 @@ A = TypeVar("A", bound=BaseModel)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolOutput:
-    """What a tool returns: content for the model, and whether the turn ends here."""
+    """What a tool returns: content for the model, and whether the turn ends here.
+
+    ``files`` (images a tool produced, by reference) travel with the tool
+    results, so a model that accepts images sees them.
+    """
 
     content: str
     is_error: bool = False
     ends_turn: bool = False
     data: Mapping[str, Any] = field(default_factory=dict)
+    files: tuple[FilePart, ...] = ()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -52,9 +66,23 @@ class ToolContext:
 Handler = Callable[[A, ToolContext], Awaitable[ToolOutput | str]]
 
 
+class AnyArgs(BaseModel):
+    """The argument model of a tool whose schema is given as is: any object, checked by the tool."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tool(Generic[A]):
-    """One tool: name, description, argument model, handler and timeout."""
+    """One tool: name, description, argument model, handler and timeout.
+
+    ``name`` is what the model calls (``[a-zA-Z0-9_-]``, at most 64
+    characters, as every provider accepts); ``label`` is the name people and
+    configuration use when it differs (an MCP tool's ``server.tool``).
+    ``schema`` replaces the one generated from ``args`` (then ``args`` is
+    usually :class:`AnyArgs`). ``opt_in`` tools are left out of ``*``;
+    ``requires_approval`` tools pass the registry's approval gate first.
+    """
 
     name: str
     description: str
@@ -63,13 +91,32 @@ class Tool(Generic[A]):
     timeout: float | None = None
     terminates: bool = False
     group: str = ""
+    label: str = ""
+    schema: Mapping[str, Any] | None = None
+    opt_in: bool = False
+    requires_approval: bool = False
     spec: ToolSpec = field(init=False)
 
     def __post_init__(self) -> None:
-        schema = self.args.model_json_schema()
+        schema = dict(self.schema) if self.schema is not None else self.args.model_json_schema()
         schema.pop("title", None)
         object.__setattr__(
             self, "spec", ToolSpec(name=self.name, description=self.description, parameters=schema)
+        )
+
+    @property
+    def shown(self) -> str:
+        """The name to show people: the label when there is one."""
+        return self.label or self.name
+
+    def matches(self, pattern: str) -> bool:
+        """Whether a selection pattern (a name, a label or a glob of either) names this tool."""
+        if pattern in (self.name, self.label):
+            return True
+        if not any(c in pattern for c in "*?["):
+            return False
+        return fnmatch.fnmatchcase(self.name, pattern) or (
+            bool(self.label) and fnmatch.fnmatchcase(self.label, pattern)
         )
 
     def in_group(self, group: str) -> Tool[A]:
@@ -84,6 +131,8 @@ def tool(
     *,
     timeout: float | None = None,
     terminates: bool = False,
+    opt_in: bool = False,
+    requires_approval: bool = False,
 ) -> Callable[[Handler[A]], Tool[A]]:
     """Decorate an async handler ``(args, ctx) -> ToolOutput | str`` into a :class:`Tool`."""
 
@@ -95,18 +144,48 @@ def tool(
             handler=handler,
             timeout=timeout,
             terminates=terminates,
+            opt_in=opt_in,
+            requires_approval=requires_approval,
         )
 
     return wrap
 
 
-class ToolRegistry:
-    """The tools the gateway offers, and per-agent selections of them (cached)."""
+class ApprovalGate(Protocol):
+    """Decides whether a call of a tool that requires approval may run.
 
-    def __init__(self, tools: Iterable[Tool[Any]] = (), *, default_timeout: float = 120.0) -> None:
+    ``review`` returns ``None`` to let the call run, or the output the model
+    gets instead (a refusal). It runs after the arguments are validated, so
+    it sees the call as it would run. Asking a person (and waiting for the
+    answer) is a gate of this shape.
+    """
+
+    async def review(
+        self, tool: Tool[Any], call: ToolCallPart, ctx: ToolContext
+    ) -> ToolOutput | None:
+        """``None`` to run the call; otherwise what the model is told."""
+        ...
+
+
+class ToolRegistry:
+    """The tools the gateway offers, and per-agent selections of them (cached).
+
+    Tools may come and go while the gateway runs (an MCP server's, as it
+    connects and drops): :meth:`replace_group` swaps a group's tools and
+    forgets the cached selections.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[Tool[Any]] = (),
+        *,
+        default_timeout: float = 120.0,
+        approvals: ApprovalGate | None = None,
+    ) -> None:
         self._tools: dict[str, Tool[Any]] = {}
         self._selections: dict[tuple[str, ...], tuple[dict[str, Tool[Any]], list[ToolSpec]]] = {}
         self.default_timeout = default_timeout
+        self.approvals = approvals
         for t in tools:
             self.register(t)
 
@@ -115,6 +194,28 @@ class ToolRegistry:
             raise ValueError(f"tool {t.name!r} is registered twice")
         self._tools[t.name] = t
         self._selections.clear()
+
+    def replace_group(self, group: str, tools: Iterable[Tool[Any]]) -> list[str]:
+        """Withdraw every tool of ``group`` and register ``tools`` in it instead.
+
+        Returns the names refused because another group's tool has them.
+        """
+        if not group:
+            raise ValueError("replace_group needs a group name")
+        for name in [n for n, t in self._tools.items() if t.group == group]:
+            del self._tools[name]
+        refused = []
+        for t in tools:
+            if t.name in self._tools:
+                refused.append(t.name)
+                continue
+            self._tools[t.name] = t if t.group == group else t.in_group(group)
+        self._selections.clear()
+        return refused
+
+    def group(self, group: str) -> list[Tool[Any]]:
+        """The tools registered in ``group`` now."""
+        return [t for t in self._tools.values() if t.group == group]
 
     def names(self) -> list[str]:
         return sorted(self._tools)
@@ -125,9 +226,12 @@ class ToolRegistry:
     def select(
         self, allowed: Sequence[str], *, without_groups: Sequence[str] = ()
     ) -> tuple[dict[str, Tool[Any]], list[ToolSpec]]:
-        """The tools an agent may use (``*`` means all; ``-name`` removes one) and their specs.
+        """The tools an agent may use, and their specs.
 
-        Tools in ``without_groups`` are left out whatever ``allowed`` says.
+        Patterns apply in order: ``*`` adds every tool but the opt-in ones; a
+        name, a label or a glob (``github.*``) adds what it matches, opt-in
+        tools included; ``-pattern`` removes what it matches. Tools in
+        ``without_groups`` are left out whatever ``allowed`` says.
         """
         cache_key = (*allowed, "\0", *without_groups)
         cached = self._selections.get(cache_key)
@@ -136,11 +240,14 @@ class ToolRegistry:
         chosen: dict[str, Tool[Any]] = {}
         for pattern in allowed:
             if pattern == "*":
-                chosen.update(self._tools)
+                chosen.update((n, t) for n, t in self._tools.items() if not t.opt_in)
             elif pattern.startswith("-"):
-                chosen.pop(pattern[1:], None)
+                for name in [n for n, t in chosen.items() if t.matches(pattern[1:])]:
+                    del chosen[name]
             elif pattern in self._tools:
                 chosen[pattern] = self._tools[pattern]
+            else:
+                chosen.update((n, t) for n, t in self._tools.items() if t.matches(pattern))
         for name in [n for n, t in chosen.items() if t.group and t.group in without_groups]:
             del chosen[name]
         # dispatch is how a turn ends; every agent has it.
@@ -181,15 +288,27 @@ class ToolRegistry:
             args = t.args.model_validate(call.args)
         except ValidationError as exc:
             return ToolOutput(content=describe_validation(t.name, exc), is_error=True)
+        if t.requires_approval:
+            refusal = (
+                await self.approvals.review(t, call, ctx)
+                if self.approvals is not None
+                else ToolOutput(
+                    content=f"{t.shown} requires a person's approval, and no one can approve "
+                    "calls here; do without it",
+                    is_error=True,
+                )
+            )
+            if refusal is not None:
+                return refusal
         timeout = t.timeout or self.default_timeout
         try:
             async with asyncio.timeout(timeout):
                 out = await t.handler(args, ctx)
         except TimeoutError:
-            return ToolOutput(content=f"{t.name} timed out after {timeout:g} s", is_error=True)
+            return ToolOutput(content=f"{t.shown} timed out after {timeout:g} s", is_error=True)
         except Exception as exc:
-            log.warning("tool %s failed: %s", t.name, exc, exc_info=True)
-            return ToolOutput(content=f"{t.name} failed: {exc}", is_error=True)
+            log.warning("tool %s failed: %s", t.shown, exc, exc_info=True)
+            return ToolOutput(content=f"{t.shown} failed: {exc}", is_error=True)
         return out if isinstance(out, ToolOutput) else ToolOutput(content=str(out))
 
 

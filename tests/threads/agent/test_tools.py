@@ -127,3 +127,59 @@ async def test_tool_results_reach_the_model(runtime: Runtime) -> None:
     await runtime.result(await runtime.say("telegram:1", "where is 7?"))
     results = [p for m in runtime.model.requests[1].messages for p in m.tool_results()]
     assert results[-1].content == "order 7 shipped"
+
+
+def _opt_in(name: str, label: str = "", *, group: str = "") -> Any:
+    from threads.agent.tools import AnyArgs, Tool
+
+    async def handler(args: AnyArgs, ctx: ToolContext) -> str:
+        return f"{name} ran with {args.model_dump()}"
+
+    return Tool(
+        name=name,
+        label=label,
+        description="an opt-in tool",
+        args=AnyArgs,
+        schema={"type": "object", "properties": {"q": {"type": "string"}}, "title": "x"},
+        handler=handler,
+        opt_in=True,
+        group=group,
+    )
+
+
+def test_star_leaves_opt_in_tools_out_and_names_or_globs_bring_them_in() -> None:
+    registry = ToolRegistry(
+        [lookup, _opt_in("read_file"), _opt_in("gh__issue", "gh.issue"), _opt_in("gh__pr", "gh.pr")]
+    )
+    assert set(registry.select(["*"])[0]) == {"lookup"}
+    assert set(registry.select(["*", "read_file"])[0]) == {"lookup", "read_file"}
+    assert set(registry.select(["gh.*"])[0]) == {"gh__issue", "gh__pr"}
+    assert set(registry.select(["gh.*", "-gh.pr"])[0]) == {"gh__issue"}
+    assert set(registry.select(["gh.issue", "gh__pr"])[0]) == {"gh__issue", "gh__pr"}
+
+
+def test_a_given_schema_is_what_the_model_sees() -> None:
+    spec = _opt_in("gh__issue", "gh.issue").spec
+    assert spec.name == "gh__issue"
+    assert spec.parameters == {"type": "object", "properties": {"q": {"type": "string"}}}
+
+
+def test_replacing_a_group_withdraws_its_old_tools_and_forgets_cached_selections() -> None:
+    registry = ToolRegistry([lookup])
+    registry.replace_group("mcp:gh", [_opt_in("gh__issue", "gh.issue")])
+    assert set(registry.select(["*", "gh.*"])[0]) == {"lookup", "gh__issue"}
+    registry.replace_group("mcp:gh", [])
+    assert set(registry.select(["*", "gh.*"])[0]) == {"lookup"}
+    assert registry.replace_group("mcp:other", [_opt_in("lookup")]) == ["lookup"]
+    assert registry.get("lookup") is lookup
+
+
+async def test_a_tool_requiring_approval_is_refused_when_no_one_can_approve() -> None:
+    import dataclasses
+
+    risky = dataclasses.replace(_opt_in("risky"), requires_approval=True)
+    registry = ToolRegistry([risky])
+    tools, _ = registry.select(["risky"])
+    _, output = await registry.call(tools, ToolCallPart(id="c1", name="risky", args={}), None)  # type: ignore[arg-type]
+    assert output.is_error
+    assert "risky requires a person's approval" in output.content
