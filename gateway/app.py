@@ -5,11 +5,11 @@
 
 Start-up checks the data directories (private: see :mod:`gateway.preflight`),
 then builds the store (and checks it can be reached), the models, the tools,
-the agent loop, the thread manager, the control socket, the channels' access
-control (pairing, on the state store), the router and the channels, in that
-order; a failure part way tears down what started, in reverse. Close does the
-same. A start that cannot work raises :class:`StartupError`: one line naming
-the setting, credentials redacted.
+the agent loop, the thread manager, the control socket, the MCP servers, the
+channels' access control (pairing, on the state store), the router and the
+channels, in that order; a failure part way tears down what started, in
+reverse. Close does the same. A start that cannot work raises
+:class:`StartupError`: one line naming the setting, credentials redacted.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
+from threads.mcp import McpHub
 from threads.media import Media
 from threads.ops import check_session_tool, health_tool
 from threads.sessions.access import SubagentToolFilter
@@ -67,6 +68,10 @@ from threads.state import StateStore, StateStoreError, open_state_store
 from threads.store import check_reachable, open_store
 from threads.store.base import SessionStore, StoreOptions
 from threads.supervision import Supervisor
+from threads.tools import builtin_tools
+from threads.tools.approval import ConfigApprovals
+from threads.tools.images import ORIGIN as TOOL_MEDIA
+from threads.tools.images import ImageStore
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +110,13 @@ def compact_command(
     return compact_now
 
 
-def default_tools() -> list[Tool[Any]]:
-    """The tools every gateway offers its agents (agents choose among them in config)."""
-    return [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS]
+def default_tools(config: GatewayConfig) -> list[Tool[Any]]:
+    """The tools every gateway offers its agents (agents choose among them in config).
+
+    The standard ones, and the opt-in built-ins (files, web, commands) an agent
+    gets only by naming them.
+    """
+    return [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS, *builtin_tools(config)]
 
 
 class Gateway:
@@ -150,6 +159,7 @@ class Gateway:
         self.cron: CronService | None = None
         self.pairing: PairingService | None = None
         self.access: dict[str, Access] = {}
+        self.mcp: McpHub | None = None
 
     @property
     def store(self) -> SessionStore:
@@ -203,10 +213,13 @@ class Gateway:
         self._lifetimes.push("model clients", models.close)
         check_models(config, models)
         tools = ToolRegistry(
-            [*default_tools(), *self._extra_tools],
+            [*default_tools(config), *self._extra_tools],
             default_timeout=config.threads.tool_timeout_seconds,
+            approvals=ConfigApprovals(config),
         )
         self.media = Media()
+        images = ImageStore(config.data_dir / "media" / "tools")
+        self.media.register(TOOL_MEDIA, images.fetch)
         agent = AgentLoop(
             config=config,
             models=models,
@@ -225,6 +238,11 @@ class Gateway:
         agent.services = self._manager
         self.send_policy = policy = SendPolicy(self._manager)
         self._manager.health_sources["channels"] = self._channel_health
+        if config.mcp.servers:
+            self.mcp = McpHub(config.mcp, tools, log_dir=config.data_dir / "logs", images=images)
+            self._lifetimes.push("MCP servers", self.mcp.close)
+            await self.mcp.start()
+            self._manager.health_sources["mcp"] = self.mcp.health
 
         if self._control_enabled:
             # First, so a second gateway on the same data directory stops here.
@@ -234,6 +252,13 @@ class Gateway:
             await server.start()
             self.control_path = server.path
             self._lifetimes.push("control socket", server.stop)
+
+        if config.mcp.servers:
+            # Before the channels, so the first message finds the servers' tools.
+            self.mcp = McpHub(config.mcp, tools, log_dir=config.data_dir / "logs", images=images)
+            self._lifetimes.push("MCP servers", self.mcp.close)
+            await self.mcp.start()
+            self._manager.health_sources["mcp"] = self.mcp.health
 
         for channel in self._build_channels():
             self.channels[channel.name] = channel

@@ -319,6 +319,11 @@ def health(config: ConfigOption = None, as_json: JsonOption = False) -> None:
         ),
         f"model: {info['provider']['default_model']}",
         f"sessions: {info['sessions']['keys']} keys in {info['sessions']['store']}",
+        *(
+            f"mcp {name}: {server['state']}, {len(server['tools'])} tools"
+            + (f" ({server['error']})" if server.get("error") else "")
+            for name, server in info.get("mcp", {}).items()
+        ),
         f"memory: {info['process']['rss_bytes'] // 1024 // 1024} MiB resident",
     ]
     _print_json_or(info, as_json, "\n".join(lines))

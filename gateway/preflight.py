@@ -13,6 +13,9 @@ setting to change and how.
   ``api_key_env`` that is not set, or an empty ``api_key_file``, is named.
 - Each enabled channel must find its secrets (a Telegram bot's token, its
   webhook secret) and have what it runs on (webhook mode needs the web server).
+- Each ``${NAME}`` an MCP server's ``env`` or ``headers`` names must be set
+  (``config check`` only: at start-up such a server is reported down, and
+  the gateway runs without it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 from pathlib import Path
 
 from config import GatewayConfig, Problem
+from config.tools import unset_env_problems
 from gateway.channel_setup import channel_problems
 from threads.llm import ModelConfigError, resolve_api_key
 from threads.store.private import dir_problem, make_private_dir
@@ -74,5 +78,10 @@ def provider_problems(config: GatewayConfig) -> list[Problem]:
 
 
 def preflight(config: GatewayConfig) -> list[Problem]:
-    """Every problem start-up would refuse that the configuration and this machine decide."""
-    return [*directory_problems(config), *provider_problems(config), *channel_problems(config)]
+    """Every problem start-up would refuse (or run without) that the configuration and machine decide."""
+    return [
+        *directory_problems(config),
+        *provider_problems(config),
+        *channel_problems(config),
+        *unset_env_problems(config.mcp),
+    ]

@@ -6,7 +6,8 @@ keeps the reference, never the bytes nor a URL with the bot's token. Before a
 model call the agent loop asks :meth:`Media.prepare` for the messages it is
 about to send: every image part of a registered scheme within the size cap is
 fetched (through the fetcher its channel registered) and passed as a
-``data:`` URL, so models that accept images see it; other files stay
+``data:`` URL, so models that accept images see it (images tools returned,
+which ride in tool messages, too); other files stay
 references the model is told about in a line. Fetched images are kept in a
 small LRU cache, so a conversation's images are fetched once, not every turn.
 """
@@ -68,7 +69,7 @@ class Media:
             return messages
         out: list[Message] | None = None
         for index, message in enumerate(messages):
-            if message.role != "user" or len(message.content) < 2:
+            if message.role == "assistant" or len(message.content) < 2:
                 continue
             parts = list(message.content)
             changed = False

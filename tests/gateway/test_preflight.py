@@ -91,3 +91,55 @@ def test_an_unknown_access_policy_is_named(tmp_path: Path) -> None:
     result = check(path)
     assert result.exit_code == 1
     assert "channels.telegram.access.dm_policy" in result.output
+
+
+def test_an_mcp_server_with_neither_command_nor_url_is_named_with_its_dotted_path(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        "[mcp.servers.github]\ntimeout_seconds = 10\n"
+        '[mcp.servers.both]\ncommand = "x"\nurl = "https://example.com/mcp"\n'
+        '[agents.default]\ntools = ["*", "gitlab.*"]\n',
+    )
+    result = check(path)
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert (
+        "  mcp.servers.github: give command (a server run over stdio) or url (a streamable HTTP "
+        "server), neither is set"
+    ) in lines
+    assert (
+        "  mcp.servers.both: give command (a server run over stdio) or url (a streamable HTTP server), not both"
+        in lines
+    )
+    assert any(
+        line.startswith("  agents.default.tools: names MCP server 'gitlab'") for line in lines
+    )
+
+
+def test_an_mcp_header_naming_an_unset_variable_is_named(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f'[mcp.servers.github]\nurl = "https://example.com/mcp"\n'
+        f'headers = {{ Authorization = "Bearer ${{{UNSET}}}" }}\n',
+    )
+    result = check(path)
+    assert result.exit_code == 1
+    assert result.output.splitlines()[1] == (
+        f"  mcp.servers.github.headers.Authorization: names ${{{UNSET}}}, which is not set in the "
+        "environment"
+    )
+
+
+def test_bad_tool_limits_are_named_with_their_dotted_paths(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[tools.web_fetch]\nallow_networks = ["not-a-net"]\nmax_bytes = 0\n'
+        "[tools.run_command]\ntimeout_seconds = -1\n",
+    )
+    result = check(path)
+    assert result.exit_code == 1
+    assert "tools.web_fetch.allow_networks" in result.output
+    assert "tools.web_fetch.max_bytes" in result.output
+    assert "tools.run_command.timeout_seconds" in result.output

@@ -251,7 +251,8 @@ class AgentLoop:
                 # record of what was asked (the restart closes it as interrupted).
                 await run.flush()
             results, outputs = await self._call_tools(tools, calls, ctx, run)
-            tool_message = Message(role="tool", content=tuple(results))
+            files = tuple(f for o in outputs for f in o.files)  # images tools returned
+            tool_message = Message(role="tool", content=(*results, *files))
             messages.append(tool_message)
             run.stage(tool_message)
             ended = next((o for o in outputs if o.ends_turn), None)
