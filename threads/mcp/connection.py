@@ -125,15 +125,20 @@ class McpServer:
         task = self._task
         if task is None:
             return
-        try:
-            async with asyncio.timeout(_CLOSE_SECONDS):
-                await asyncio.shield(task)
-        except TimeoutError:
+        if self.state == "starting":
+            # A start may take connect_timeout_seconds; closing does not wait for it.
+            task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=_CLOSE_SECONDS)
+        if not done:
             log.warning(
                 "MCP server %s did not disconnect in %g s; canceled", self.name, _CLOSE_SECONDS
             )
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait({task})
+        if self.state != "stopped":
+            self._set("stopped")
+        if not task.cancelled() and (failure := task.exception()) is not None:
+            raise failure
 
     async def wait_for(self, *states: State) -> None:
         """Return once the server is in one of ``states``."""

@@ -59,11 +59,13 @@ class Rig:
 
 
 @asynccontextmanager
-async def running(tmp_path: Path, settings: dict[str, Any]) -> AsyncIterator[Rig]:
+async def running(
+    tmp_path: Path, settings: dict[str, Any], *, start_wait: float = 30
+) -> AsyncIterator[Rig]:
     registry = ToolRegistry()
     images = ImageStore(tmp_path / "media")
     hub = McpHub(
-        McpConfig.model_validate({"servers": {"exp": settings}, "start_wait_seconds": 30}),
+        McpConfig.model_validate({"servers": {"exp": settings}, "start_wait_seconds": start_wait}),
         registry,
         log_dir=tmp_path / "logs",
         images=images,

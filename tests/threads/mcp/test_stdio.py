@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from pathlib import Path
 
 from tests.threads.mcp.conftest import alive, running, stdio_settings, until
@@ -119,3 +120,12 @@ async def test_closing_the_hub_stops_the_server_process(tmp_path: Path) -> None:
     assert rig.server.state == "stopped"
     assert rig.offered() == {}
     assert not alive(pid)
+
+
+async def test_closing_does_not_wait_for_a_server_still_starting(tmp_path: Path) -> None:
+    hang = "import time; time.sleep(60)"
+    settings = {"command": sys.executable, "args": ["-c", hang], "connect_timeout_seconds": 600}
+    async with asyncio.timeout(30):
+        async with running(tmp_path, settings, start_wait=0.1) as rig:
+            assert rig.server.state == "starting"
+    assert rig.server.state == "stopped"
