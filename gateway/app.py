@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -56,7 +56,6 @@ from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
-from threads.mcp import McpHub
 from threads.media import Media
 from threads.ops import check_session_tool, health_tool
 from threads.sessions.access import SubagentToolFilter
@@ -72,6 +71,9 @@ from threads.tools import builtin_tools
 from threads.tools.approval import ConfigApprovals
 from threads.tools.images import ORIGIN as TOOL_MEDIA
 from threads.tools.images import ImageStore
+
+if TYPE_CHECKING:
+    from threads.mcp import McpHub
 
 log = logging.getLogger(__name__)
 
@@ -238,11 +240,6 @@ class Gateway:
         agent.services = self._manager
         self.send_policy = policy = SendPolicy(self._manager)
         self._manager.health_sources["channels"] = self._channel_health
-        if config.mcp.servers:
-            self.mcp = McpHub(config.mcp, tools, log_dir=config.data_dir / "logs", images=images)
-            self._lifetimes.push("MCP servers", self.mcp.close)
-            await self.mcp.start()
-            self._manager.health_sources["mcp"] = self.mcp.health
 
         if self._control_enabled:
             # First, so a second gateway on the same data directory stops here.
@@ -254,7 +251,10 @@ class Gateway:
             self._lifetimes.push("control socket", server.stop)
 
         if config.mcp.servers:
-            # Before the channels, so the first message finds the servers' tools.
+            # Before the channels, so the first message finds the servers' tools. Imported
+            # here: the MCP SDK takes a while to load, and most gateways have no servers.
+            from threads.mcp import McpHub
+
             self.mcp = McpHub(config.mcp, tools, log_dir=config.data_dir / "logs", images=images)
             self._lifetimes.push("MCP servers", self.mcp.close)
             await self.mcp.start()

@@ -11,6 +11,7 @@ import pytest
 from channels.base import ChannelSink
 from gateway.app import Gateway
 from tests.gateway.conftest import Replies, make_config
+from tests.gateway.test_thread_ops_cli import gateway_cli, write_config
 from tests.threads.agent.conftest import KeyedScript
 from tests.threads.mcp.conftest import stdio_settings
 from tests.threads.mcp.server_script import PNG
@@ -124,3 +125,20 @@ async def test_a_command_needing_approval_is_refused_and_the_files_tools_work(
     workspace = tmp_path / "data" / "workspaces" / "default"
     assert (workspace / "note.txt").read_text() == "kept"
     assert not (workspace / "ran").exists()
+
+
+async def test_gateway_health_shows_a_server_that_cannot_start_and_the_gateway_runs_on(
+    tmp_path: Path,
+) -> None:
+    missing = str(tmp_path / "no-such-server")
+    config = make_config(
+        tmp_path,
+        mcp={"servers": {"broken": {"command": missing, "reconnect_min_seconds": 60}}},
+        cron={"enabled": False},
+    )
+    async with Gateway(config) as gateway:
+        assert gateway.mcp is not None
+        assert gateway.mcp.servers["broken"].state == "down"
+        code, text, err = await gateway_cli(write_config(tmp_path, config), "health")
+    assert code == 0, err
+    assert f"mcp broken: down, 0 tools (cannot start {missing!r}: no such program)" in text
