@@ -103,6 +103,9 @@ class SubagentToolFilter:
         if cached is not None and cached[0] is tools:
             return cached[1]
         chosen = self._select(tools)
+        if len(self._cache) >= 256:
+            # Selections are remade when tools come and go (MCP servers): keep the cache small.
+            self._cache.clear()
         self._cache[id(tools)] = (tools, chosen)
         return chosen
 
@@ -115,9 +118,10 @@ class SubagentToolFilter:
                 if pattern == "*":
                     chosen.update(tools)
                 elif pattern.startswith("-"):
-                    chosen.pop(pattern[1:], None)
-                elif pattern in tools:
-                    chosen[pattern] = tools[pattern]
+                    for name in [n for n, t in chosen.items() if t.matches(pattern[1:])]:
+                        del chosen[name]
+                else:
+                    chosen.update((n, t) for n, t in tools.items() if t.matches(pattern))
             if "dispatch" in tools:
                 chosen.setdefault("dispatch", tools["dispatch"])
         chosen.pop(SPAWN, None)  # no sub-agent → sub-agent spawning, whatever the config says
