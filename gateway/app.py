@@ -220,8 +220,6 @@ class Gateway:
             approvals=ConfigApprovals(config),
         )
         self.media = Media()
-        images = ImageStore(config.data_dir / "media" / "tools")
-        self.media.register(TOOL_MEDIA, images.fetch)
         agent = AgentLoop(
             config=config,
             models=models,
@@ -255,6 +253,9 @@ class Gateway:
             # here: the MCP SDK takes a while to load, and most gateways have no servers.
             from threads.mcp import McpHub
 
+            # Images the servers' tools return are kept on disk; a vision model sees them.
+            images = ImageStore(config.data_dir / "media" / "tools")
+            self.media.register(TOOL_MEDIA, images.fetch)
             self.mcp = McpHub(config.mcp, tools, log_dir=config.data_dir / "logs", images=images)
             self._lifetimes.push("MCP servers", self.mcp.close)
             await self.mcp.start()

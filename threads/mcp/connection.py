@@ -168,6 +168,7 @@ class McpServer:
                 reason = self._lost_reason or "the connection closed"
             except Exception as exc:
                 reason = self._explain(exc)
+                log.debug("MCP server %s failed", self.name, exc_info=True)
             finally:
                 self._client = None
                 self._withdraw()
@@ -204,6 +205,8 @@ class McpServer:
         """Connect, publish the tools, and wait for the connection's loss."""
         self._lost.clear()
         self._lost_reason = ""
+        if self._closing.is_set():
+            self._lost.set()  # closed between the loop's check and here: serve nothing
         settings = self.settings
         async with AsyncExitStack() as stack:
             async with asyncio.timeout(settings.connect_timeout_seconds):
