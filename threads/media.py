@@ -7,8 +7,8 @@ model call the agent loop asks :meth:`Media.prepare` for the messages it is
 about to send: every image part of a registered scheme within the size cap is
 fetched (through the fetcher its channel registered) and passed as a
 ``data:`` URL, so models that accept images see it (images tools returned,
-which ride in tool messages, too); other files stay
-references the model is told about in a line. Fetched images are kept in a
+which ride in tool messages, too); other files stay references the model is
+told about in a line. Fetched images are kept in a
 small LRU cache, so a conversation's images are fetched once, not every turn.
 """
 
