@@ -35,6 +35,13 @@ NOT_SAVED = "The message could not be saved, so it was not taken: try again in a
 CLOSING = (
     "The gateway is shutting down and did not take the message: send it again once it is back."
 )
+# A message taken and kept whose turn did not run: sending it again would add it twice.
+KEPT = (
+    "your message is saved and runs once {when}; its answer will be in this session's "
+    "history (the next request sees it). Do not send it again."
+)
+KEPT_CLOSING = "The gateway is shutting down: " + KEPT.format(when="the gateway is back")
+KEPT_STORE = "The gateway could not write to its store: " + KEPT.format(when="the store is back")
 
 
 class Exchange:
@@ -134,9 +141,9 @@ def _unanswered(error: BaseException) -> ApiError:
             retry=False,
         )
     if isinstance(error, NotRunError):
-        return ApiError(503, NOT_SAVED, type="server_error", code="store_unavailable")
+        return ApiError(503, KEPT_STORE, type="server_error", code="store_unavailable", retry=False)
     if isinstance(error, ClosedError):
-        return ApiError(503, CLOSING, type="server_error", code="shutting_down")
+        return ApiError(503, KEPT_CLOSING, type="server_error", code="shutting_down", retry=False)
     log.error("an API request's turn ended without a result", exc_info=error)
     return ApiError(500, "The turn failed.", type="server_error", code="turn_failed")
 

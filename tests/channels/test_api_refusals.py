@@ -318,3 +318,28 @@ async def test_a_turn_stopped_before_it_answered_is_a_409_without_retry(api: Api
     assert status == 409
     assert error_of(body)["code"] == "turn_canceled"
     assert headers["x-should-retry"] == "false"
+
+
+async def test_requests_waiting_at_shutdown_are_told_their_message_is_kept(
+    tmp_path: Path,
+) -> None:
+    config = api_config(tmp_path, threads={"close_deadline_seconds": 0})
+    async with running(config) as api:
+        api.model.gate = asyncio.Event()
+        head = {"X-Session-Key": ALICE}
+        first = asyncio.create_task(api.post(ask("one"), headers=head))
+        await api.model.called.wait()
+        second = asyncio.create_task(api.post(ask("two"), headers=head))
+        thread = api.gateway.manager.thread(ALICE)
+        assert thread is not None
+        async with asyncio.timeout(10):
+            while thread.session.pending_count() < 1:
+                await asyncio.sleep(0)
+        await api.gateway.close()
+        (status_1, body_1, retry_1), (status_2, body_2, retry_2) = [
+            (status, body, headers["x-should-retry"])
+            for status, body, headers in (await first, await second)
+        ]
+    assert (status_1, error_of(body_1)["code"], retry_1) == (409, "turn_canceled", "false")
+    assert (status_2, error_of(body_2)["code"], retry_2) == (503, "shutting_down", "false")
+    assert "Do not send it again" in body_2["error"]["message"]
