@@ -33,6 +33,8 @@ hop's (a turn is one model request, so 1.0 would be a free gateway).
   (the fake reads every turn's whole history, as a real model server would).
 - ``rss_start_mb``, ``rss_end_mb``: the gateway process's resident set once
   started, and after every level has run.
+- ``machine_load_1m_at_start``: the load average as the run began (other
+  work on the machine slows every figure here).
 - ``disk_fsync_p50_ms``: the disk's own ``write`` + ``fsync`` of a small
   record in the store's directory, for scale (a turn at concurrency 1 waits
   for its fsyncs).
@@ -230,7 +232,8 @@ async def bench(count: int, sequential: int) -> dict[str, Any]:
             raise SystemExit(f"{tag}: {answer['errors']} requests failed")
         return answer
 
-    figures: dict[str, Any] = {}
+    # Other work on the machine shows in every figure: the run says how busy it was.
+    figures: dict[str, Any] = {"machine_load_1m_at_start": round(os.getloadavg()[0], 2)}
     try:
         with tempfile.TemporaryDirectory() as tmp:  # created 0700
             figures["disk_fsync_p50_ms"] = bare_fsync_ms(Path(tmp))
