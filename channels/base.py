@@ -38,7 +38,8 @@ class Inbound:
     message's text (shortened); ``reply_to_bot`` says it answers the bot.
     ``mentioned`` says the message addresses the bot (always, in a direct chat).
     The router's access check (:mod:`channels.access`) decides from these
-    whether a group message starts a turn.
+    whether a group message starts a turn. ``agent`` names the agent the
+    sender asked for (the API's ``model``); empty, the session's own runs.
     """
 
     channel: str
@@ -53,6 +54,7 @@ class Inbound:
     chat_type: ChatType = "direct"
     mentioned: bool = False
     media: tuple[MediaRef, ...] = ()
+    agent: str = ""
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
@@ -83,6 +85,20 @@ class Follows(Protocol):
 
     def follow(self, chat_id: str, turn: Turn) -> None:
         """Show ``turn`` in ``chat_id`` while it runs."""
+        ...
+
+
+@runtime_checkable
+class Answers(Protocol):
+    """A channel whose every message waits for its own answer (an HTTP request), not a chat.
+
+    The router addresses the replies of each message's turn to the message
+    itself (the sink's ``reply_to`` is its ``message_id``, so ``deliver`` can
+    tell requests on one chat apart) and hands the channel the turn it started.
+    """
+
+    def answer(self, message_id: str, turn: Turn) -> None:
+        """``turn`` is the one the message ``message_id`` started."""
         ...
 
 

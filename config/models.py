@@ -418,15 +418,14 @@ class CliConfig(Section):
 
 
 class ApiConfig(Section):
-    """The OpenAI-compatible HTTP API (``/v1/chat/completions``)."""
+    """The OpenAI-compatible HTTP API (``/v1/chat/completions``, ``/v1/models``) at ``/v1``.
+
+    Its bearer keys: ``api_key``, and every line of ``api_key_file`` (one key a
+    line; blank lines and ``#`` comments skipped), all equal. With none, only a
+    loopback ``[http] host`` is allowed and the API asks for no key.
+    """
 
     enabled: bool = False
-
-    @field_validator("enabled")
-    @classmethod
-    def _built(cls, enabled: bool) -> bool:
-        return not_built("channels.api", enabled)
-
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
 
@@ -571,6 +570,11 @@ class GatewayConfig(Section):
             raise ValueError(
                 "the web chat (channels.web) is served by the HTTP server: enable [http] "
                 "or disable the web chat"
+            )
+        if not http.enabled and isinstance(channels, ChannelsConfig) and channels.api.enabled:
+            raise ValueError(
+                "the OpenAI-compatible API (channels.api) is served by the HTTP server: "
+                "enable [http] or disable the API"
             )
         if is_loopback(http.host):
             return http

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from channels.access import Access
+from channels.api import ApiChannel
 from channels.base import Channel, ChannelSink, Inbound
 from channels.cli import CliChannel
 from channels.errors import ChannelError, ChannelStartError, DeliveryError
@@ -150,6 +151,7 @@ class Gateway:
         self.channels: dict[str, Channel] = {}
         self.cli: CliChannel | None = None
         self.web: WebChannel | None = None
+        self.api: ApiChannel | None = None
         self.http: HttpServer | None = None
         self._webhooks: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {}
         self._stopped = asyncio.Event()
@@ -391,7 +393,7 @@ class Gateway:
         }
 
     async def _start_http(self) -> None:
-        """The one HTTP server, with every part put in place: the web chat, the webhooks."""
+        """The one HTTP server, with every part put in place: the web chat, the API, the webhooks."""
         if not self.config.http.enabled:
             return
         http = self.http = HttpServer(self.config.http)
@@ -402,6 +404,8 @@ class Gateway:
             for account, handler in self._webhooks.items():
                 webhooks.router.add_post(f"/{account}", handler)
             http.mount("/telegram", webhooks)
+        if self.api is not None:
+            http.mount("/v1", self.api.app())
         try:
             await http.start()
         except OSError as exc:
@@ -428,11 +432,25 @@ class Gateway:
             except ChannelError as exc:
                 raise StartupError(str(exc)) from None
             channels.append(self.web)
+        api = self.config.channels.api
+        if api.enabled and "api" not in given:
+            try:
+                self.api = ApiChannel.from_config(
+                    api,
+                    self.config.http,
+                    agents=list(self.config.agents),
+                    default_agent=self.config.default_agent,
+                )
+            except ChannelError as exc:
+                raise StartupError(str(exc)) from None
+            channels.append(self.api)
         for channel in self._extra_channels:
             if isinstance(channel, CliChannel):
                 self.cli = channel
             if isinstance(channel, WebChannel):
                 self.web = channel
+            if isinstance(channel, ApiChannel):
+                self.api = channel
             channels.append(channel)
         for telegram in build_telegram(self.config, COMMANDS):
             if telegram.name in given:

@@ -10,7 +10,9 @@ kept), ``/status`` and ``/help``; the gateway adds ``/send`` and ``/compact``.
 A message becomes a wake: the text (after the message it replies to, quoted
 and shortened), the files it carries, the sender as the caller, and a sink
 back to the chat that answers the triggering message in a group. A channel
-that can show a running turn (typing, a streamed draft) is handed the turn.
+that can show a running turn (typing, a streamed draft) is handed the turn;
+so is a channel whose every message waits for its own answer (the API), whose
+replies are addressed to the message. The message may name the agent to run.
 
 On a channel with access control (``Router.access``: Telegram, Discord) every
 message passes its :class:`~channels.access.Access` first: a stranger's
@@ -25,7 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from channels.access import Access, ContextLine, with_context
-from channels.base import Channel, ChannelSink, Follows, Inbound
+from channels.base import Answers, Channel, ChannelSink, Follows, Inbound
 from threads.errors import NoTurnRunningError, ThreadNotLoadedError
 from threads.keys import SessionKey, base_channel
 from threads.manager import ThreadManager
@@ -142,7 +144,8 @@ class Router:
             return
         channel = self.channels[inbound.channel]
         platform = base_channel(inbound.channel)
-        reply_to = inbound.message_id if inbound.chat_type != "direct" else ""
+        answers = isinstance(channel, Answers)
+        reply_to = inbound.message_id if inbound.chat_type != "direct" or answers else ""
         wake = Wake(
             source=WakeSource(platform),
             body=with_context(context, body_of(inbound)),
@@ -152,9 +155,12 @@ class Router:
             ),
             meta={"message_id": inbound.message_id} if inbound.message_id else {},
             files=files_of(inbound),
+            agent=inbound.agent or None,
         )
         _accepted, turn = await self.manager.wake_turn(key, wake)
-        if isinstance(channel, Follows):
+        if isinstance(channel, Answers):
+            channel.answer(inbound.message_id, turn)
+        elif isinstance(channel, Follows):
             channel.follow(inbound.chat_id, turn)
 
     async def reply(self, inbound: Inbound, text: str) -> None:
