@@ -22,8 +22,14 @@ from pathlib import Path
 READY_WITHIN = 30.0
 """Start-up and replies: generous, since a loaded machine imports slowly."""
 
-STOP_WITHIN = 2.0
-"""How soon after Ctrl-C or SIGTERM a command must have ended."""
+STOP_WITHIN = 15.0
+"""How soon after Ctrl-C or SIGTERM a command must have ended.
+
+The bug this guards against never ended at all (a thread blocked in stdin held
+the shutdown); on an idle machine a stop takes well under 2 s (``bench/stop.py``
+prints it), but a test that asserts that figure fails on a loaded machine, so
+the bound here only tells a stop from a hang.
+"""
 
 # A session leader that opens a terminal takes it as its controlling terminal (and its
 # process group becomes the terminal's foreground group); then it becomes the command.
