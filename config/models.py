@@ -503,18 +503,45 @@ class ToolsConfig(Section):
     subagents: SubagentTools = Field(default_factory=SubagentTools)
 
 
+ADMIN_TOKEN_MIN = 16
+
+
+def check_admin_token(token: str, where: str) -> str:
+    """Refuse an admin token too short to guess hard; the message never shows the token."""
+    if len(token) < ADMIN_TOKEN_MIN:
+        raise ValueError(
+            f"{where} is {len(token)} characters; use at least {ADMIN_TOKEN_MIN}, e.g. "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return token
+
+
 class AdminConfig(Section):
-    """The admin HTTP API (``/api``) and dashboard (``/admin``); the CLI uses the control socket."""
+    """The admin HTTP API (``/api``) and dashboard (``/admin``); the CLI uses the control socket.
+
+    Off by default. When on, every request to ``/api`` needs ``token`` (or the
+    contents of ``token_file``) as ``Authorization: Bearer …``, on loopback too.
+    """
 
     enabled: bool = False
-
-    @field_validator("enabled")
-    @classmethod
-    def _built(cls, enabled: bool) -> bool:
-        return not_built("admin", enabled)
-
     token: SecretStr | None = None
     token_file: Path | None = None
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and token.get_secret_value():
+            check_admin_token(token.get_secret_value(), "admin.token")
+        return token
+
+    @model_validator(mode="after")
+    def _token_when_enabled(self) -> AdminConfig:
+        if self.enabled and not _given(self.token, self.token_file):
+            raise ValueError(
+                "admin.enabled needs admin.token (or token_file): the admin API asks for it "
+                "on every request, on loopback too"
+            )
+        return self
 
 
 class HttpConfig(Section):
@@ -572,6 +599,11 @@ class GatewayConfig(Section):
             raise ValueError(
                 "the web chat (channels.web) is served by the HTTP server: enable [http] "
                 "or disable the web chat"
+            )
+        if not http.enabled and isinstance(admin, AdminConfig) and admin.enabled:
+            raise ValueError(
+                "the admin API and dashboard (admin) are served by the HTTP server: enable "
+                "[http] or disable admin"
             )
         if is_loopback(http.host):
             return http
