@@ -156,7 +156,7 @@ def test_cross_references_are_reported_with_their_own_path_alongside_field_error
     assert paths == {"threads.inbox_size", "default_agent", "agents.default.model"}
 
 
-@pytest.mark.parametrize("section", ["channels.api", "admin"])
+@pytest.mark.parametrize("section", ["channels.api"])
 def test_enabling_a_part_that_is_not_built_is_refused(tmp_path: Path, section: str) -> None:
     path = write(tmp_path, f"[{section}]\nenabled = true\n")
     with pytest.raises(ConfigError) as caught:
