@@ -8,12 +8,13 @@ ends every stream at shutdown.
 
 :class:`LiveThreads` is the source of ``/api/live``: the threads view (as
 ``threads`` events) and the metrics (``metrics``), pushed when they change.
-It learns of changes from the thread manager's turn observer: a wake accepted,
-and — only while someone watches — each accepted turn's run events (run
-start, tool start and finish, run end). Changes are coalesced (one push per
-``throttle`` seconds at most) and every ``refresh`` seconds the view is
-compared again, which shows threads that were evicted. Nobody watching, the
-observer returns at once.
+It learns of changes from the thread manager's turn observer (a wake
+accepted, a turn decided) and, while a turn runs, looks again every
+``throttle`` seconds (the tool and the steps move on); a push goes out only
+when the view changed, and every ``refresh`` seconds the view is compared
+again, which shows threads that were evicted. Nobody watching, the observer
+returns at once and nothing is looked at. Its cost does not grow with the
+turn rate: at most one look per ``throttle`` seconds, whatever the load.
 
 :func:`tail_session` is the source of a session's live tail: the store's
 watcher, each new entry as it is written.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,7 +45,7 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
-from threads.turns import RunFinish, RunStart, ToolFinish, ToolStart, Turn
+from threads.turns import Turn
 from threads.wake import Wake
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,7 @@ Source = Callable[[Emit], Awaitable[None]]
 HEARTBEAT_SECONDS = 15.0
 MAX_STREAMS = 32
 QUEUE_FRAMES = 256
-MAX_FOLLOWED_TURNS = 256
+IDLE_SHOWN = 200
 CLOSE_SECONDS = 5.0
 
 
@@ -174,14 +176,15 @@ class LiveThreads:
         *,
         throttle: float = 0.25,
         refresh: float = 5.0,
+        idle_shown: int = IDLE_SHOWN,
     ) -> None:
         self.manager = manager
         self.metrics = metrics
         self.throttle = throttle
         self.refresh = refresh
+        self.idle_shown = idle_shown
         self._watchers: set[_Watcher] = set()
         self._dirty = asyncio.Event()
-        self._followed: set[asyncio.Task[None]] = set()
         self._publisher: asyncio.Task[None] | None = None
         self._signature: object = None
         self._metrics_version = -1
@@ -189,35 +192,36 @@ class LiveThreads:
     # -- the turn observer
 
     def observe(self, thread: Thread, wake: Wake, turn: Turn) -> None:
-        """A wake was accepted: while anyone watches, push the change and follow its turn."""
+        """A wake was accepted: while anyone watches, look again now and when its turn ends."""
         if not self._watchers:
             return
         self._dirty.set()
-        self._follow(turn)
+        turn.add_done_callback(self._turn_done)
 
-    def _follow(self, turn: Turn) -> None:
-        if len(self._followed) >= MAX_FOLLOWED_TURNS:
-            turn.add_done_callback(lambda _turn: self._dirty.set())
-            return
-        task = asyncio.create_task(self._follow_events(turn), name="admin: follow a turn")
-        self._followed.add(task)
-        task.add_done_callback(self._followed.discard)
-
-    async def _follow_events(self, turn: Turn) -> None:
-        async for event in turn.events():
-            if isinstance(event, RunStart | ToolStart | ToolFinish | RunFinish):
-                self._dirty.set()
+    def _turn_done(self, turn: Turn) -> None:
         self._dirty.set()
 
     # -- the views
 
     def threads_view(self) -> dict[str, Any]:
-        """The ``ThreadsOut`` answer: every live thread, busiest first."""
-        snaps = [t.snapshot() for t in self.manager.threads()]
+        """The ``ThreadsOut`` answer: the busy threads and the most recently active idle ones.
+
+        ``live`` counts every live thread; idle ones past ``idle_shown`` (the
+        least recently active) are counted, not listed.
+        """
+        threads = self.manager.threads()
+        busy = [t for t in threads if t.state != "idle"]
+        idle = heapq.nlargest(
+            self.idle_shown,
+            (t for t in threads if t.state == "idle"),
+            key=lambda t: t.last_activity,
+        )
+        snaps = [t.snapshot() for t in busy] + [t.snapshot() for t in idle]
         order = {"running": 0, "pending": 1, "idle": 2}
         snaps.sort(key=lambda s: (order.get(s["state"], 3), s["session_key"]))
         return {
             "threads": snaps,
+            "live": len(threads),
             "running": sum(s["state"] == "running" for s in snaps),
             "pending": sum(s["state"] == "pending" for s in snaps),
             "turns_in_flight": self.manager.turns_in_flight,
@@ -232,14 +236,8 @@ class LiveThreads:
     async def stream(self, emit: Emit) -> None:
         """An :class:`EventStreams` source: the views now, then each change."""
         watcher = _Watcher()
-        first = not self._watchers
         self._watchers.add(watcher)
         try:
-            if first:
-                for thread in self.manager.threads():
-                    run = thread.session.running
-                    if run is not None:
-                        self._follow(run.turn)
             await emit("threads", self.threads_view())
             metrics = self.metrics_view()
             if metrics is not None:
@@ -254,12 +252,20 @@ class LiveThreads:
             self._watchers.discard(watcher)
 
     async def _publish(self) -> None:
-        """Push what changed to every reader; return when nobody is left."""
+        """Push what changed to every reader; return when nobody is left.
+
+        While a turn runs or waits, the view is looked at every ``throttle``
+        seconds (its tool and steps move on); otherwise only when a wake
+        arrives, a turn ends, or every ``refresh`` seconds (evictions).
+        """
+        busy = True
         while self._watchers:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), self.refresh)
+            if not busy:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._dirty.wait(), self.refresh)
             self._dirty.clear()
             view = self.threads_view()
+            busy = bool(view["running"] or view["pending"])
             signature = [
                 (t["session_key"], t["session_id"], t["state"], t["pending"], t["current_tool"],
                  t["iterations"], t.get("run_id"))
@@ -274,15 +280,14 @@ class LiveThreads:
                 series = self.metrics.series()
                 for watcher in self._watchers:
                     watcher.put("metrics", series)
-            await asyncio.sleep(self.throttle)  # coalesce a burst of changes into one push
+            await asyncio.sleep(self.throttle)  # a burst of changes becomes one push
         self._signature = None
         self._metrics_version = -1
 
     async def close(self) -> None:
-        tasks = [*self._followed, *([self._publisher] if self._publisher else [])]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._publisher is not None:
+            self._publisher.cancel()
+            await asyncio.gather(self._publisher, return_exceptions=True)
 
 
 # -- a session's live tail

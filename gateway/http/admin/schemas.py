@@ -190,7 +190,10 @@ class ThreadOut(Out):
 
 
 class ThreadsOut(Out):
+    """The busy threads and the most recently active idle ones (``live`` counts them all)."""
+
     threads: list[ThreadOut]
+    live: int
     running: int
     pending: int
     turns_in_flight: int

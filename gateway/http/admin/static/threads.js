@@ -68,7 +68,7 @@ export class ThreadsView {
     this.threads = view.threads;
     this.receivedAt = performance.now();
     this.summary.textContent =
-      `${view.threads.length} live · ${view.running} running · ${view.pending} pending · ` +
+      `${view.live} live · ${view.running} running · ${view.pending} pending · ` +
       `${view.turns_in_flight}/${view.max_concurrent_turns} turn slots in use`;
     clear(this.body);
     this.empty.hidden = view.threads.length > 0;
