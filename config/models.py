@@ -526,6 +526,14 @@ class AdminConfig(Section):
     enabled: bool = False
     token: SecretStr | None = None
     token_file: Path | None = None
+    # Browser origins besides the gateway's own whose pages may call the API
+    # (the dashboard behind a proxy that rewrites Host).
+    allowed_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        return [normal_origin(origin) for origin in value]
 
     @field_validator("token")
     @classmethod

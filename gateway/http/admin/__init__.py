@@ -9,14 +9,16 @@ once (:mod:`.routes`) and served and documented from that list
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib import metadata
 
 from aiohttp import web
 
 from config.models import AdminConfig
 from gateway.http.admin.api import api_application
-from gateway.http.admin.auth import AdminAuth, AdminTokenError, read_token
+from gateway.http.admin.auth import AdminAuth, read_token
 from gateway.http.admin.dashboard import dashboard_application
+from gateway.http.admin.errors import AdminTokenError
 from gateway.http.admin.jobs import JobsApi
 from gateway.http.admin.live import EventStreams, LiveThreads
 from gateway.http.admin.openapi import document
@@ -43,10 +45,17 @@ def _version() -> str:
 class AdminPart:
     """The admin API and dashboard of one gateway."""
 
-    def __init__(self, parts: Parts, *, token: str, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        parts: Parts,
+        *,
+        token: str,
+        metrics: Metrics | None = None,
+        allowed_origins: Iterable[str] = (),
+    ) -> None:
         self.parts = parts
         self.metrics = metrics or Metrics()
-        self.auth = AdminAuth(token)
+        self.auth = AdminAuth(token, allowed_origins)
         self.streams = EventStreams()
         self.live = LiveThreads(parts.manager, self.metrics)
         self.routes: list[Route] = [
@@ -71,7 +80,12 @@ class AdminPart:
         cls, parts: Parts, config: AdminConfig, metrics: Metrics | None = None
     ) -> AdminPart:
         """The part ``[admin]`` describes; :class:`AdminTokenError` when its token cannot be read."""
-        return cls(parts, token=read_token(config), metrics=metrics)
+        return cls(
+            parts,
+            token=read_token(config),
+            metrics=metrics,
+            allowed_origins=config.allowed_origins,
+        )
 
     def install(self, http: HttpServer) -> None:
         """Mount the API and the dashboard, and watch the threads (before anything runs)."""

@@ -3,25 +3,23 @@
 Every request under ``/api`` carries ``Authorization: Bearer <admin token>``,
 on loopback too (a local process or a page on another port is not the
 operator). The token is compared in constant time. A browser request whose
-``Origin`` is not the gateway's own page gets 403 whatever it carries: the
-API answers its dashboard and programs, not other sites (docs/decisions/admin-01).
+``Origin`` is neither the gateway's own page nor in ``admin.allowed_origins``
+gets 403 whatever it carries: the API answers its dashboard and programs,
+not other sites (docs/decisions/admin-01).
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
-from config.models import AdminConfig, check_admin_token, read_secret
-from gateway.http.admin.errors import ApiError
+from config.models import AdminConfig, check_admin_token, normal_origin, read_secret
+from gateway.http.admin.errors import AdminTokenError, ApiError
 
 REALM = 'Bearer realm="gateway-admin"'
-
-
-class AdminTokenError(ValueError):
-    """The admin token cannot be read, or is not one; the message names the setting."""
 
 
 def read_token(config: AdminConfig) -> str:
@@ -40,21 +38,22 @@ def read_token(config: AdminConfig) -> str:
 
 
 class AdminAuth:
-    """Checks each request's token and origin."""
+    """Checks each request's token and origin (its own, or one of ``allowed_origins``)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, allowed_origins: Iterable[str] = ()) -> None:
         if not token:
             raise AdminTokenError("the admin API needs a token")
         self._token = token.encode()
+        self._origins = frozenset(normal_origin(origin) for origin in allowed_origins)
 
     def check(self, request: web.Request) -> None:
         """Return when the request may go on; raise :class:`ApiError` 403 or 401 otherwise."""
         origin = request.headers.get(hdrs.ORIGIN)
-        if origin is not None and not same_origin(origin, request.host):
+        if origin is not None and not self._origin_allowed(origin, request.host):
             raise ApiError(
                 403,
                 f"origin {origin[:100]!r} may not call the admin API: only the gateway's own "
-                "dashboard (and programs, which send no Origin) may",
+                "dashboard (and admin.allowed_origins) may",
             )
         scheme, _, given = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
         if not given or scheme.lower() != "bearer":
@@ -63,6 +62,14 @@ class AdminAuth:
             )
         if not hmac.compare_digest(given.strip().encode(), self._token):
             raise ApiError(401, "the admin token is wrong")
+
+    def _origin_allowed(self, origin: str, host: str) -> bool:
+        if same_origin(origin, host):
+            return True
+        try:
+            return normal_origin(origin) in self._origins
+        except ValueError:  # "null", from a sandboxed frame or a file
+            return False
 
 
 def same_origin(origin: str, host: str) -> bool:

@@ -3,7 +3,8 @@
 ::
 
     AdminError
-    └── ApiError       an answer other than 2xx: its status, one line, the refused field(s)
+    ├── AdminTokenError (ValueError)  the admin token cannot be read, or is not one
+    └── ApiError                      an answer other than 2xx: status, one line, refused fields
 
 Handlers raise the errors of the packages they call (cron, threads, channels);
 :func:`api_error_of` maps each to its status once, here: a refused field is
@@ -49,6 +50,10 @@ class FieldProblem:
 
 class AdminError(Exception):
     """Root of the admin API's errors."""
+
+
+class AdminTokenError(AdminError, ValueError):
+    """The admin token cannot be read, or is not one; the message names the setting."""
 
 
 class ApiError(AdminError):

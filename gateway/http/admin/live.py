@@ -99,7 +99,10 @@ class EventStreams:
                 "X-Accel-Buffering": "no",
             }
         )
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+        except ConnectionError:
+            return response  # the reader left before the stream began
         task = asyncio.current_task()
         assert task is not None
         self._queues.add(queue)
@@ -188,6 +191,11 @@ class LiveThreads:
         self._publisher: asyncio.Task[None] | None = None
         self._signature: object = None
         self._metrics_version = -1
+
+    @property
+    def watching(self) -> int:
+        """How many readers the live view has now."""
+        return len(self._watchers)
 
     # -- the turn observer
 

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.errors import StartupError
-from tests.gateway.http.admin.conftest import TOKEN, AdminRig, admin_config
+from tests.gateway.http.admin.conftest import TOKEN, AdminRig, admin_config, admin_gateway
 
 
 async def test_a_call_without_the_token_is_401_with_a_json_error(rig: AdminRig) -> None:
@@ -106,3 +106,12 @@ async def test_off_by_default_nothing_answers_under_api_or_admin(tmp_path: Path)
             for path in ("api/health", "admin/"):
                 async with http.get(gw.http.url + path) as answer:
                     assert answer.status == 404
+
+
+async def test_an_origin_listed_in_allowed_origins_is_let_in(tmp_path: Path) -> None:
+    admin = {"enabled": True, "token": TOKEN, "allowed_origins": ["https://Admin.Example.com"]}
+    async with admin_gateway(tmp_path, admin=admin) as rig:
+        status, _ = await rig.api.get("/health", headers={"Origin": "https://admin.example.com"})
+        assert status == 200
+        status, _ = await rig.api.get("/health", headers={"Origin": "null"})
+        assert status == 403

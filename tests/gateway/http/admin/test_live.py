@@ -109,3 +109,18 @@ async def test_closing_the_gateway_ends_open_streams(rig: AdminRig) -> None:
         answer.release()
     finally:
         await http.close()
+
+
+async def test_a_reader_that_goes_away_is_let_go(rig: AdminRig) -> None:
+    admin = rig.gateway.admin
+    assert admin is not None
+    admin.streams.heartbeat = 0.05  # a reader that left is found at the next heartbeat
+    async with aiohttp.ClientSession() as http:
+        answer = await http.get(f"{rig.base}/live", headers=AUTH)
+        await next_event(events(answer), "threads")
+        assert admin.streams.open == 1
+        answer.close()
+    async with asyncio.timeout(10):
+        while admin.streams.open:
+            await asyncio.sleep(0.01)  # polling with a deadline: no event marks the end
+    assert admin.live.watching == 0

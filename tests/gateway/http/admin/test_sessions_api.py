@@ -195,3 +195,18 @@ async def test_metrics_count_turns_model_calls_and_tokens(rig: AdminRig) -> None
     assert (session["key"], session["total_tokens"]) == ("telegram:1", 42)
     latest = next(p for p in body["points"] if p["model_calls"])
     assert latest["latency_max_ms"] is not None
+
+
+async def test_a_path_without_query_parameters_refuses_them(rig: AdminRig) -> None:
+    status, body = await rig.api.get("/threads?verbose=1")
+    assert (status, body["error"]["field"]) == (400, "verbose")
+
+
+async def test_metrics_refuse_a_span_past_the_hour(rig: AdminRig) -> None:
+    status, body = await rig.api.get("/metrics?minutes=61")
+    assert (status, body["error"]["field"]) == (400, "minutes")
+
+
+async def test_the_send_policy_of_an_invalid_key_is_400(rig: AdminRig) -> None:
+    status, body = await rig.api.get("/sessions/a%20b/send-policy")
+    assert (status, body["error"]["field"]) == (400, "key")
