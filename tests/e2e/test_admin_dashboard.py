@@ -49,7 +49,7 @@ async def log_in(page: Page, url: str) -> None:
 
 
 async def test_logging_in_with_the_admin_token(
-    page: Page, problems: Problems, rig: AdminRig
+    rig: AdminRig, page: Page, problems: Problems
 ) -> None:
     await page.goto(dashboard(rig))
     await expect(page.locator("#login")).to_be_visible()
@@ -73,7 +73,7 @@ async def test_logging_in_with_the_admin_token(
 
 
 async def test_a_thread_appears_and_runs_live_when_a_message_is_sent(
-    page: Page, problems: Problems, rig: AdminRig
+    rig: AdminRig, page: Page, problems: Problems
 ) -> None:
     await log_in(page, dashboard(rig))
     await expect(page.locator("#threads-empty")).to_be_visible()
@@ -91,7 +91,7 @@ async def test_a_thread_appears_and_runs_live_when_a_message_is_sent(
 
 
 async def test_a_running_session_is_stopped_with_its_stop_button(
-    page: Page, problems: Problems, rig: AdminRig
+    rig: AdminRig, page: Page, problems: Problems
 ) -> None:
     rig.script.add("telegram:1", call("dig"), dispatch(("caller:user", "never")))
     await log_in(page, dashboard(rig))
@@ -110,7 +110,7 @@ async def test_a_running_session_is_stopped_with_its_stop_button(
 
 
 async def test_a_cron_job_is_made_in_the_editor_which_explains_the_expression_while_typing(
-    page: Page, problems: Problems, rig: AdminRig
+    rig: AdminRig, page: Page, problems: Problems
 ) -> None:
     await log_in(page, dashboard(rig))
     await page.click("nav [data-view=cron]")
@@ -143,7 +143,7 @@ async def test_a_cron_job_is_made_in_the_editor_which_explains_the_expression_wh
 
 
 async def test_a_refused_job_marks_the_field_that_was_refused(
-    page: Page, problems: Problems, rig: AdminRig
+    rig: AdminRig, page: Page, problems: Problems
 ) -> None:
     await log_in(page, dashboard(rig))
     await page.click("nav [data-view=cron]")
@@ -189,18 +189,24 @@ async def test_a_strangers_pairing_code_is_approved_in_the_dashboard(
 
 
 async def test_a_transcript_holding_markup_shows_it_as_text_and_runs_nothing(
-    page: Page, problems: Problems, rig: AdminRig
+    rig: AdminRig, page: Page, problems: Problems
 ) -> None:
-    rig.script.add("telegram:1", call("check_session", session_key=HOSTILE), say(HOSTILE))
+    rig.script.add(
+        "telegram:1",
+        call("check_session", session_key=HOSTILE),
+        dispatch(("caller:user", HOSTILE)),  # refused (its caller is dropped): the model goes on
+        say(HOSTILE),
+    )
     await rig.talk("telegram:1", HOSTILE)
     await log_in(page, dashboard(rig))
     await page.click("nav [data-view=sessions]")
     await page.click('#sessions-body tr[data-key="telegram:1"] button')
     transcript = page.locator("#transcript")
-    await expect(transcript.locator("article.msg")).to_have_count(4)
-    await expect(transcript.locator("article.assistant .text").last).to_have_text(HOSTILE)
+    await expect(transcript.locator("article.msg")).to_have_count(6)
     await expect(transcript.locator("article.user .text")).to_have_text(HOSTILE)
-    call_args = transcript.locator("details.call pre")
+    await expect(transcript.locator("article.assistant .text").last).to_have_text(HOSTILE)
+    await expect(transcript.locator(".sends li")).to_have_text(f"→ caller:user: {HOSTILE}")
+    call_args = transcript.locator("details.call pre").first
     await expect(call_args).to_contain_text("<script>window.pwned = 1</script>")
     assert await transcript.locator("script, img").count() == 0
     assert await page.locator("img").count() == 0
