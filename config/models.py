@@ -64,16 +64,6 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-NOT_BUILT = "is not built in this version of the gateway yet; leave enabled = false"
-
-
-def not_built(section: str, enabled: bool) -> bool:
-    """Refuse to enable a part that does not exist yet, rather than ignore the switch."""
-    if enabled:
-        raise ValueError(f"[{section}] {NOT_BUILT}")
-    return enabled
-
-
 def _no_credentials(value: str) -> str:
     """Refuse a URL that carries a user name or password: keys belong in api_key or headers."""
     parts = urlsplit(value)
@@ -500,18 +490,53 @@ class SessionConfig(Section):
     owners: list[str] = Field(default_factory=list)
 
 
+ADMIN_TOKEN_MIN = 16
+
+
+def check_admin_token(token: str, where: str) -> str:
+    """Refuse an admin token too short to guess hard; the message never shows the token."""
+    if len(token) < ADMIN_TOKEN_MIN:
+        raise ValueError(
+            f"{where} is {len(token)} characters; use at least {ADMIN_TOKEN_MIN}, e.g. "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return token
+
+
 class AdminConfig(Section):
-    """The admin HTTP API (``/api``) and dashboard (``/admin``); the CLI uses the control socket."""
+    """The admin HTTP API (``/api``) and dashboard (``/admin``); the CLI uses the control socket.
+
+    Off by default. When on, every request to ``/api`` needs ``token`` (or the
+    contents of ``token_file``) as ``Authorization: Bearer …``, on loopback too.
+    """
 
     enabled: bool = False
-
-    @field_validator("enabled")
-    @classmethod
-    def _built(cls, enabled: bool) -> bool:
-        return not_built("admin", enabled)
-
     token: SecretStr | None = None
     token_file: Path | None = None
+    # Browser origins besides the gateway's own whose pages may call the API
+    # (the dashboard behind a proxy that rewrites Host).
+    allowed_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        return [normal_origin(origin) for origin in value]
+
+    @field_validator("token")
+    @classmethod
+    def _long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and token.get_secret_value():
+            check_admin_token(token.get_secret_value(), "admin.token")
+        return token
+
+    @model_validator(mode="after")
+    def _token_when_enabled(self) -> AdminConfig:
+        if self.enabled and not _given(self.token, self.token_file):
+            raise ValueError(
+                "admin.enabled needs admin.token (or token_file): the admin API asks for it "
+                "on every request, on loopback too"
+            )
+        return self
 
 
 class HttpConfig(Section):
@@ -575,6 +600,11 @@ class GatewayConfig(Section):
             raise ValueError(
                 "the OpenAI-compatible API (channels.api) is served by the HTTP server: "
                 "enable [http] or disable the API"
+            )
+        if not http.enabled and isinstance(admin, AdminConfig) and admin.enabled:
+            raise ValueError(
+                "the admin API and dashboard (admin) are served by the HTTP server: enable "
+                "[http] or disable admin"
             )
         if is_loopback(http.host):
             return http

@@ -43,8 +43,10 @@ from gateway.channel_setup import (
 )
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
+from gateway.http.admin import AdminPart, AdminTokenError
 from gateway.http.server import HttpServer
 from gateway.lifetimes import Lifetimes
+from gateway.metrics import Metrics, TimedModels
 from gateway.preflight import directory_problems, make_data_dirs
 from gateway.router import COMMANDS, Router, endpoint_of
 from threads.agent.compaction import CompactionError
@@ -153,6 +155,8 @@ class Gateway:
         self.web: WebChannel | None = None
         self.api: ApiChannel | None = None
         self.http: HttpServer | None = None
+        self.admin: AdminPart | None = None
+        self.metrics: Metrics | None = None
         self._webhooks: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {}
         self._stopped = asyncio.Event()
         self._store: SessionStore | None = None
@@ -213,7 +217,14 @@ class Gateway:
         except UnreachableError as exc:
             raise StartupError(f"store.url: {exc}") from None
 
-        models = Models(config.models, clients=self._model_clients)
+        if config.admin.enabled:
+            # The dashboard's charts: turns, model calls and their latency, tokens per session.
+            self.metrics = Metrics()
+            models: Models = TimedModels(
+                config.models, metrics=self.metrics, clients=self._model_clients
+            )
+        else:
+            models = Models(config.models, clients=self._model_clients)
         self._lifetimes.push("model clients", models.close)
         check_models(config, models)
         tools = ToolRegistry(
@@ -240,6 +251,8 @@ class Gateway:
         agent.services = self._manager
         self.send_policy = policy = SendPolicy(self._manager)
         self._manager.health_sources["channels"] = self._channel_health
+        if self.metrics is not None:
+            self._manager.observe(self.metrics.observe)
 
         if self._control_enabled:
             # First, so a second gateway on the same data directory stops here.
@@ -393,12 +406,18 @@ class Gateway:
         }
 
     async def _start_http(self) -> None:
-        """The one HTTP server, with every part put in place: the web chat, the API, the webhooks."""
+        """The one HTTP server, with every part in place: web chat, API, admin, webhooks."""
         if not self.config.http.enabled:
             return
         http = self.http = HttpServer(self.config.http)
         if self.web is not None:
             self.web.install(http.app)
+        if self.config.admin.enabled:
+            try:
+                self.admin = AdminPart.from_config(self, self.config.admin, self.metrics)
+            except AdminTokenError as exc:
+                raise StartupError(str(exc)) from None
+            self.admin.install(http)
         if self._webhooks:
             webhooks = web.Application()
             for account, handler in self._webhooks.items():
@@ -416,6 +435,10 @@ class Gateway:
         self._lifetimes.push("http server", http.stop)
         if self.web is not None:
             self.web.host, self.web.port = http.host, http.port
+        if self.admin is not None:
+            self.admin.started(http)
+            # Closed before the server stops: its event streams end first.
+            self._lifetimes.push("admin", self.admin.close)
 
     def _build_channels(self) -> list[Channel]:
         channels: list[Channel] = []

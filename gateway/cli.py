@@ -129,6 +129,8 @@ async def _run(config: GatewayConfig) -> None:
                 print(f"  web chat:  {gw.web.url}", flush=True)
             if gw.api is not None and gw.http is not None:
                 print(f"  API:       {gw.http.url}v1 (OpenAI-compatible)", flush=True)
+            if gw.admin is not None:
+                print(f"  dashboard: {gw.admin.url} (log in with the admin token)", flush=True)
             typing_here = gw.cli is not None and sys.stdin.isatty()
             if gw.cli is not None:
                 print("  terminal:  run `gateway chat` in another terminal", flush=True)

@@ -156,16 +156,6 @@ def test_cross_references_are_reported_with_their_own_path_alongside_field_error
     assert paths == {"threads.inbox_size", "default_agent", "agents.default.model"}
 
 
-@pytest.mark.parametrize("section", ["admin"])
-def test_enabling_a_part_that_is_not_built_is_refused(tmp_path: Path, section: str) -> None:
-    path = write(tmp_path, f"[{section}]\nenabled = true\n")
-    with pytest.raises(ConfigError) as caught:
-        load_config(path, env={})
-    (problem,) = caught.value.problems
-    assert problem.path == f"{section}.enabled"
-    assert "not built" in problem.message
-
-
 def test_a_model_naming_an_unconfigured_provider_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, '[models]\ndefault = "openai/gpt-4o"\n')
     with pytest.raises(ConfigError) as caught:
