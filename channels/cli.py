@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from channels.base import Inbound, InboundHandler
+from channels.errors import ChannelError
 from threads.sinks import Delivery, OutboundMessage
 
 CHAT_ID = "cli"
@@ -39,7 +40,7 @@ class CliChannel:
     async def submit(self, text: str) -> None:
         """Hand one typed line to the gateway, as the local user."""
         if self._handler is None:
-            raise RuntimeError("the terminal channel is not started")
+            raise ChannelError("the terminal channel is not running: the gateway is stopping")
         self._counter += 1
         await self._handler(
             Inbound(

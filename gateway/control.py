@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from channels.errors import ChannelError
 from channels.pairing import PairingService, listing_json, outcome_json
 from gateway.errors import ControlError, GatewayGoneError
 from threads.errors import ThreadsError
@@ -156,8 +157,11 @@ class ControlServer:
         else:
             try:
                 answer = await op(request, connection)
-            except (ThreadsError, ValueError, LookupError) as exc:
+            except (ThreadsError, ChannelError, ValueError, LookupError) as exc:
                 answer = {"ok": False, "error": str(exc)}
+            except Exception as exc:
+                log.exception("control op %s failed", request.get("op"))
+                answer = {"ok": False, "error": f"the gateway could not do that: {exc}"}
         if "id" in request:
             answer["id"] = request["id"]
         connection.send(answer)
