@@ -40,7 +40,7 @@ class CliChannel:
     async def submit(self, text: str) -> None:
         """Hand one typed line to the gateway, as the local user."""
         if self._handler is None:
-            raise ChannelError("the terminal channel is not running: the gateway is stopping")
+            raise ChannelError("the gateway is stopping and took no more lines")
         self._counter += 1
         await self._handler(
             Inbound(

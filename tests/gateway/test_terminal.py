@@ -162,9 +162,11 @@ def test_stopping_the_gateway_mid_turn_ends_an_attached_chat_with_one_line_and_e
     assert gateway.ended_within(STOP_WITHIN) == 0
     no_traceback(gateway)
     assert chat.ended_within(STOP_WITHIN) == 1
-    assert chat.stderr.strip().splitlines() == [
-        "error: the gateway went away (it closed the control connection)"
-    ]
+    # One line: the connection closed under it, or its line came as the gateway stopped.
+    assert chat.stderr.strip().splitlines() in (
+        ["error: the gateway went away (it closed the control connection)"],
+        ["error: the gateway is stopping and took no more lines"],
+    )
 
 
 # --- a turn in flight ------------------------------------------------------------------------
