@@ -39,16 +39,26 @@ from zoneinfo import ZoneInfo
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from config.models import GatewayConfig
 from cron import crontab
-from cron.base import Advance, Clock, JobStore, SessionSinkFactory, Timer, Waker, WallClock
+from cron.base import (
+    Advance,
+    ChatSinkFactory,
+    Clock,
+    JobStore,
+    SessionSinkFactory,
+    Timer,
+    Waker,
+    WallClock,
+)
 from cron.editing import JobEditor
 from cron.errors import InvalidJobError, ServiceStateError
-from cron.firing import CatchUp, Firer, RunListener
+from cron.firing import CatchUp, DeliveryListener, Firer, RunListener
 from cron.misfire import MisfirePolicy
 from cron.models import Job, JobState, RunRecord, check_zone
 from cron.scheduler import CronExecutor, CronScheduler, never_called
@@ -157,9 +167,11 @@ def cron_trigger(expr: str, timezone: str, *, job_id: str = "") -> Any:
     except ValueError as exc:
         raise InvalidJobError.one("timezone", str(exc), job_id) from None
     try:
-        inner = CronTrigger.from_crontab(tab.expression(), timezone=zone)
+        triggers = [CronTrigger.from_crontab(e, timezone=zone) for e in tab.alternatives()]
     except ValueError as exc:
         raise InvalidJobError.one("expr", f"{expr!r}: {exc}", job_id) from None
+    # Both day fields restricted: classic cron's "either matches" is the earlier of the two.
+    inner = triggers[0] if len(triggers) == 1 else OrTrigger(triggers)
     return _WallClockCron(inner, tab.hour_is_fixed)
 
 
@@ -226,9 +238,11 @@ class _Scheduled:
 class CronService(JobEditor):
     """Cron jobs: edit them (started or not), and fire them (once started).
 
-    ``waker`` is needed to start; ``session_sink`` builds the sink through which
-    an independent job's reply reaches its ``wake_session`` (without it, that
-    reply is dropped and ``report_to`` in the wake's meta names the session).
+    ``waker`` is needed to start; ``chat_sink`` builds the sink that reaches a
+    job's ``deliver_to`` chat (without it, such a fire fails saying so);
+    ``session_sink`` the one through which an older report-to-session job's
+    reply reaches its ``wake_session`` (without it, that reply is dropped and
+    ``report_to`` in the wake's meta names the session).
     """
 
     def __init__(
@@ -242,6 +256,7 @@ class CronService(JobEditor):
         poll_seconds: float = 0.5,
         clock: Clock | None = None,
         session_sink: SessionSinkFactory | None = None,
+        chat_sink: ChatSinkFactory | None = None,
         owner: str | None = None,
         known_agents: Collection[str] | None = None,
     ) -> None:
@@ -252,7 +267,12 @@ class CronService(JobEditor):
         self.owner = owner or f"cron-{secrets.token_hex(4)}"
         self._waker = waker
         self._firer = Firer(
-            store, waker, policy=self.policy, clock=clock, session_sink=session_sink
+            store,
+            waker,
+            policy=self.policy,
+            clock=clock,
+            session_sink=session_sink,
+            chat_sink=chat_sink,
         )
         self._scheduler: Any = None
         self._jobs: dict[str, Job] = {}
@@ -291,6 +311,15 @@ class CronService(JobEditor):
     def add_listener(self, listener: RunListener) -> None:
         """Call ``listener`` with every run record once it is in the ledger."""
         self._firer.add_listener(listener)
+
+    def add_delivery_listener(self, listener: DeliveryListener) -> None:
+        """Call ``listener(job id, seq, delivery)`` once a fired run's delivery is recorded."""
+        self._firer.add_delivery_listener(listener)
+
+    def deliver_to(self, job_id: str) -> str | None:
+        """The chat a running job's output goes to (``cron:<id>``'s ``user``), if any."""
+        job = self._jobs.get(job_id)
+        return job.deliver_to if job is not None else None
 
     # --- lifetime ------------------------------------------------------------------------
 
@@ -358,6 +387,7 @@ class CronService(JobEditor):
                 task.cancel()
             results = await asyncio.gather(*self._tasks, return_exceptions=True)
             failures += [r for r in results if isinstance(r, Exception)]
+        await self._firer.stop_following()
         await self._firer.close_ledger()
         try:
             await self.store.clear_beat(self.owner)
@@ -555,7 +585,7 @@ class CronService(JobEditor):
             next_fire=following.astimezone(UTC) if following else None,
             schedule_rev=scheduled.schedule_rev,
         )
-        await self._firer.record(job.id, [o.record(job) for o in outcomes], advance)
+        await self._firer.settle(job, outcomes, advance)
         if isinstance(scheduled.trigger, _WallClockCron):
             scheduled.trigger.prime(following)
         if job.kind == "at":

@@ -44,7 +44,7 @@ from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
 from gateway.http.server import HttpServer
 from gateway.lifetimes import Lifetimes
-from gateway.preflight import directory_problems, make_data_dirs
+from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import COMMANDS, Router, endpoint_of
 from threads.agent.compaction import CompactionError
 from threads.agent.loop import AgentLoop
@@ -330,6 +330,7 @@ class Gateway:
             store,
             waker=ManagerWaker(self.manager),
             session_sink=self.manager.session_sink,
+            chat_sink=self._chat_user_sink,
             clock=self._cron_clock,
         )
         await service.start()
@@ -379,10 +380,7 @@ class Gateway:
         try:
             await http.start()
         except OSError as exc:
-            raise StartupError(
-                f"http.port {http.port}: {exc.strerror or exc}: set another port or stop what "
-                "is using it"
-            ) from None
+            raise StartupError(f"http.port: {port_in_use(http.host, http.port, exc)}") from None
         self._lifetimes.push("http server", http.stop)
         if self.web is not None:
             self.web.host, self.web.port = http.host, http.port
@@ -446,6 +444,14 @@ class Gateway:
         return self.send_policy.wrap(key, sink) if self.send_policy else sink
 
     def _user_sink(self, key: SessionKey) -> Sink | None:
+        """The user of ``key``: its chat, or, for a cron job's session, the job's chat."""
+        if key.channel == "cron" and key.parent is None and self.cron is not None:
+            chat = self.cron.deliver_to(key.partition(":")[2])
+            return self._chat_user_sink(SessionKey(chat)) if chat else None
+        return self._chat_user_sink(key)
+
+    def _chat_user_sink(self, key: SessionKey) -> Sink | None:
+        """The user of a chat key, through the send policy; None when its channel is not running."""
         endpoint = endpoint_of(key)
         if endpoint is None:
             return None

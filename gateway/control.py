@@ -36,6 +36,7 @@ import orjson
 
 from channels.pairing import PairingService, listing_json, outcome_json
 from gateway.errors import ControlError, GatewayGoneError
+from gateway.preflight import another_gateway
 from threads.errors import ThreadsError
 
 if TYPE_CHECKING:
@@ -86,10 +87,7 @@ class ControlServer:
 
     async def start(self) -> None:
         if await _alive(self.path):
-            raise ControlError(
-                f"another gateway is running here (its control socket {self.path} answers); "
-                "stop it first or use a different data_dir"
-            )
+            raise ControlError(another_gateway(self.path))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a stale socket left by a gateway that died
         self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))

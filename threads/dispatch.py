@@ -24,7 +24,7 @@ from threads.sessions import access
 from threads.sessions.catalog import Catalog
 from threads.sessions.errors import SessionToolError
 from threads.sinks import OutboundMessage, Sink
-from threads.wake import Cause, SessionCaller, UserCaller, Wake, WakeSource
+from threads.wake import Cause, SessionCaller, SystemCaller, UserCaller, Wake, WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -188,6 +188,12 @@ def _check_caller(to: str, wake: Wake, where: str) -> str:
             f"{where}.to {to!r}: this turn's caller is {_caller_name(wake)} and its output is "
             "dropped, so no caller form is valid. End with dispatch({}) or, in a user-facing "
             'session, use {"to": "user", "body": ...}'
+        )
+    if isinstance(wake.caller, SystemCaller):
+        return (
+            f"{where}.to {to!r}: this turn's caller is {wake.caller.name}, a system source "
+            "that cannot be answered. The wake header's delivery line says where your output "
+            'goes: answer in plain text, or use {"to": "user", "body": ...}'
         )
     if to == "caller:user" and not isinstance(wake.caller, UserCaller):
         return (
