@@ -20,7 +20,6 @@ waking the session again (decision cron-11).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,7 +111,9 @@ class Firer:
         self._listeners: list[RunListener] = []
         self._delivery_listeners: list[DeliveryListener] = []
         self._ledger: LedgerWriter | None = None
-        self._watching: dict[asyncio.Task[None], tuple[str, int]] = {}
+        # Fired runs whose turn has not ended yet, and every task following one.
+        self._waiting: dict[asyncio.Task[None], tuple[str, int]] = {}
+        self._followers: set[asyncio.Task[None]] = set()
 
     def add_listener(self, listener: RunListener) -> None:
         """Call ``listener`` with every run record once it is in the ledger."""
@@ -159,17 +160,23 @@ class Firer:
         task = asyncio.get_running_loop().create_task(
             self._await_delivery(job_id, seq, sent), name=f"cron {job_id} delivery"
         )
-        self._watching[task] = (job_id, seq)
-        task.add_done_callback(self._watched)
+        self._followers.add(task)
+        self._waiting[task] = (job_id, seq)
+        task.add_done_callback(self._followed)
 
-    def _watched(self, task: asyncio.Task[None]) -> None:
-        self._watching.pop(task, None)
+    def _followed(self, task: asyncio.Task[None]) -> None:
+        self._followers.discard(task)
+        self._waiting.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("cron: recording a delivery failed", exc_info=task.exception())
 
     async def _await_delivery(self, job_id: str, seq: int, sent: Sent) -> None:
         assert sent.turn is not None
         delivery = await delivery_of(sent.turn, sent.watch)
+        # From here on the write runs to its end: a stop waits for it, never cancels it.
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.pop(task, None)
         await self._set_delivery(job_id, seq, delivery)
 
     async def _set_delivery(self, job_id: str, seq: int, delivery: str) -> None:
@@ -182,14 +189,15 @@ class Firer:
             listener(job_id, seq, delivery)
 
     async def stop_following(self) -> None:
-        """Stop waiting for turns (the service stops); their runs' delivery says so."""
-        left = dict(self._watching)
-        for task in left:
+        """Stop waiting for turns (the service stops); their runs' delivery says so.
+
+        A delivery already being written is let finish.
+        """
+        waiting = dict(self._waiting)
+        for task in waiting:
             task.cancel()
-        for task in left:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for job_id, seq in left.values():
+        await asyncio.gather(*self._followers, return_exceptions=True)
+        for job_id, seq in waiting.values():
             await self._set_delivery(job_id, seq, STOPPED)
 
     async def record(

@@ -280,7 +280,10 @@ class Job(Record):
         if self.kind == "cron":
             return f"{self.expr} ({self.timezone})"
         if self.kind == "at" and self.at is not None:
-            return f"at {self.at.isoformat().replace('+00:00', 'Z')}"
+            if self.timezone == "UTC":
+                return f"at {self.at.isoformat().replace('+00:00', 'Z')}"
+            local = self.at.astimezone(ZoneInfo(self.timezone))
+            return f"at {local:%Y-%m-%d %H:%M:%S} ({self.timezone})"
         return f"every {self.every}"
 
     @property
@@ -392,6 +395,18 @@ class JobView(Record):
     next_fire: datetime | None
     last_status: RunStatus | None = None
     last_fired: datetime | None = None
+
+    @property
+    def state(self) -> Literal["active", "paused", "done"]:
+        """``active`` (fires), ``paused`` (fires nothing), or ``done`` (a spent ``at`` job)."""
+        if self.job.enabled:
+            return "active"
+        return "done" if self.job.kind == "at" and self.next_fire is None else "paused"
+
+    @property
+    def upcoming(self) -> datetime | None:
+        """The next time the job fires (UTC): None when paused or done, unlike ``next_fire``."""
+        return self.next_fire if self.job.enabled else None
 
     def next_fire_local(self) -> datetime | None:
         if self.next_fire is None:

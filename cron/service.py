@@ -316,11 +316,6 @@ class CronService(JobEditor):
         """Call ``listener(job id, seq, delivery)`` once a fired run's delivery is recorded."""
         self._firer.add_delivery_listener(listener)
 
-    def deliver_to(self, job_id: str) -> str | None:
-        """The chat a running job's output goes to (``cron:<id>``'s ``user``), if any."""
-        job = self._jobs.get(job_id)
-        return job.deliver_to if job is not None else None
-
     # --- lifetime ------------------------------------------------------------------------
 
     async def __aenter__(self) -> CronService:

@@ -444,10 +444,6 @@ class Gateway:
         return self.send_policy.wrap(key, sink) if self.send_policy else sink
 
     def _user_sink(self, key: SessionKey) -> Sink | None:
-        """The user of ``key``: its chat, or, for a cron job's session, the job's chat."""
-        if key.channel == "cron" and key.parent is None and self.cron is not None:
-            chat = self.cron.deliver_to(key.partition(":")[2])
-            return self._chat_user_sink(SessionKey(chat)) if chat else None
         return self._chat_user_sink(key)
 
     def _chat_user_sink(self, key: SessionKey) -> Sink | None:

@@ -255,4 +255,4 @@ async def _print_replies(client: ControlClient) -> None:
 
 
 def main() -> None:
-    app()
+    app(prog_name="gateway")

@@ -112,8 +112,9 @@ def port_problems(config: GatewayConfig) -> list[Problem]:
 
 def port_in_use(host: str, port: int, exc: OSError) -> str:
     """The words for a port the HTTP server cannot have, the same at check and at start."""
+    why = os.strerror(exc.errno) if exc.errno else str(exc)
     return (
-        f"{host}:{port} cannot be used ({exc.strerror or exc}): stop what listens there "
+        f"{host}:{port} cannot be used ({why}): stop what listens there "
         "(another gateway? `gateway health` asks it) or set another [http] port"
     )
 

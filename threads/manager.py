@@ -384,15 +384,11 @@ class ThreadManager:
         return ChannelSinkRef(wire=dict(wire), resolve=self._channel_sinks)
 
     def user_sink(self, key: SessionKey) -> Sink | None:
-        """The key's user (``dispatch(to=user)``): its chat; None when it has none.
-
-        The gateway's ``user_sinks`` decides for keys that are not chats: a cron
-        job's session has the user of the chat its job delivers to.
-        """
+        """The key's default sink: its channel user (``dispatch(to=user)``); None for others."""
         thread = self._threads.get(key)
         if thread is not None and thread.default_sink is not None:
             return thread.default_sink
-        if self._user_sinks is None:
+        if self._user_sinks is None or not key.is_user_facing:
             return None
         return self._user_sinks(key)
 
