@@ -214,9 +214,7 @@ def _check_caller(to: str, wake: Wake, where: str) -> str:
 
 def _names_a_user(wake: object) -> bool:
     """A system wake that carries a live sink names this turn's user (a cron job's chat)."""
-    return (
-        isinstance(wake, Wake) and isinstance(wake.caller, SystemCaller) and not wake.sink.drops
-    )
+    return isinstance(wake, Wake) and isinstance(wake.caller, SystemCaller) and not wake.sink.drops
 
 
 def _caller_name(wake: Wake) -> str:
