@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from channels.access import Access
-from channels.base import Channel, ChannelSink, Inbound
+from channels.base import Channel, ChannelSink
 from channels.cli import CliChannel
 from channels.errors import ChannelError, ChannelStartError, DeliveryError
 from channels.pairing import PairingService
@@ -40,18 +40,18 @@ from gateway.channel_setup import (
     channel_problems,
     webhook_account,
 )
+from gateway.chat_commands import COMMANDS, compact_command
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
 from gateway.http.server import HttpServer
 from gateway.lifetimes import Lifetimes
 from gateway.preflight import directory_problems, make_data_dirs, port_in_use
-from gateway.router import COMMANDS, Router, endpoint_of
-from threads.agent.compaction import CompactionError
+from gateway.router import Router, endpoint_of
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
 from threads.agent.tools import Tool, ToolRegistry
 from threads.dispatch import dispatch_tool
-from threads.errors import ThreadsError, UnreachableError, UnsafePathError
+from threads.errors import UnreachableError, UnsafePathError
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
@@ -80,29 +80,6 @@ def check_models(config: GatewayConfig, models: Models) -> None:
             models.resolve(ref)
         except (ModelError, UnknownModelError) as exc:
             raise StartupError(f"{where} {ref!r}: {exc}") from None
-
-
-def compact_command(
-    manager: ThreadManager, loop: AgentLoop
-) -> Callable[[Inbound, SessionKey, str], Awaitable[str]]:
-    """``/compact``: summarize the chat's older messages now (between turns)."""
-
-    async def compact_now(inbound: Inbound, key: SessionKey, rest: str) -> str:
-        thread = await manager.open_thread(key)
-        if thread is None:
-            return "Nothing to compact yet."
-        if thread.session.busy:
-            return "A turn is running; try /compact when it has finished."
-        try:
-            entry = await loop.compact_session(thread.session)
-        except (CompactionError, ModelError, ThreadsError) as exc:
-            return f"Not compacted: {exc}"
-        return (
-            f"Compacted: about {entry.tokens_before} tokens of context are now a summary "
-            "(nothing was deleted)."
-        )
-
-    return compact_now
 
 
 def default_tools() -> list[Tool[Any]]:
@@ -242,7 +219,7 @@ class Gateway:
         self._router.access = self.access
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
-        self._router.commands["/compact"] = compact_command(self._manager, agent)
+        self._router.commands["/compact"] = compact_command(self._manager, agent.compact_session)
         await self._start_http()
         for channel in self.channels.values():
             try:
