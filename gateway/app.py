@@ -240,7 +240,7 @@ class Gateway:
         Supervisor(self._manager).start()
         if config.cron.enabled:
             await self._start_cron(tools)
-        # Delegations a stopped gateway left open are settled and announced (seed 002).
+        # Delegations a stopped gateway left open are settled and announced.
         self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
         if self.pairing is not None:
             # Approvals and denials made while no gateway ran are told now.
