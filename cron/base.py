@@ -11,7 +11,8 @@
 * :class:`Clock` — where "now" comes from and how cron waits for a later
   time (:class:`WallClock` in production), so a test decides when things fire.
 
-Nothing here imports APScheduler; ``cron.service`` is the one module that does.
+Nothing here imports APScheduler; ``cron.service``, ``cron.scheduler`` and
+``cron.triggers`` are the modules that do.
 """
 
 from __future__ import annotations
