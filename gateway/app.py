@@ -401,6 +401,11 @@ class Gateway:
         self._stopped.set()
         await self._lifetimes.aclose()
 
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` or :meth:`close` was called: parts may be closing."""
+        return self._stopped.is_set()
+
     def stop(self) -> None:
         """Ask :meth:`serve_forever` to return."""
         self._stopped.set()

@@ -167,7 +167,15 @@ class ControlServer:
         cli = self.gateway.cli
         if cli is None:
             return {"ok": False, "error": "the terminal channel is disabled in this gateway"}
-        await cli.submit(str(request.get("text", "")))
+        try:
+            await cli.submit(str(request.get("text", "")))
+        except Exception:
+            if not self.gateway.stopping:
+                raise
+            # A line that arrives while the gateway stops is not taken (the channel, the
+            # manager or the session has closed): end this connection unanswered, so the
+            # client says, in its one line, that the gateway went away.
+            raise ConnectionResetError("the gateway is stopping") from None
         return {"ok": True}
 
     async def _idle(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
