@@ -47,11 +47,6 @@ if TYPE_CHECKING:
 # the commands that run it, so that quick commands start quickly.
 
 app = App(name="gateway")
-config_cli.register(app)
-ops_cli.register(app)
-app.add_typer(sessions_app, name="sessions")
-app.add_typer(cron_app, name="cron")
-app.add_typer(pairing_app, name="pairing")
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 VerboseOption = Annotated[
@@ -252,6 +247,14 @@ async def _chat_attached(client: ControlClient, stop: StopSignals) -> None:
 async def _print_replies(client: ControlClient) -> None:
     while True:
         _print_reply(await client.replies.get())
+
+
+# After run and chat, so `gateway --help` lists them in the order a newcomer needs them.
+config_cli.register(app)
+ops_cli.register(app)
+app.add_typer(cron_app, name="cron")
+app.add_typer(sessions_app, name="sessions")
+app.add_typer(pairing_app, name="pairing")
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ one object around them (``{"jobs": […]}``, ``{"job": …, "next_fires": […],
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -68,7 +68,9 @@ def utc(moment: datetime) -> str:
 
 
 def both(moment: datetime, zone: ZoneInfo) -> str:
-    """``2026-12-02 09:00:00 CET  (2026-12-02 08:00:00Z)``."""
+    """``2026-12-02 09:00:00 CET  (2026-12-02 08:00:00Z)``; in UTC, once: ``… 08:00:00Z``."""
+    if moment.astimezone(zone).utcoffset() == timedelta(0) and zone.key in ("UTC", "Etc/UTC"):
+        return utc(moment)
     return f"{local(moment, zone)}  ({utc(moment)})"
 
 
@@ -81,7 +83,10 @@ def next_fire_cell(view: JobView, now: datetime) -> str:
     if view.next_fire is None:
         return "-"
     overdue = " (overdue)" if view.next_fire < now else ""
-    return f"{local(view.next_fire, ZoneInfo(view.job.timezone))}{overdue}\n{utc(view.next_fire)}"
+    zone = ZoneInfo(view.job.timezone)
+    if both(view.next_fire, zone) == utc(view.next_fire):
+        return f"{utc(view.next_fire)}{overdue}"
+    return f"{local(view.next_fire, zone)}{overdue}\n{utc(view.next_fire)}"
 
 
 def next_fire_words(view: JobView) -> str:
