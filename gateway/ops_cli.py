@@ -244,13 +244,20 @@ def _threads_section(info: dict[str, Any]) -> list[str]:
         state = str(thread.get("state", "?"))
         if state == "running":
             state += f" {duration_text(float(thread.get('elapsed_sec', 0.0)))}"
+            if thread.get("iterations"):
+                state += f", {thread['iterations']} model calls"
         line = (
             f"  {thread.get('session_key', '?')}  agent {thread.get('agent', '?')}  {state}"
             f"  {thread.get('pending', 0)} waiting"
         )
         if thread.get("current_tool"):
             line += f"  in tool {thread['current_tool']}"
-        lines.append(line)
+        detail = [f"session {thread.get('session_id', '?')}"]
+        if thread.get("run_id"):
+            detail.append(f"run {thread['run_id']}")
+        if "idle_seconds" in thread:
+            detail.append(f"last active {duration_text(float(thread['idle_seconds']))} ago")
+        lines += [line, f"    {' · '.join(detail)}"]
     extra = set(figures) - {
         "active",
         "running",

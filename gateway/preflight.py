@@ -29,6 +29,7 @@ import socket
 from pathlib import Path
 
 from config import GatewayConfig, Problem
+from config.models import read_secret
 from gateway.channel_setup import channel_problems
 from threads.llm import ModelConfigError, resolve_api_key
 from threads.store.private import dir_problem, make_private_dir
@@ -81,9 +82,29 @@ def provider_problems(config: GatewayConfig) -> list[Problem]:
     return problems
 
 
+def web_problems(config: GatewayConfig) -> list[Problem]:
+    """The web chat's token file, when it cannot be read or is empty (start-up reads it)."""
+    web = config.channels.web
+    if not web.enabled or web.token_file is None:
+        return []
+    setting = "channels.web.token_file"
+    try:
+        token = read_secret(web.token, web.token_file, setting)
+    except ValueError as exc:
+        return [Problem(path=setting, message=str(exc).removeprefix(f"{setting}: "))]
+    if token is not None and not token.get_secret_value():
+        return [Problem(path=setting, message=f"{web.token_file} is empty")]
+    return []
+
+
 def preflight(config: GatewayConfig) -> list[Problem]:
     """Every problem start-up would refuse that the configuration and this machine decide."""
-    return [*directory_problems(config), *provider_problems(config), *channel_problems(config)]
+    return [
+        *directory_problems(config),
+        *provider_problems(config),
+        *channel_problems(config),
+        *web_problems(config),
+    ]
 
 
 def port_problems(config: GatewayConfig) -> list[Problem]:

@@ -244,3 +244,20 @@ def test_no_option_shows_a_bool_metavar(command: list[str]) -> None:
 def test_a_usage_error_exits_2(tmp_path: Path) -> None:
     assert gateway("cron", "list", "--no-such-option", cwd=tmp_path).returncode == 2
     assert gateway("stop-session", cwd=tmp_path).returncode == 2
+
+
+def test_an_empty_web_token_file_is_named_by_config_check_and_refused_by_run(
+    tmp_path: Path,
+) -> None:
+    token = tmp_path / "web-token"
+    token.write_text("\n")
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        f'data_dir = "{tmp_path / "data"}"\n[http]\nport = 0\n'
+        f'[channels.web]\ntoken_file = "{token}"\n'
+    )
+    check = gateway("config", "check", str(path), cwd=tmp_path)
+    run = gateway("run", "--config", str(path), cwd=tmp_path)
+    assert check.returncode == run.returncode == 1
+    assert f"channels.web.token_file: {token} is empty" in check.stderr
+    assert f"channels.web.token_file {token} is empty" in run.stderr
