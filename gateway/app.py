@@ -307,7 +307,7 @@ class Gateway:
             store,
             waker=ManagerWaker(self.manager),
             session_sink=self.manager.session_sink,
-            chat_sink=self._chat_user_sink,
+            chat_sink=self._user_sink,
             clock=self._cron_clock,
         )
         await service.start()
@@ -426,9 +426,6 @@ class Gateway:
         return self.send_policy.wrap(key, sink) if self.send_policy else sink
 
     def _user_sink(self, key: SessionKey) -> Sink | None:
-        return self._chat_user_sink(key)
-
-    def _chat_user_sink(self, key: SessionKey) -> Sink | None:
         """The user of a chat key, through the send policy; None when its channel is not running."""
         endpoint = endpoint_of(key)
         if endpoint is None:

@@ -19,6 +19,8 @@ from threads.errors import ThreadsError
 from threads.keys import SessionKey
 from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
+from threads.session import Session
+from threads.store.entries import CompactionEntry
 
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("new", "start a fresh conversation (the old one is kept)"),
@@ -77,7 +79,9 @@ def status_text(key: SessionKey, info: dict[str, Any], model: str) -> str:
     return "\n".join(lines)
 
 
-def compact_command(manager: ThreadManager, compact: Callable[[Any], Awaitable[Any]]) -> Command:
+def compact_command(
+    manager: ThreadManager, compact: Callable[[Session], Awaitable[CompactionEntry]]
+) -> Command:
     """``/compact``: summarize the chat's older messages now (between answers)."""
 
     async def compact_now(inbound: Inbound, key: SessionKey, rest: str) -> str:
