@@ -32,7 +32,7 @@ import typer
 
 from config import GatewayConfig
 from gateway import config_cli, ops_cli
-from gateway.cli_kit import EXIT_OK, App, ConfigOption, fail, load
+from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
 from gateway.errors import ControlError, GatewayError, GatewayGoneError
@@ -95,7 +95,7 @@ def setup_logging(verbose: bool, level: str | None = None) -> None:
     """Log to stderr at ``level`` (``-v`` is info); warnings and errors always show."""
     name = (level or ("info" if verbose else "warning")).lower()
     if name not in LOG_LEVELS:
-        fail(f"--log-level {level!r} is not one of {', '.join(LOG_LEVELS)}", code=2)
+        fail(f"--log-level {level!r} is not one of {', '.join(LOG_LEVELS)}", code=EXIT_USAGE)
     logging.basicConfig(
         level=getattr(logging, name.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

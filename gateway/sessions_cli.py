@@ -28,7 +28,16 @@ import typer
 from rich.table import Table
 
 from config import GatewayConfig
-from gateway.cli_kit import App, ConfigOption, JsonOption, console, fail, load, print_json
+from gateway.cli_kit import (
+    EXIT_USAGE,
+    App,
+    ConfigOption,
+    JsonOption,
+    console,
+    fail,
+    load,
+    print_json,
+)
 from gateway.control import ControlClient
 from gateway.errors import ControlError
 from threads.errors import InvalidKeyError, ThreadsError, UnreachableError
@@ -149,7 +158,7 @@ def send_policy(
     """Set a session's send policy: allow or deny its replies to the channel user, or inherit."""
     settings = load(config)
     if setting not in SETTINGS:
-        fail(f"send policy {setting!r} is not one of allow, deny, inherit", code=2)
+        fail(f"send policy {setting!r} is not one of allow, deny, inherit", code=EXIT_USAGE)
     target = _translate(key, settings)
 
     async def go() -> dict[str, Any]:
@@ -186,7 +195,7 @@ def _kinds(values: list[str] | None) -> list[str] | None:
     kinds = [k.strip() for value in values for k in value.split(",") if k.strip()]
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
-        fail(f"--kinds {', '.join(unknown)}: a kind is one of {', '.join(KINDS)}", code=2)
+        fail(f"--kinds {', '.join(unknown)}: a kind is one of {', '.join(KINDS)}", code=EXIT_USAGE)
     return kinds
 
 
@@ -196,7 +205,7 @@ def _translate(key: str, settings: GatewayConfig) -> str:
     try:
         return str(translate(key, settings))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
-        fail(str(exc), code=2)
+        fail(str(exc), code=EXIT_USAGE)
 
 
 def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T:
@@ -214,7 +223,7 @@ def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
-        fail(str(exc), code=2)
+        fail(str(exc), code=EXIT_USAGE)
     except UnreachableError as exc:
         fail(str(exc))
     except (ThreadsError, OSError) as exc:
