@@ -88,6 +88,9 @@ class InstantWaker:
         self.count += 1
         return Accepted(key=key, session_id="s_bench", run_id=f"s_bench-t{self.count}")
 
+    async def wake_turn(self, key: SessionKey, wake: Wake) -> tuple[Accepted, None]:
+        return await self.wake(key, wake), None
+
     async def session_exists(self, key: SessionKey) -> bool:
         return True
 

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from config.access import AccessConfig
+from config.paths import DEFAULT_SESSIONS_URL, place_store_paths
 from config.redaction import redact_url
 from config.tools import McpConfig, ToolsConfig
 
@@ -274,7 +275,8 @@ class ThreadsConfig(Section):
 class StoreConfig(Section):
     """Where sessions live. URL schemes: memory://, jsonl://, sqlite:///, redis://."""
 
-    url: str = "jsonl://./data/sessions"
+    # Relative file paths are under data_dir (config.paths): <data_dir>/sessions.
+    url: str = DEFAULT_SESSIONS_URL
     state_url: str = ""
     fsync: Literal["every_append", "on_flush"] = "every_append"
     salvage: bool = False
@@ -577,6 +579,12 @@ class GatewayConfig(Section):
     mcp: McpConfig = Field(default_factory=McpConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _store_paths(cls, data: object) -> object:
+        """Relative store paths are under data_dir (see :mod:`config.paths`)."""
+        return place_store_paths(data)
 
     @field_validator("agents")
     @classmethod

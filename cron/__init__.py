@@ -9,7 +9,7 @@ The gateway wires it::
 
 ``Waker`` is cron's port to the thread manager, which ``cron.manager_waker``
 adapts to it; ``JobStore`` the state store's cron share (SQLite or Redis).
-``cron.service`` and its ``cron.scheduler`` are the only modules that import
+``cron.service``, its ``cron.scheduler`` and ``cron.triggers`` are the only modules that import
 APScheduler. Time comes from a ``cron.base.Clock`` (the wall clock by default).
 """
 

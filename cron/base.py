@@ -1,16 +1,18 @@
 """The ports of the cron package: what it needs from the gateway, and its job store.
 
 * :class:`Waker` — the gateway's thread manager, seen from cron: hand a wake
-  to a session (durable before it returns), ask whether a session exists, and
-  which cron wakes a session already holds (``cron.manager_waker`` adapts the
-  thread manager to it).
+  to a session (durable before it returns; with the turn it will run as, so
+  the ledger can record what became of its output), ask whether a session
+  exists, and which cron wakes a session already holds (``cron.manager_waker``
+  adapts the thread manager to it).
 * :class:`JobStore` — jobs, their schedule state, the run ledger, run-now
   requests and the running service's heartbeat, kept in the gateway's state
   store (``cron.sqlite_store`` by default, ``cron.redis_store`` on Redis).
 * :class:`Clock` — where "now" comes from and how cron waits for a later
   time (:class:`WallClock` in production), so a test decides when things fire.
 
-Nothing here imports APScheduler; ``cron.service`` is the one module that does.
+Nothing here imports APScheduler; ``cron.service``, ``cron.scheduler`` and
+``cron.triggers`` are the modules that do.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cron.models import Job, JobState, RunRecord
 from threads.keys import SessionKey
 from threads.sinks import Sink
 from threads.wake import Accepted, Wake
+
+if TYPE_CHECKING:
+    from threads.turns import Turn
 
 
 class Timer(Protocol):
@@ -68,6 +73,13 @@ SessionSinkFactory = Callable[[SessionKey, SessionKey], Sink]
 ``origin`` is the job's own session (``cron:<id>``), the caller the target sees.
 """
 
+ChatSinkFactory = Callable[[SessionKey], Sink | None]
+"""Builds the sink that reaches the user of a chat key (a job's ``deliver_to``).
+
+None when that chat's channel is not running in this gateway: the fire then
+fails, saying so, rather than run a turn whose output can reach no one.
+"""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeldWake:
@@ -92,6 +104,14 @@ class Waker(Protocol):
     """
 
     async def wake(self, key: SessionKey, wake: Wake) -> Accepted: ...
+
+    async def wake_turn(self, key: SessionKey, wake: Wake) -> tuple[Accepted, Turn | None]:
+        """As :meth:`wake`, with the turn the wake runs as (None: it cannot be followed).
+
+        Cron waits for that turn to end, after recording the fire, to record
+        what became of its output (the run's ``delivery``).
+        """
+        ...
 
     async def session_exists(self, key: SessionKey) -> bool: ...
 
@@ -215,6 +235,13 @@ class JobStore(Protocol):
 
     async def runs(self, job_id: str, limit: int = 20) -> list[RunRecord]:
         """The newest ``limit`` ledger records of a job, oldest first."""
+        ...
+
+    async def set_delivery(self, job_id: str, seq: int, delivery: str) -> bool:
+        """Record what became of run ``seq``'s output (its turn ended after the record).
+
+        False when the record is gone (trimmed, or never written).
+        """
         ...
 
     async def request_run(self, job_id: str, requested: datetime) -> None: ...

@@ -7,9 +7,13 @@ day-of-week``, or a macro such as ``@daily``). Two things differ in APScheduler
 * Day-of-week numbers: crontab counts 0 (and 7) as Sunday; APScheduler 3's
   ``CronTrigger.from_crontab`` counts 0 as Monday. Numbers are rewritten as
   day names, which both agree on.
-* Restricting both day-of-month and day-of-week: crontab fires when *either*
-  matches, APScheduler only when *both* do. Such an expression is refused with
-  a message saying so, rather than run with a meaning the operator did not mean.
+* Restricting both day-of-month and day-of-week: classic cron fires when
+  *either* matches (``0 9 1-7 * 1`` is 09:00 on the 1st to the 7th, and on
+  every Monday), APScheduler only when *both* do. Here it keeps the classic
+  meaning: :meth:`Crontab.alternatives` gives the two expressions, one per
+  day field, and the scheduler fires at whichever comes first. As in classic
+  cron, a day field that starts with ``*`` (``*/2``) does not count as
+  restricted: then both must match.
 
 Every refusal is a :class:`ValueError` whose message names the field and why.
 """
@@ -44,10 +48,25 @@ class Crontab:
     day: str
     month: str
     day_of_week: str
+    either_day: bool = False
 
     def expression(self) -> str:
         """The five fields joined, as ``CronTrigger.from_crontab`` takes them."""
         return f"{self.minute} {self.hour} {self.day} {self.month} {self.day_of_week}"
+
+    def alternatives(self) -> tuple[str, ...]:
+        """The expressions whose fire times together are this one's, for the scheduler.
+
+        One, unless both day fields are restricted: then one per day field
+        (classic cron fires when either matches; APScheduler needs both).
+        """
+        if not self.either_day:
+            return (self.expression(),)
+        start = f"{self.minute} {self.hour}"
+        return (
+            f"{start} {self.day} {self.month} *",
+            f"{start} * {self.month} {self.day_of_week}",
+        )
 
     @property
     def hour_is_fixed(self) -> bool:
@@ -74,12 +93,12 @@ def parse(expr: str) -> Crontab:
     for name, value in zip(FIELD_NAMES[:4], (minute, hour, day, month), strict=True):
         _check_numeric_field(name, value)
     weekdays = _translate_weekdays(dow)
-    if day != "*" and dow != "*":
-        raise ValueError(
-            f"{expr!r} restricts both day-of-month ({day}) and day-of-week ({dow}); classic cron "
-            "fires when either matches but this scheduler needs both, so restrict only one"
-        )
-    return Crontab(minute=minute, hour=hour, day=day, month=month, day_of_week=weekdays)
+    # Classic cron: a day field starting with "*" is unrestricted, and then both must
+    # match; with both restricted, either one does.
+    either = not day.startswith("*") and not dow.startswith("*")
+    return Crontab(
+        minute=minute, hour=hour, day=day, month=month, day_of_week=weekdays, either_day=either
+    )
 
 
 def _check_numeric_field(name: str, value: str) -> None:

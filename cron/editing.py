@@ -18,7 +18,7 @@ import asyncio
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Collection
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cron.base import Clock, JobStore
@@ -29,7 +29,15 @@ from cron.errors import (
     NoGatewayError,
     NotYourJobError,
 )
-from cron.models import Job, JobState, JobView, RunRecord, build_job, check_zone
+from cron.models import (
+    DELIVERY_PENDING,
+    Job,
+    JobState,
+    JobView,
+    RunRecord,
+    build_job,
+    check_zone,
+)
 from threads.keys import SessionKey
 
 ALIVE_SECONDS = 10.0
@@ -89,12 +97,22 @@ class JobEditor(ABC):
         fields.setdefault("updated", now)
         return build_job(**fields)
 
-    async def upsert(self, job: Job) -> JobView:
+    async def upsert(self, job: Job, *, min_interval: timedelta | None = None) -> JobView:
         """Store ``job`` by id (replacing its definition) and, when running, schedule it.
 
         Refuses (nothing stored) an expression that never fires or an ``at``
-        time that is not in the future, naming the field.
+        time that is not in the future, naming the field; with ``min_interval``
+        (the CLI passes :data:`~cron.models.MIN_INTERVAL` unless ``--force``),
+        an ``every`` job more frequent than that too.
         """
+        interval = job.interval
+        if min_interval is not None and interval is not None and interval < min_interval:
+            raise InvalidJobError.one(
+                "every",
+                f"{job.every} is shorter than {min_interval.total_seconds():g} s: a job this "
+                "frequent floods its session and the run ledger (pass --force to set it anyway)",
+                job.id,
+            )
         if job.agent and self._known_agents is not None and job.agent not in self._known_agents:
             raise InvalidJobError.one(
                 "agent",
@@ -139,13 +157,17 @@ class JobEditor(ABC):
             await self._apply(stored)
         return await self.get(job_id)
 
-    async def run_now(self, job_id: str, *, wait_seconds: float = 0.0) -> RunRecord | None:
+    async def run_now(
+        self, job_id: str, *, wait_seconds: float = 0.0, until_delivered: bool = False
+    ) -> RunRecord | None:
         """Fire a job now, paused or not; the ledger records it ``via: run-now``.
 
         Started, this fires at once and returns the record. Not started, it
         leaves a request for the running gateway and, with ``wait_seconds``,
-        polls the ledger that long for the record; :class:`NoGatewayError`
-        when no gateway is running against the store (nothing is requested).
+        polls the ledger that long for the record (with ``until_delivered``,
+        until its delivery is known too, within the same time);
+        :class:`NoGatewayError` when no gateway is running against the store
+        (nothing is requested).
         """
         job = await self._require(job_id)
         now = self._clock.now()
@@ -156,12 +178,16 @@ class JobEditor(ABC):
             raise NoGatewayError(job_id, self.store.url, beat.at.isoformat() if beat else "")
         await self.store.request_run(job_id, now)
         deadline = asyncio.get_running_loop().time() + wait_seconds
+        found: RunRecord | None = None
         while asyncio.get_running_loop().time() < deadline:
             for run in reversed(await self.store.runs(job_id, limit=10)):
                 if run.via == "run-now" and run.scheduled == now:
-                    return run
+                    found = run
+                    break
+            if found is not None and (not until_delivered or found.delivery != DELIVERY_PENDING):
+                return found
             await asyncio.sleep(0.05)  # polling the ledger with a deadline
-        return None
+        return found
 
     # --- reading -------------------------------------------------------------------------
 
@@ -207,7 +233,7 @@ class JobEditor(ABC):
     ) -> JobView:
         """Wake ``session`` once at ``at`` (RFC 3339 with offset) with ``task``.
 
-        A direct-wake ``at`` job (seed 000's ``cron set-at --direct-wake``):
+        A direct-wake ``at`` job (what ``gateway cron set-at --direct-wake`` sets):
         the session keeps its agent, and the wake's caller is cron (a drop sink).
         """
         key = str(SessionKey(session))

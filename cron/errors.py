@@ -8,6 +8,7 @@ Every error raised here derives from :class:`CronError`::
     ├── JobConflictError                 the job's state forbids the call (resume a spent `at` job)
     ├── NotYourJobError (PermissionError) an agent touching a job that wakes another session
     ├── SessionMissingError (LookupError) a direct-wake job's session does not exist
+    ├── DeliveryTargetError              a job's deliver_to chat has no running channel
     ├── NoGatewayError                   run-now while no gateway is running against the store
     ├── ServiceStateError                start twice, or scheduling calls before start
     └── StoreError                       the state store refused or cannot be reached
@@ -104,6 +105,19 @@ class SessionMissingError(CronError, LookupError):
         super().__init__(
             f"cron job {job_id!r}: session {session} does not exist; a direct-wake job only "
             "wakes an existing session (drop --direct-wake to run the task in its own session)"
+        )
+
+
+class DeliveryTargetError(CronError, LookupError):
+    """A job fired whose ``deliver_to`` chat no running channel reaches."""
+
+    def __init__(self, job_id: str, chat: str) -> None:
+        self.job_id = job_id
+        self.chat = chat
+        channel = chat.partition(":")[0]
+        super().__init__(
+            f"cron job {job_id!r}: its output goes to {chat}, but the {channel} channel is not "
+            "running in this gateway; enable it, or set the job's --deliver-to to a chat that is"
         )
 
 

@@ -9,7 +9,9 @@ store otherwise), then calls every run listener with each stored record.
 
 A fire is stamped twice: ``handed_over`` when its wake goes to the waker, and
 ``fired`` when the waker returns — the wake is then durable in its session —
-so lateness includes the hand-over. After a restart, :meth:`Firer.recover`
+so lateness includes the hand-over. Once a fired run is in the ledger, the
+firer follows the turn its wake runs as and, when that turn ends, records
+what became of its output (the run's ``delivery``, see :mod:`cron.delivery`). After a restart, :meth:`Firer.recover`
 finds the due times whose wakes the session already holds (a crash came
 between acceptance and the ledger write) and records them as fired instead of
 waking the session again (decision cron-11).
@@ -17,18 +19,29 @@ waking the session again (decision cron-11).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from cron.base import Advance, Beat, Clock, HeldWake, JobStore, Recording, SessionSinkFactory, Waker
+from cron.base import (
+    Advance,
+    Beat,
+    ChatSinkFactory,
+    Clock,
+    HeldWake,
+    JobStore,
+    Recording,
+    SessionSinkFactory,
+    Waker,
+)
+from cron.delivery import STOPPED, delivery_of
 from cron.errors import ServiceStateError
 from cron.ledger import LedgerWriter
 from cron.misfire import MisfirePolicy, Planned
 from cron.models import Job, RunRecord, RunVia
-from cron.wakes import Outcome, send_wake
-from threads.wake import Accepted
+from cron.wakes import Outcome, Sent, send_wake
 
 RECOVERED = (
     "the session already held this wake when the gateway restarted (accepted before a crash, "
@@ -42,6 +55,8 @@ LOST = (
 log = logging.getLogger(__name__)
 
 RunListener = Callable[[RunRecord], None]
+DeliveryListener = Callable[[str, int, str], None]
+"""Called with ``(job id, run seq, delivery)`` once a fired run's delivery is recorded."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,8 +86,9 @@ class CatchUp:
 class Firer:
     """Hands a job's fires over and records their runs; owned by one cron service.
 
-    ``waker`` is needed to fire (a run-now or a scheduled fire); ``session_sink``
-    builds the sink through which an independent job's reply reaches its
+    ``waker`` is needed to fire (a run-now or a scheduled fire); ``chat_sink``
+    builds the sink that reaches a job's ``deliver_to`` chat, ``session_sink``
+    the one through which an older report-to-session job's reply reaches its
     ``wake_session``.
     """
 
@@ -84,18 +100,28 @@ class Firer:
         policy: MisfirePolicy,
         clock: Clock,
         session_sink: SessionSinkFactory | None = None,
+        chat_sink: ChatSinkFactory | None = None,
     ) -> None:
         self._store = store
         self._waker = waker
         self._policy = policy
         self._clock = clock
         self._session_sink = session_sink
+        self._chat_sink = chat_sink
         self._listeners: list[RunListener] = []
+        self._delivery_listeners: list[DeliveryListener] = []
         self._ledger: LedgerWriter | None = None
+        # Fired runs whose turn has not ended yet, and every task following one.
+        self._waiting: dict[asyncio.Task[None], tuple[str, int]] = {}
+        self._followers: set[asyncio.Task[None]] = set()
 
     def add_listener(self, listener: RunListener) -> None:
         """Call ``listener`` with every run record once it is in the ledger."""
         self._listeners.append(listener)
+
+    def add_delivery_listener(self, listener: DeliveryListener) -> None:
+        """Call ``listener`` with each fired run's delivery once it is recorded."""
+        self._delivery_listeners.append(listener)
 
     # --- the ledger writer, while the service runs -------------------------------------
 
@@ -116,8 +142,63 @@ class Firer:
         """Fire ``job`` for a run-now request made at ``requested``; its stored record."""
         plan = self._policy.plan([requested], now, enabled=True)
         outcomes = [await self.hand_over(job, p, "run-now") for p in plan]
-        stored = await self.record(job.id, [o.record(job) for o in outcomes], None)
+        stored = await self.settle(job, outcomes, None)
         return stored[-1]
+
+    async def settle(
+        self, job: Job, outcomes: Sequence[Outcome], advance: Advance | None
+    ) -> list[RunRecord]:
+        """Record ``outcomes``, then follow each fired one's turn to record its delivery."""
+        stored = await self.record(job.id, [o.record(job) for o in outcomes], advance)
+        for outcome, run in zip(outcomes, stored, strict=True):
+            sent = outcome.sent
+            if sent is not None and sent.turn is not None:
+                self._follow(job.id, run.seq, sent)
+        return stored
+
+    def _follow(self, job_id: str, seq: int, sent: Sent) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._await_delivery(job_id, seq, sent), name=f"cron {job_id} delivery"
+        )
+        self._followers.add(task)
+        self._waiting[task] = (job_id, seq)
+        task.add_done_callback(self._followed)
+
+    def _followed(self, task: asyncio.Task[None]) -> None:
+        self._followers.discard(task)
+        self._waiting.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cron: recording a delivery failed", exc_info=task.exception())
+
+    async def _await_delivery(self, job_id: str, seq: int, sent: Sent) -> None:
+        assert sent.turn is not None
+        delivery = await delivery_of(sent.turn, sent.watch)
+        # From here on the write runs to its end: a stop waits for it, never cancels it.
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.pop(task, None)
+        await self._set_delivery(job_id, seq, delivery)
+
+    async def _set_delivery(self, job_id: str, seq: int, delivery: str) -> None:
+        try:
+            await self._store.set_delivery(job_id, seq, delivery)
+        except Exception as exc:
+            log.warning("cron: job %s run %d: recording its delivery failed: %s", job_id, seq, exc)
+            return
+        for listener in self._delivery_listeners:
+            listener(job_id, seq, delivery)
+
+    async def stop_following(self) -> None:
+        """Stop waiting for turns (the service stops); their runs' delivery says so.
+
+        A delivery already being written is let finish.
+        """
+        waiting = dict(self._waiting)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*self._followers, return_exceptions=True)
+        for job_id, seq in waiting.values():
+            await self._set_delivery(job_id, seq, STOPPED)
 
     async def record(
         self, job_id: str, runs: Sequence[RunRecord], advance: Advance | None
@@ -139,7 +220,7 @@ class Firer:
             return Outcome(planned=planned, via=via)
         handed_over = self._clock.now()
         try:
-            accepted = await self._wake(job, planned.scheduled, via, handed_over)
+            sent = await self._wake(job, planned.scheduled, via, handed_over)
         except Exception as exc:
             log.warning("cron: job %s failed to wake %s: %s", job.id, job.session_key, exc)
             return Outcome(
@@ -153,12 +234,13 @@ class Firer:
             via=via,
             handed_over=handed_over,
             fired=self._clock.now(),
-            accepted=accepted,
+            accepted=sent.accepted,
+            sent=sent,
         )
 
     async def _wake(
         self, job: Job, scheduled: datetime, via: RunVia, handed_over: datetime
-    ) -> Accepted:
+    ) -> Sent:
         return await send_wake(
             self._require_waker(),
             job,
@@ -166,6 +248,7 @@ class Firer:
             via=via,
             handed_over=handed_over,
             session_sink=self._session_sink,
+            chat_sink=self._chat_sink,
         )
 
     def _require_waker(self) -> Waker:

@@ -19,6 +19,7 @@ from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.messages import JSON
 from threads.store.entries import Entry, MessageEntry, ReceiptEntry
+from threads.turns import Turn
 from threads.wake import Accepted, Wake
 
 # A prompt entry, or the receipt of a wake accepted while the session was busy; the
@@ -34,6 +35,9 @@ class ManagerWaker:
 
     async def wake(self, key: SessionKey, wake: Wake) -> Accepted:
         return await self.manager.wake(key, wake)
+
+    async def wake_turn(self, key: SessionKey, wake: Wake) -> tuple[Accepted, Turn | None]:
+        return await self.manager.wake_turn(key, wake)
 
     async def session_exists(self, key: SessionKey) -> bool:
         return await self.manager.session_exists(key)

@@ -26,6 +26,11 @@ JobKind = Literal["cron", "at", "every"]
 RunStatus = Literal["fired", "missed", "skipped", "failed"]
 RunVia = Literal["schedule", "run-now"]
 
+MIN_INTERVAL = timedelta(seconds=10)
+"""The shortest ``every`` the CLI sets without ``--force``: more often floods a session."""
+DELIVERY_PENDING = "pending"
+"""A fired run's delivery until its turn has ended (then ``delivered``, ``silent``, ``failed: …``)."""
+
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _INTERVAL = re.compile(r"(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 _UNIT_SECONDS = (604_800, 86_400, 3_600, 60, 1)
@@ -44,6 +49,39 @@ def parse_interval(text: str) -> timedelta:
     if seconds < 1:
         raise ValueError(f"{text!r} is shorter than one second")
     return timedelta(seconds=seconds)
+
+
+def local_instant(text: str, zone: str) -> datetime:
+    """A wall-clock time without an offset (``2035-03-01T09:00``), read in ``zone`` → UTC.
+
+    A time the clocks skip in that zone (the spring-forward hour) is refused; a
+    time they pass twice (the fall-back hour) is its first occurrence.
+    """
+    try:
+        naive = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a time such as 2035-03-01T09:00 or 2035-03-01 09:00"
+        ) from None
+    if naive.tzinfo is not None:
+        return naive.astimezone(UTC)
+    tz = ZoneInfo(check_zone(zone))
+    moment = naive.replace(tzinfo=tz)
+    if moment.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != naive:
+        raise ValueError(
+            f"{text!r} does not exist in {zone}: the clocks skip that hour (daylight saving); "
+            "give a time outside it"
+        )
+    return moment.astimezone(UTC)
+
+
+def has_offset(text: str) -> bool:
+    """Whether an RFC 3339 / ISO time text carries its UTC offset (``Z``, ``+02:00``)."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return True  # not a time at all: let the job's validation name what is wrong
+    return moment.tzinfo is not None
 
 
 def parse_instant(value: object) -> datetime:
@@ -91,8 +129,12 @@ class Job(Record):
     disabled and kept); ``every`` uses ``every`` (``15m``) counted from
     when it was set. A ``direct_wake`` job wakes the existing ``wake_session``
     with the session's own agent; otherwise the job runs in ``cron:<id>``
-    with ``agent`` (or the default), and ``wake_session``, when set, is
-    where that run's reply goes. ``revision`` is set by the store.
+    with ``agent`` (or the default). Where an independent job's output goes:
+    ``deliver_to``, a chat's session key (its text answer and its
+    ``dispatch(to=user)`` reach that chat's user), or nowhere (a silent job).
+    ``wake_session`` without ``direct_wake`` is the older form, kept for the
+    jobs that have it: the run's answer wakes that session's agent, which
+    decides what its user hears. ``revision`` is set by the store.
     """
 
     id: str
@@ -104,6 +146,7 @@ class Job(Record):
     task: str
     wake_session: str | None = None
     direct_wake: bool = False
+    deliver_to: str | None = None
     agent: str | None = None
     enabled: bool = True
     created: datetime
@@ -163,6 +206,22 @@ class Job(Record):
         except InvalidKeyError as exc:
             raise ValueError(str(exc)) from None
 
+    @field_validator("deliver_to")
+    @classmethod
+    def _deliver_to(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        try:
+            key = SessionKey(value)
+        except InvalidKeyError as exc:
+            raise ValueError(str(exc)) from None
+        if not key.is_user_facing:
+            raise ValueError(
+                f"{value!r} is not a chat: give a chat's session key, such as cli, "
+                "telegram:123456, discord:channel:456 or web:<id>"
+            )
+        return str(key)
+
     @field_validator("agent")
     @classmethod
     def _agent(cls, value: str | None) -> str | None:
@@ -185,6 +244,17 @@ class Job(Record):
         if self.direct_wake and self.wake_session is None:
             raise ValueError(
                 "wake_session: a direct-wake job needs the existing session to wake (--wake-session)"
+            )
+        if self.deliver_to is not None and self.direct_wake:
+            raise ValueError(
+                "deliver_to: a direct wake reaches its session's own user (the woken session "
+                "answers with dispatch(to=user)); drop --deliver-to, or drop --direct-wake to "
+                "run the task in its own session and deliver its output"
+            )
+        if self.deliver_to is not None and self.wake_session is not None:
+            raise ValueError(
+                "wake_session: with --deliver-to the output already goes to a chat; "
+                "give --deliver-to alone"
             )
         if self.direct_wake and self.agent is not None:
             raise ValueError(
@@ -210,17 +280,31 @@ class Job(Record):
         if self.kind == "cron":
             return f"{self.expr} ({self.timezone})"
         if self.kind == "at" and self.at is not None:
-            return f"at {self.at.isoformat().replace('+00:00', 'Z')}"
+            if self.timezone == "UTC":
+                return f"at {self.at.isoformat().replace('+00:00', 'Z')}"
+            local = self.at.astimezone(ZoneInfo(self.timezone))
+            return f"at {local:%Y-%m-%d %H:%M:%S} ({self.timezone})"
         return f"every {self.every}"
 
     @property
     def target_text(self) -> str:
+        """Which session the job wakes and where its output goes, in a few words."""
         key = self.session_key
         if self.direct_wake:
             return f"{key} (direct wake)"
         agent = f" agent {self.agent}" if self.agent else ""
-        reply = f" → {self.wake_session}" if self.wake_session else ""
-        return f"{key}{agent}{reply}"
+        return f"{key}{agent} → {self.output_text}"
+
+    @property
+    def output_text(self) -> str:
+        """Where the job's output goes: a chat, a session (the older form), or nowhere."""
+        if self.direct_wake:
+            return f"the {self.wake_session} user, when the session sends it (dispatch(to=user))"
+        if self.deliver_to:
+            return f"chat {self.deliver_to}"
+        if self.wake_session:
+            return f"session {self.wake_session}"
+        return "nobody (silent)"
 
     @property
     def schedule_signature(self) -> str:
@@ -278,7 +362,13 @@ class RunRecord(Record):
     session, hand-over included (for a failed fire, how late the hand-over
     began; for missed and skipped, how late they were judged). ``coalesced``
     counts earlier due times this record also stands for. ``run_id`` is the id
-    of the turn the wake runs as.
+    of the turn the wake runs as. ``delivery`` is what became of the turn's
+    output, recorded once the turn ends: ``pending`` until then, ``delivered``
+    (it reached a person: the chat of ``deliver_to``, or the woken session's
+    user), ``silent`` (the turn ended sending nothing to anyone), or
+    ``failed: …`` (the turn failed, or a delivery was refused); ``unknown: …``
+    when the gateway stopped before the turn ended; empty for a run that did
+    not fire.
     """
 
     job_id: str
@@ -295,6 +385,7 @@ class RunRecord(Record):
     run_id: str | None = None
     error: str = ""
     note: str = ""
+    delivery: str = ""
 
 
 class JobView(Record):
@@ -304,6 +395,18 @@ class JobView(Record):
     next_fire: datetime | None
     last_status: RunStatus | None = None
     last_fired: datetime | None = None
+
+    @property
+    def state(self) -> Literal["active", "paused", "done"]:
+        """``active`` (fires), ``paused`` (fires nothing), or ``done`` (a spent ``at`` job)."""
+        if self.job.enabled:
+            return "active"
+        return "done" if self.job.kind == "at" and self.next_fire is None else "paused"
+
+    @property
+    def upcoming(self) -> datetime | None:
+        """The next time the job fires (UTC): None when paused or done, unlike ``next_fire``."""
+        return self.next_fire if self.job.enabled else None
 
     def next_fire_local(self) -> datetime | None:
         if self.next_fire is None:

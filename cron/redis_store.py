@@ -10,6 +10,7 @@ never lose each other and a polling service sees every edit exactly once.
     {p}revs      zset id → revision         {p}sigs     hash id → schedule signature
     {p}removed   zset id → revision         {p}state    hash id → state JSON
     {p}runs:<id> list "seq JSON" (trimmed)  {p}runseq   ledger sequence
+                 (a run's ``delivery`` is set in place once its turn ends)
     {p}requests  list of run-now requests   {p}beats    hash owner → heartbeat time
 """
 
@@ -148,6 +149,25 @@ end
 return seqs
 """
 
+# A fire's delivery lands when its turn ends, shortly after its record: the record is
+# among the newest few, so the list is searched from its end (at most ARGV[3] lines).
+_SET_DELIVERY = """
+local prefix = ARGV[1] .. ' '
+local last = redis.call('LLEN', KEYS[1]) - 1
+local stop = math.max(0, last - tonumber(ARGV[3]))
+for i = last, stop, -1 do
+  local line = redis.call('LINDEX', KEYS[1], i)
+  if line and string.sub(line, 1, #prefix) == prefix then
+    local run = cjson.decode(string.sub(line, #prefix + 1))
+    run['delivery'] = ARGV[2]
+    redis.call('LSET', KEYS[1], i, prefix .. cjson.encode(run))
+    return 1
+  end
+end
+return 0
+"""
+_DELIVERY_SCAN = 1000
+
 
 class RedisJobStore:
     """Jobs, schedule state, run ledger, run requests and heartbeats in Redis."""
@@ -165,6 +185,7 @@ class RedisJobStore:
         self._remove = client.register_script(_REMOVE)
         self._changes = client.register_script(_CHANGES)
         self._record = client.register_script(_RECORD)
+        self._set_delivery = client.register_script(_SET_DELIVERY)
 
     @classmethod
     async def open(
@@ -321,6 +342,15 @@ class RedisJobStore:
     async def runs(self, job_id: str, limit: int = 20) -> list[RunRecord]:
         raw = await self._r.lrange(f"{self._p}runs:{job_id}", -limit, -1)
         return [_run(_text(line)) for line in raw]
+
+    async def set_delivery(self, job_id: str, seq: int, delivery: str) -> bool:
+        try:
+            found = await self._set_delivery(
+                keys=[f"{self._p}runs:{job_id}"], args=[seq, delivery, _DELIVERY_SCAN]
+            )
+        except (RedisError, OSError) as exc:
+            raise StoreError(self.url, f"Redis refused a cron ledger write: {exc}") from exc
+        return bool(found)
 
     async def request_run(self, job_id: str, requested: datetime) -> None:
         payload = orjson.dumps({"job_id": job_id, "requested": requested.isoformat()}).decode()

@@ -9,7 +9,7 @@ due (decision cron-12). :class:`CronExecutor` receives every due time of a
 job and hands them to the service instead of calling a function
 (decision cron-01).
 
-Only this module and ``cron.service`` import APScheduler.
+Only this module, ``cron.service`` and ``cron.triggers`` import APScheduler.
 """
 
 from __future__ import annotations

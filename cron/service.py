@@ -1,7 +1,7 @@
 """The cron service: APScheduler 3's ``AsyncIOScheduler`` behind a small interface.
 
-This module and ``cron.scheduler`` are the only ones that import APScheduler,
-so moving to 4.x touches nothing else. Our :class:`~cron.base.JobStore` is the
+This module, ``cron.scheduler`` and ``cron.triggers`` are the only ones that
+import APScheduler, so moving to 4.x touches nothing else. Our :class:`~cron.base.JobStore` is the
 source of truth; the scheduler only computes fire times and wakes us when
 they come, on the service's :class:`~cron.base.Clock`.
 
@@ -32,184 +32,56 @@ import logging
 import secrets
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.date import DateTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 
 from config.models import GatewayConfig
-from cron import crontab
-from cron.base import Advance, Clock, JobStore, SessionSinkFactory, Timer, Waker, WallClock
+from cron.base import (
+    Advance,
+    ChatSinkFactory,
+    Clock,
+    JobStore,
+    SessionSinkFactory,
+    Timer,
+    Waker,
+    WallClock,
+)
 from cron.editing import JobEditor
 from cron.errors import InvalidJobError, ServiceStateError
-from cron.firing import CatchUp, Firer, RunListener
+from cron.firing import CatchUp, DeliveryListener, Firer, RunListener
 from cron.misfire import MisfirePolicy
-from cron.models import Job, JobState, RunRecord, check_zone
+from cron.models import Job, JobState, RunRecord
 from cron.scheduler import CronExecutor, CronScheduler, never_called
+from cron.triggers import (
+    CronTriggers,
+    WallClockCron,
+    build_trigger,
+    cron_trigger,
+    explain,
+    fire_times,
+    first_fire,
+    first_fire_or_none,
+)
 from cron.wakes import milliseconds
+
+__all__ = [
+    "CronService",
+    "build_trigger",
+    "cron_trigger",
+    "explain",
+    "fire_times",
+    "first_fire",
+    "first_fire_or_none",
+]
 
 log = logging.getLogger(__name__)
 
 EXECUTOR = "cron"
 BEAT_SECONDS = 2.0
 STOP_DEADLINE_SECONDS = 5.0
-
-
-# --- fire times --------------------------------------------------------------------------
-
-
-class _WallClockCron(BaseTrigger):  # type: ignore[misc]
-    r"""A ``CronTrigger`` that fires a wall-clock time once on a fall-back night.
-
-    When clocks go back, 02:30 happens twice; APScheduler would fire a daily
-    02:30 job at both. For an expression that fixes its hours, the second
-    occurrence is skipped (as classic cron does); an expression with ``*``
-    hours still fires every real hour.
-
-    It also remembers one answer: once ``now`` is past ``previous``,
-    ``CronTrigger``'s next time depends on ``previous`` alone. The service
-    :meth:`prime`\ s it with the pending fire when it schedules a job and after
-    each fire, so the question APScheduler asks (twice) in the instant a fire
-    is due is already answered — a burst of due jobs is not slowed by cron
-    arithmetic.
-    """
-
-    __slots__ = ("_answer", "_asked", "fixed_hour", "inner")
-
-    def __init__(self, inner: Any, fixed_hour: bool) -> None:
-        self.inner = inner
-        self.fixed_hour = fixed_hour
-        self._asked: datetime | None = None
-        self._answer: datetime | None = None
-
-    def get_next_fire_time(self, previous: datetime | None, now: datetime) -> datetime | None:
-        # Compared in UTC: within one zone, Python's == ignores `fold`, so 02:00 CEST and
-        # 02:00 CET (the hour repeated at fall-back) would look like the same time.
-        asked = previous.astimezone(UTC) if previous is not None else None
-        settled = asked is not None and now.astimezone(UTC) > asked
-        if settled and asked == self._asked:
-            return self._answer
-        moment: datetime | None = self.inner.get_next_fire_time(previous, now)
-        while moment is not None and self.fixed_hour and _second_occurrence(moment):
-            moment = self.inner.get_next_fire_time(moment, moment)
-        if settled:
-            self._asked, self._answer = asked, moment
-        return moment
-
-    def prime(self, previous: datetime | None) -> None:
-        """Answer now what will be asked when ``previous`` fires."""
-        if previous is not None and previous.astimezone(UTC) != self._asked:
-            # In UTC: wall-clock arithmetic on a fold=1 time would land an hour early.
-            self.get_next_fire_time(previous, previous.astimezone(UTC) + timedelta(microseconds=1))
-
-    def __str__(self) -> str:
-        return str(self.inner)
-
-
-def _second_occurrence(moment: datetime) -> bool:
-    local = moment.astimezone(UTC).astimezone(moment.tzinfo)
-    return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
-
-
-CronTriggers = dict[tuple[str, str], tuple[Any, bool]]
-r"""Parsed ``CronTrigger``\ s by (expression, zone), shared by the jobs that use them."""
-
-
-def build_trigger(
-    job: Job, *, anchor: datetime | None = None, shared: CronTriggers | None = None
-) -> Any:
-    """The APScheduler trigger of a job. ``anchor`` starts an ``every`` job's chain.
-
-    With ``shared``, jobs with the same expression and zone share one parsed
-    ``CronTrigger`` (it is read-only once built); each still gets its own wrapper.
-    """
-    if job.kind == "cron":
-        expr = job.expr or ""
-        if shared is None:
-            return cron_trigger(expr, job.timezone, job_id=job.id)
-        key = (expr, job.timezone)
-        if key not in shared:
-            trigger = cron_trigger(expr, job.timezone, job_id=job.id)
-            shared[key] = (trigger.inner, trigger.fixed_hour)
-        inner, fixed_hour = shared[key]
-        return _WallClockCron(inner, fixed_hour)
-    if job.kind == "at":
-        return DateTrigger(run_date=job.at, timezone=UTC)
-    interval = job.interval or timedelta(seconds=1)
-    start = anchor or (datetime.now(UTC) + interval)
-    return IntervalTrigger(seconds=int(interval.total_seconds()), start_date=start, timezone=UTC)
-
-
-def cron_trigger(expr: str, timezone: str, *, job_id: str = "") -> Any:
-    """A trigger for a five-field expression in an IANA zone; refusals name the field."""
-    try:
-        tab = crontab.parse(expr)
-    except ValueError as exc:
-        raise InvalidJobError.one("expr", str(exc), job_id) from None
-    try:
-        zone = ZoneInfo(check_zone(timezone))
-    except ValueError as exc:
-        raise InvalidJobError.one("timezone", str(exc), job_id) from None
-    try:
-        inner = CronTrigger.from_crontab(tab.expression(), timezone=zone)
-    except ValueError as exc:
-        raise InvalidJobError.one("expr", f"{expr!r}: {exc}", job_id) from None
-    return _WallClockCron(inner, tab.hour_is_fixed)
-
-
-def fire_times(trigger: Any, after: datetime, n: int) -> list[datetime]:
-    """The next ``n`` fire times of ``trigger`` strictly after ``after``, in UTC."""
-    out: list[datetime] = []
-    previous: datetime | None = None
-    after = after.astimezone(UTC)
-    now = after + timedelta(microseconds=1)
-    while len(out) < n:
-        moment = trigger.get_next_fire_time(previous, now)
-        if moment is None:
-            break
-        if moment > after:  # a DateTrigger repeats its one time when asked from scratch
-            out.append(moment.astimezone(UTC))
-        previous = now = moment
-    return out
-
-
-def explain(
-    expr: str, timezone: str, n: int = 5, *, after: datetime | None = None
-) -> list[datetime]:
-    """The next ``n`` fire times of ``expr`` in ``timezone`` after ``after`` (default now), in UTC.
-
-    Raises :class:`InvalidJobError` naming ``expr`` or ``timezone``.
-    """
-    trigger = cron_trigger(expr, timezone)
-    times = fire_times(trigger, after or datetime.now(UTC), n)
-    if not times:
-        raise InvalidJobError.one("expr", f"{expr!r} never fires (no such date, e.g. 30 February)")
-    return times
-
-
-def first_fire(job: Job, now: datetime) -> datetime | None:
-    """The first fire of a job being set at ``now``; refuses one that can never fire."""
-    if job.kind == "at":
-        if job.at is None or job.at <= now:
-            at = job.at.isoformat() if job.at else "none"
-            raise InvalidJobError.one(
-                "at",
-                f"{at} is not in the future (now {now.isoformat()}); give a later time",
-                job.id,
-            )
-        return job.at
-    interval = job.interval
-    anchor = now + interval if interval is not None else None
-    times = fire_times(build_trigger(job, anchor=anchor), now, 1)
-    if not times:
-        raise InvalidJobError.one("expr", f"{job.expr!r} never fires (no such date)", job.id)
-    return times[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -226,9 +98,11 @@ class _Scheduled:
 class CronService(JobEditor):
     """Cron jobs: edit them (started or not), and fire them (once started).
 
-    ``waker`` is needed to start; ``session_sink`` builds the sink through which
-    an independent job's reply reaches its ``wake_session`` (without it, that
-    reply is dropped and ``report_to`` in the wake's meta names the session).
+    ``waker`` is needed to start; ``chat_sink`` builds the sink that reaches a
+    job's ``deliver_to`` chat (without it, such a fire fails saying so);
+    ``session_sink`` the one through which an older report-to-session job's
+    reply reaches its ``wake_session`` (without it, that reply is dropped and
+    ``report_to`` in the wake's meta names the session).
     """
 
     def __init__(
@@ -242,6 +116,7 @@ class CronService(JobEditor):
         poll_seconds: float = 0.5,
         clock: Clock | None = None,
         session_sink: SessionSinkFactory | None = None,
+        chat_sink: ChatSinkFactory | None = None,
         owner: str | None = None,
         known_agents: Collection[str] | None = None,
     ) -> None:
@@ -252,7 +127,12 @@ class CronService(JobEditor):
         self.owner = owner or f"cron-{secrets.token_hex(4)}"
         self._waker = waker
         self._firer = Firer(
-            store, waker, policy=self.policy, clock=clock, session_sink=session_sink
+            store,
+            waker,
+            policy=self.policy,
+            clock=clock,
+            session_sink=session_sink,
+            chat_sink=chat_sink,
         )
         self._scheduler: Any = None
         self._jobs: dict[str, Job] = {}
@@ -291,6 +171,10 @@ class CronService(JobEditor):
     def add_listener(self, listener: RunListener) -> None:
         """Call ``listener`` with every run record once it is in the ledger."""
         self._firer.add_listener(listener)
+
+    def add_delivery_listener(self, listener: DeliveryListener) -> None:
+        """Call ``listener(job id, seq, delivery)`` once a fired run's delivery is recorded."""
+        self._firer.add_delivery_listener(listener)
 
     # --- lifetime ------------------------------------------------------------------------
 
@@ -358,6 +242,7 @@ class CronService(JobEditor):
                 task.cancel()
             results = await asyncio.gather(*self._tasks, return_exceptions=True)
             failures += [r for r in results if isinstance(r, Exception)]
+        await self._firer.stop_following()
         await self._firer.close_ledger()
         try:
             await self.store.clear_beat(self.owner)
@@ -415,7 +300,7 @@ class CronService(JobEditor):
             self._drop_from_scheduler(job.id)
             return
         self._scheduled[job.id] = _Scheduled(trigger=trigger, schedule_rev=rev)
-        if isinstance(trigger, _WallClockCron) and self._scheduler.running:
+        if isinstance(trigger, WallClockCron) and self._scheduler.running:
             trigger.prime(next_fire)  # at start-up, the first fires are primed after start
         if next_fire is None:
             self._drop_from_scheduler(job.id)
@@ -506,7 +391,7 @@ class CronService(JobEditor):
     async def _prime_all(self, chunk: int = 200) -> None:
         """Prime the cron triggers loaded at start, a chunk per loop turn."""
         for count, (job_id, scheduled) in enumerate(list(self._scheduled.items()), 1):
-            if isinstance(scheduled.trigger, _WallClockCron):
+            if isinstance(scheduled.trigger, WallClockCron):
                 scheduled.trigger.prime(self.scheduled_fire(job_id))
             if count % chunk == 0:
                 await asyncio.sleep(0)  # let fires and edits through between chunks
@@ -555,21 +440,13 @@ class CronService(JobEditor):
             next_fire=following.astimezone(UTC) if following else None,
             schedule_rev=scheduled.schedule_rev,
         )
-        await self._firer.record(job.id, [o.record(job) for o in outcomes], advance)
-        if isinstance(scheduled.trigger, _WallClockCron):
+        await self._firer.settle(job, outcomes, advance)
+        if isinstance(scheduled.trigger, WallClockCron):
             scheduled.trigger.prime(following)
         if job.kind == "at":
             spent = await self.store.disable_if_unchanged(job.id, job.revision)
             if spent is not None and self._jobs.get(job.id) is job:
                 self._jobs[job.id] = spent
-
-
-def first_fire_or_none(job: Job, now: datetime) -> datetime | None:
-    """Like :func:`first_fire`, but a job that can no longer fire gets None."""
-    try:
-        return first_fire(job, now)
-    except InvalidJobError:
-        return job.at if job.kind == "at" else None
 
 
 async def _next_turn() -> None:

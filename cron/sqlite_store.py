@@ -329,6 +329,15 @@ class SqliteJobStore:
         )
         return [_run(seq, data) for seq, data in reversed(rows)]
 
+    async def set_delivery(self, job_id: str, seq: int, delivery: str) -> bool:
+        async with self._write() as db:
+            cursor = await db.execute(
+                "UPDATE cron_runs SET data = json_set(data, '$.delivery', ?) "
+                "WHERE seq = ? AND job_id = ?",
+                (delivery, seq, job_id),
+            )
+            return cursor.rowcount > 0
+
     async def request_run(self, job_id: str, requested: datetime) -> None:
         async with self._write() as db:
             await db.execute(

@@ -1,26 +1,41 @@
 """What a fire sends: the wake of a cron job, and the record of what became of it.
 
 A direct-wake job wakes its existing ``wake_session`` with that session's own
-agent; an independent job wakes ``cron:<id>`` with the job's agent and, when
-``wake_session`` is set, a sink that carries the reply there. Either way the
-caller is cron (seed 000's drop-sink callers): source ``cron``,
-``SystemCaller("cron")``, and, unless a reply has somewhere to go, a drop sink.
+agent; an independent job wakes ``cron:<id>`` with the job's agent. Either way
+the caller is cron: source ``cron``, ``SystemCaller("cron")``. Where the
+output goes is the job's (see :mod:`cron.delivery`): its ``deliver_to`` chat,
+the woken session's own user (a direct wake, whose header says how), a
+session (the older ``wake_session`` form), or nobody.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from cron.base import SessionSinkFactory, Waker
-from cron.errors import SessionMissingError
+from cron.base import ChatSinkFactory, SessionSinkFactory, Waker
+from cron.delivery import SILENT_WORDS, HeaderDropSink, WatchedSink, deliver_words, direct_words
+from cron.errors import DeliveryTargetError, SessionMissingError
 from cron.misfire import Planned
-from cron.models import Job, RunRecord, RunStatus, RunVia
+from cron.models import DELIVERY_PENDING, Job, RunRecord, RunStatus, RunVia
 from threads.keys import SessionKey
-from threads.sinks import DropSink, Sink
+from threads.sinks import Sink
 from threads.wake import Accepted, SystemCaller, Wake, WakeSource
 
+if TYPE_CHECKING:
+    from threads.turns import Turn
+
 CRON_CALLER = SystemCaller(name="cron")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sent:
+    """A wake its session accepted: as what, the turn it runs as, the chat sink watched."""
+
+    accepted: Accepted
+    turn: Turn | None = None
+    watch: WatchedSink | None = None
 
 
 async def send_wake(
@@ -31,23 +46,36 @@ async def send_wake(
     via: RunVia,
     handed_over: datetime,
     session_sink: SessionSinkFactory | None = None,
-) -> Accepted:
-    """Hand ``job``'s wake to its session; :class:`SessionMissingError` for a gone direct target.
+    chat_sink: ChatSinkFactory | None = None,
+) -> Sent:
+    """Hand ``job``'s wake to its session.
 
-    The wake's meta names the job and its scheduled time (``cron_job``,
-    ``scheduled``): the pair a restarted service looks for in the session
-    before firing a due time again (see :meth:`cron.base.Waker.held_wakes`).
+    :class:`SessionMissingError` for a gone direct target,
+    :class:`DeliveryTargetError` for a ``deliver_to`` chat no running channel
+    reaches. The wake's meta names the job and its scheduled time
+    (``cron_job``, ``scheduled``): the pair a restarted service looks for in
+    the session before firing a due time again (see
+    :meth:`cron.base.Waker.held_wakes`).
     """
     key = job.session_key
     meta = cron_meta(job.id, scheduled) | {"via": via}
-    sink: Sink = DropSink(reason="cron")
+    sink: Sink = HeaderDropSink(words=SILENT_WORDS)
+    watch: WatchedSink | None = None
     agent = None
     if job.direct_wake:
         if not await waker.session_exists(key):
             raise SessionMissingError(job.id, str(key))
+        sink = HeaderDropSink(words=direct_words(key))
     else:
         agent = job.agent
-        if job.wake_session:
+        if job.deliver_to:
+            chat = SessionKey(job.deliver_to)
+            inner = chat_sink(chat) if chat_sink is not None else None
+            if inner is None:
+                raise DeliveryTargetError(job.id, job.deliver_to)
+            meta["deliver_to"] = job.deliver_to
+            sink = watch = WatchedSink(inner=inner, words=deliver_words(chat))
+        elif job.wake_session:
             meta["report_to"] = job.wake_session
             if session_sink is not None:
                 sink = session_sink(SessionKey(job.wake_session), key)
@@ -60,7 +88,8 @@ async def send_wake(
         meta=meta,
         created=handed_over,
     )
-    return await waker.wake(key, wake)
+    accepted, turn = await waker.wake_turn(key, wake)
+    return Sent(accepted=accepted, turn=turn, watch=watch)
 
 
 def cron_meta(job_id: str, scheduled: datetime) -> dict[str, str]:
@@ -83,6 +112,7 @@ class Outcome:
     handed_over: datetime | None = None
     fired: datetime | None = None
     accepted: Accepted | None = None
+    sent: Sent | None = None
     error: str = ""
     note: str = ""
 
@@ -112,6 +142,7 @@ class Outcome:
             run_id=self.accepted.run_id if self.accepted else None,
             error=self.error,
             note="; ".join(n for n in (self.note, planned.note) if n),
+            delivery=DELIVERY_PENDING if self.sent is not None and self.sent.turn else "",
         )
 
 

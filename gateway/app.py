@@ -25,7 +25,7 @@ from aiohttp import web
 
 from channels.access import Access
 from channels.api import ApiChannel
-from channels.base import Channel, ChannelSink, Inbound
+from channels.base import Channel, ChannelSink
 from channels.cli import CliChannel
 from channels.errors import ChannelError, ChannelStartError, DeliveryError
 from channels.pairing import PairingService
@@ -41,20 +41,20 @@ from gateway.channel_setup import (
     channel_problems,
     webhook_account,
 )
+from gateway.chat_commands import COMMANDS, compact_command
 from gateway.cron_tools import cron_tools
 from gateway.errors import StartupError
 from gateway.http.admin import AdminPart, AdminTokenError
 from gateway.http.server import HttpServer
 from gateway.lifetimes import Lifetimes
 from gateway.metrics import Metrics, TimedModels
-from gateway.preflight import directory_problems, make_data_dirs
-from gateway.router import COMMANDS, Router, endpoint_of
-from threads.agent.compaction import CompactionError
+from gateway.preflight import directory_problems, make_data_dirs, port_in_use
+from gateway.router import Router, endpoint_of
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
 from threads.agent.tools import Tool, ToolRegistry
 from threads.dispatch import dispatch_tool
-from threads.errors import ThreadsError, UnreachableError, UnsafePathError
+from threads.errors import UnreachableError, UnsafePathError
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
@@ -90,29 +90,6 @@ def check_models(config: GatewayConfig, models: Models) -> None:
             models.resolve(ref)
         except (ModelError, UnknownModelError) as exc:
             raise StartupError(f"{where} {ref!r}: {exc}") from None
-
-
-def compact_command(
-    manager: ThreadManager, loop: AgentLoop
-) -> Callable[[Inbound, SessionKey, str], Awaitable[str]]:
-    """``/compact``: summarize the chat's older messages now (between turns)."""
-
-    async def compact_now(inbound: Inbound, key: SessionKey, rest: str) -> str:
-        thread = await manager.open_thread(key)
-        if thread is None:
-            return "Nothing to compact yet."
-        if thread.session.busy:
-            return "A turn is running; try /compact when it has finished."
-        try:
-            entry = await loop.compact_session(thread.session)
-        except (CompactionError, ModelError, ThreadsError) as exc:
-            return f"Not compacted: {exc}"
-        return (
-            f"Compacted: about {entry.tokens_before} tokens of context are now a summary "
-            "(nothing was deleted)."
-        )
-
-    return compact_now
 
 
 def default_tools(config: GatewayConfig) -> list[Tool[Any]]:
@@ -283,7 +260,7 @@ class Gateway:
         self._router.access = self.access
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
-        self._router.commands["/compact"] = compact_command(self._manager, agent)
+        self._router.commands["/compact"] = compact_command(self._manager, agent.compact_session)
         await self._start_http()
         for channel in self.channels.values():
             try:
@@ -304,7 +281,7 @@ class Gateway:
         Supervisor(self._manager).start()
         if config.cron.enabled:
             await self._start_cron(tools)
-        # Delegations a stopped gateway left open are settled and announced (seed 002).
+        # Delegations a stopped gateway left open are settled and announced.
         self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
         if self.pairing is not None:
             # Approvals and denials made while no gateway ran are told now.
@@ -371,6 +348,7 @@ class Gateway:
             store,
             waker=ManagerWaker(self.manager),
             session_sink=self.manager.session_sink,
+            chat_sink=self._user_sink,
             clock=self._cron_clock,
         )
         await service.start()
@@ -428,10 +406,7 @@ class Gateway:
         try:
             await http.start()
         except OSError as exc:
-            raise StartupError(
-                f"http.port {http.port}: {exc.strerror or exc}: set another port or stop what "
-                "is using it"
-            ) from None
+            raise StartupError(f"http.port: {port_in_use(http.host, http.port, exc)}") from None
         self._lifetimes.push("http server", http.stop)
         if self.web is not None:
             self.web.host, self.web.port = http.host, http.port
@@ -493,6 +468,11 @@ class Gateway:
         self._stopped.set()
         await self._lifetimes.aclose()
 
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` or :meth:`close` was called: parts may be closing."""
+        return self._stopped.is_set()
+
     def stop(self) -> None:
         """Ask :meth:`serve_forever` to return."""
         self._stopped.set()
@@ -513,6 +493,7 @@ class Gateway:
         return self.send_policy.wrap(key, sink) if self.send_policy else sink
 
     def _user_sink(self, key: SessionKey) -> Sink | None:
+        """The user of a chat key, through the send policy; None when its channel is not running."""
         endpoint = endpoint_of(key)
         if endpoint is None:
             return None

@@ -37,6 +37,7 @@ import orjson
 from channels.errors import ChannelError
 from channels.pairing import PairingService, listing_json, outcome_json
 from gateway.errors import ControlError, GatewayGoneError
+from gateway.preflight import another_gateway
 from threads.errors import ThreadsError
 
 if TYPE_CHECKING:
@@ -87,10 +88,7 @@ class ControlServer:
 
     async def start(self) -> None:
         if await _alive(self.path):
-            raise ControlError(
-                f"another gateway is running here (its control socket {self.path} answers); "
-                "stop it first or use a different data_dir"
-            )
+            raise ControlError(another_gateway(self.path))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a stale socket left by a gateway that died
         self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
@@ -159,6 +157,8 @@ class ControlServer:
                 answer = await op(request, connection)
             except (ThreadsError, ChannelError, ValueError, LookupError) as exc:
                 answer = {"ok": False, "error": str(exc)}
+            except ConnectionError:
+                raise  # the op closes this connection (the gateway is stopping)
             except Exception as exc:
                 log.exception("control op %s failed", request.get("op"))
                 answer = {"ok": False, "error": f"the gateway could not do that: {exc}"}
@@ -173,7 +173,15 @@ class ControlServer:
         cli = self.gateway.cli
         if cli is None:
             return {"ok": False, "error": "the terminal channel is disabled in this gateway"}
-        await cli.submit(str(request.get("text", "")))
+        try:
+            await cli.submit(str(request.get("text", "")))
+        except Exception:
+            if not self.gateway.stopping:
+                raise
+            # A line that arrives while the gateway stops is not taken (the channel, the
+            # manager or the session has closed): end this connection unanswered, so the
+            # client says, in its one line, that the gateway went away.
+            raise ConnectionResetError("the gateway is stopping") from None
         return {"ok": True}
 
     async def _idle(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The agent's cron tools: a one-time self check-in, and listing and removing its check-ins.
 
-A check-in is seed 000's ``cron set-at --direct-wake`` job: at the given time
-it wakes the calling session itself, with ``source: cron`` and a drop sink.
+A check-in is what ``gateway cron set-at --direct-wake`` sets: at the given
+time it wakes the calling session itself, with ``source: cron`` and a drop
+sink whose header tells the agent how to reach its user.
 Agents get these tools when their config says ``cron_tools = true``.
 """
 

@@ -12,8 +12,8 @@ with the store. With none running it works on the state store directly
 user is then told when the gateway next starts.
 
 Exit codes: 0 done; 1 the call failed (unknown channel, unknown or expired
-code, user not paired, store unreachable) — one line naming what was wrong;
-2 the configuration does not load.
+code, user not paired, store unreachable, a configuration that does not load) —
+one line naming what was wrong; 2 the command line is wrong.
 """
 
 from __future__ import annotations
@@ -21,34 +21,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
-import orjson
 import typer
 
 from channels.errors import PairingError
 from channels.pairing import PairingService, listing_json, outcome_json
-from config import ConfigError, GatewayConfig, load_config
-from config.redaction import redact_text
+from config import GatewayConfig
+from gateway.cli_kit import App, ConfigOption, JsonOption, fail, load, print_json
 from gateway.control import ControlClient
 from gateway.errors import ControlError
 from threads.state import StateStoreError, open_state_store
 
-app = typer.Typer(
+app = App(
     name="pairing",
     help="Approve, deny and revoke who may message the bot directly (pairing codes).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
 )
-
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config", "-c", help="gateway.toml to load (default: $GATEWAY_CONFIG, ./gateway.toml)"
-    ),
-]
 ChannelArgument = Annotated[str, typer.Argument(help="the channel, e.g. telegram or discord")]
 CodeArgument = Annotated[str, typer.Argument(help="the 8-character code the user was given")]
 
@@ -56,18 +44,15 @@ Offline = Callable[[PairingService], Awaitable[dict[str, Any]]]
 
 
 @app.command("list")
-def list_pairing(
-    config: ConfigOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of text")] = False,
-) -> None:
+def list_pairing(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Pending pairing requests and paired users of every channel with access control."""
 
     async def offline(service: PairingService) -> dict[str, Any]:
         return listing_json(await service.listing())
 
-    answer = _call(_load(config), "pairing_list", {}, offline)
+    answer = _call(load(config), "pairing_list", {}, offline)
     if as_json:
-        typer.echo(orjson.dumps({"channels": answer["channels"]}, option=orjson.OPT_INDENT_2))
+        print_json({"channels": answer["channels"]})
         return
     typer.echo("\n".join(listing_lines(answer["channels"])))
 
@@ -79,7 +64,7 @@ def approve(channel: ChannelArgument, code: CodeArgument, config: ConfigOption =
     async def offline(service: PairingService) -> dict[str, Any]:
         return outcome_json(await service.approve(channel, code))
 
-    answer = _call(_load(config), "pairing_approve", {"channel": channel, "code": code}, offline)
+    answer = _call(load(config), "pairing_approve", {"channel": channel, "code": code}, offline)
     told = "they were told to send their message again" if answer["told"] else _LATER
     typer.echo(f"{channel}: approved {_who(answer['request'])}\n{told}")
 
@@ -91,7 +76,7 @@ def deny(channel: ChannelArgument, code: CodeArgument, config: ConfigOption = No
     async def offline(service: PairingService) -> dict[str, Any]:
         return outcome_json(await service.deny(channel, code))
 
-    answer = _call(_load(config), "pairing_deny", {"channel": channel, "code": code}, offline)
+    answer = _call(load(config), "pairing_deny", {"channel": channel, "code": code}, offline)
     told = "they were told" if answer["told"] else _LATER
     typer.echo(f"{channel}: denied {_who(answer['request'])}\n{told}")
 
@@ -107,7 +92,7 @@ def revoke(
     async def offline(service: PairingService) -> dict[str, Any]:
         return {"user": (await service.revoke(channel, user)).model_dump(mode="json")}
 
-    answer = _call(_load(config), "pairing_revoke", {"channel": channel, "user": user}, offline)
+    answer = _call(load(config), "pairing_revoke", {"channel": channel, "user": user}, offline)
     typer.echo(f"{channel}: unpaired {_who(answer['user'])}")
 
 
@@ -175,16 +160,4 @@ def _call(
     try:
         return asyncio.run(go())
     except (ControlError, PairingError, StateStoreError) as exc:
-        _fail(str(exc))
-
-
-def _load(path: Path | None) -> GatewayConfig:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        _fail(str(exc), code=2)
-
-
-def _fail(message: str, *, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {redact_text(message)}", err=True)
-    raise typer.Exit(code)
+        fail(str(exc))

@@ -5,7 +5,9 @@ without a turn, for every channel: ``/stop`` (end the running turn and the
 work it set going; ``/stop drain`` also drops the user's queued messages),
 ``/new`` and ``/reset`` (start a fresh session for this chat; the old one is
 kept), ``/status`` and ``/help``; the gateway adds ``/send`` and ``/compact``.
-:data:`COMMANDS` lists them for the platforms that show a command menu.
+:data:`COMMANDS` lists them for the platforms that show a command menu. An
+unknown ``/word`` is answered with the commands the person may use, never
+handed to the model (see :mod:`gateway.chat_commands` for the words).
 
 A message becomes a wake: the text (after the message it replies to, quoted
 and shortened), the files it carries, the sender as the caller, and a sink
@@ -28,25 +30,18 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from channels.access import Access, ContextLine, with_context
 from channels.base import Answers, Channel, ChannelSink, Follows, Inbound
+from gateway.chat_commands import COMMAND_WORD, COMMANDS, help_text, status_text, unknown_text
 from threads.errors import NoTurnRunningError, ThreadNotLoadedError
 from threads.keys import SessionKey, base_channel
 from threads.manager import ThreadManager
 from threads.messages import FilePart
+from threads.sessions.policy import is_owner
 from threads.sinks import OutboundMessage, Sink
 from threads.wake import UserCaller, Wake, WakeSource
 
 log = logging.getLogger(__name__)
 
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("new", "start a fresh conversation (the old one is kept)"),
-    ("reset", "the same as /new"),
-    ("stop", "stop the running turn and the work it started (/stop drain: your queue too)"),
-    ("status", "what this conversation's thread is doing"),
-    ("compact", "summarize the older part of this conversation now"),
-    ("send", "owners: on|off|inherit — allow, block or inherit replies to this chat"),
-    ("help", "the commands"),
-)
-HELP = "Commands:\n" + "\n".join(f"/{name} — {about}" for name, about in COMMANDS)
+__all__ = ["COMMANDS", "Router", "body_of", "endpoint_of", "files_of", "session_key_of"]
 
 Command = Callable[[Inbound, SessionKey, str], Awaitable[str]]
 SinkWrapper = Callable[[SessionKey, Sink], Sink]
@@ -120,14 +115,17 @@ class Router:
         """Route one inbound message: access first, then a command answered now, or a wake."""
         name, rest = "", ""
         text = inbound.text.strip()
-        if text.startswith("/"):
-            word, _, rest = text.partition(" ")
-            name = word.split("@", 1)[0].lower()
-        command = self.commands.get(name) if name else None
+        word, _, after = text.partition(" ")
+        if COMMAND_WORD.fullmatch(word):
+            name, rest = word.split("@", 1)[0].lower(), after
+        known = self.commands.get(name) if name else None
+        # An unknown /word is answered with the help, but only a known command counts as
+        # addressed to the bot in a group (another bot's /start@other_bot is not ours).
+        command = known or (self._unknown if name else None)
         context: tuple[ContextLine, ...] = ()
         access = self.access.get(inbound.channel)
         if access is not None:
-            verdict = await access.admit(inbound, command=command is not None)
+            verdict = await access.admit(inbound, command=known is not None)
             if verdict.reply:
                 await self.reply(inbound, verdict.reply)
             if verdict.inbound is None:
@@ -169,8 +167,22 @@ class Router:
             inbound.chat_id, OutboundMessage(text=text, reply_to=inbound.message_id)
         )
 
+    def help_for(self, inbound: Inbound) -> str:
+        """The commands ``inbound``'s sender may use: owner-only ones for owners alone."""
+        access = self.access.get(inbound.channel)
+        owner = (
+            access.is_owner(inbound.user_id)
+            if access is not None
+            else is_owner(inbound, self.manager.config)
+        )
+        return help_text(owner=owner, owner_only=self.owner_commands)
+
     async def _help(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
-        return HELP
+        return self.help_for(inbound)
+
+    async def _unknown(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
+        word = inbound.text.strip().split(" ", 1)[0].split("@", 1)[0]
+        return unknown_text(word, self.help_for(inbound))
 
     async def _new(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
         session_id = await self.manager.new_session(key)
@@ -199,26 +211,7 @@ class Router:
 
     async def _status(self, inbound: Inbound, key: SessionKey, rest: str) -> str:
         info = await self.manager.check_session(key)
-        if not info["exists"]:
-            return f"No conversation yet for {key}."
-        model = self.manager.config.model_for(info.get("agent"))
-        lines = [
-            f"session {key} ({info['session_id']})",
-            f"agent: {info['agent']} · model: {model} · messages: {info['message_count']} "
-            f"· turns: {info['turn_count']}",
-        ]
-        if info["thread_active"]:
-            state = info["thread_state"]
-            if state == "running":
-                state += (
-                    f" for {info['thread_elapsed_sec']:.0f} s, step {info['thread_iterations']}"
-                )
-                if info["thread_current_tool"]:
-                    state += f", in {info['thread_current_tool']}"
-            lines.append(f"thread: {state}, {info['thread_pending']} waiting")
-        else:
-            lines.append("thread: not loaded (idle)")
-        return "\n".join(lines)
+        return status_text(key, info, self.manager.config.model_for(info.get("agent")))
 
 
 def _count(n: int, noun: str) -> str:

@@ -21,16 +21,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import orjson
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from config import ConfigError, GatewayConfig, load_config
-from config.redaction import redact_text
+from config import GatewayConfig
+from gateway.cli_kit import (
+    EXIT_USAGE,
+    App,
+    ConfigOption,
+    JsonOption,
+    console,
+    fail,
+    load,
+    print_json,
+)
 from gateway.control import ControlClient
 from gateway.errors import ControlError
 from threads.errors import InvalidKeyError, ThreadsError, UnreachableError
@@ -43,25 +50,11 @@ from threads.store.base import StoreOptions
 
 T = TypeVar("T")
 
-app = typer.Typer(
-    name="sessions",
-    help="Read sessions and their transcripts; set a session's send policy.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+app = App(name="sessions", help="Read sessions and their transcripts; set a session's send policy.")
 
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config", "-c", help="gateway.toml to load (default: $GATEWAY_CONFIG, ./gateway.toml)"
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 KeyArgument = Annotated[
     str, typer.Argument(help="a session key (main, telegram:123, …) or a session id (s_…)")
 ]
-_WIDTH = 160
 
 
 @app.command("list")
@@ -86,7 +79,7 @@ def list_sessions(
     as_json: JsonOption = False,
 ) -> None:
     """Sessions, newest first: key, kind, channel, agent, last update, tokens, send policy."""
-    settings = _load(config)
+    settings = load(config)
     wanted = _kinds(kinds)
 
     async def go(catalog: Catalog) -> list[dict[str, Any]]:
@@ -96,15 +89,21 @@ def list_sessions(
 
     rows = _read(settings, go)
     if as_json:
-        _print_json({"count": len(rows), "sessions": rows})
+        print_json({"count": len(rows), "sessions": rows})
         return
-    out = Console(width=_WIDTH)
+    out = console()
     if not rows:
         out.print("no sessions")
         return
-    table = Table(title=f"sessions ({len(rows)})")
-    for column in ("key", "kind", "channel", "agent", "updated (UTC)", "tokens", "send", "id"):
-        table.add_column(column, overflow="fold")
+    table = Table(title=f"sessions ({len(rows)})", expand=False)
+    table.add_column("key", overflow="fold", ratio=3)
+    table.add_column("kind", overflow="ellipsis", no_wrap=True)
+    table.add_column("channel", overflow="ellipsis", no_wrap=True)
+    table.add_column("agent", overflow="ellipsis", no_wrap=True)
+    table.add_column("updated (UTC)", overflow="fold", ratio=2)
+    table.add_column("tokens", justify="right", overflow="fold")
+    table.add_column("send", overflow="ellipsis", no_wrap=True)
+    table.add_column("id", overflow="fold", ratio=2)
     for row in rows:
         updated = datetime.fromtimestamp(row["updatedAt"] / 1000, UTC)
         table.add_row(
@@ -133,16 +132,16 @@ def history(
     as_json: JsonOption = False,
 ) -> None:
     """One session's transcript, oldest first (tool results only with --include-tools)."""
-    settings = _load(config)
+    settings = load(config)
 
     async def go(catalog: Catalog) -> dict[str, Any]:
         return await catalog.history(ref, limit=limit, include_tools=include_tools)
 
     data = _read(settings, go)
     if as_json:
-        _print_json(data)
+        print_json(data)
         return
-    out = Console(width=_WIDTH, highlight=False)
+    out = console()
     out.print(f"[bold]{data['sessionKey']}[/bold]  {data['sessionId']}", markup=True)
     for message in data["messages"]:
         out.print(f"\n[{message['created']}] {message['role']}", markup=False)
@@ -157,9 +156,9 @@ def send_policy(
     config: ConfigOption = None,
 ) -> None:
     """Set a session's send policy: allow or deny its replies to the channel user, or inherit."""
-    settings = _load(config)
+    settings = load(config)
     if setting not in SETTINGS:
-        _fail(f"send policy {setting!r} is not one of allow, deny, inherit", code=2)
+        fail(f"send policy {setting!r} is not one of allow, deny, inherit", code=EXIT_USAGE)
     target = _translate(key, settings)
 
     async def go() -> dict[str, Any]:
@@ -180,24 +179,14 @@ def send_policy(
 
     try:
         answer = asyncio.run(go())
+    except UnknownSessionError as exc:
+        fail(unknown_session(exc.ref))
     except (ControlError, ThreadsError, ValueError, LookupError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     typer.echo(f"send policy for {answer['key']}: {answer['policy']} ({answer['reason']})")
 
 
 # --- helpers ----------------------------------------------------------------------------
-
-
-def _load(path: Path | None) -> GatewayConfig:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        _fail(str(exc), code=2)
-
-
-def _fail(message: str, *, code: int = 1) -> NoReturn:
-    typer.echo(f"error: {redact_text(message)}", err=True)
-    raise typer.Exit(code)
 
 
 def _kinds(values: list[str] | None) -> list[str] | None:
@@ -206,7 +195,7 @@ def _kinds(values: list[str] | None) -> list[str] | None:
     kinds = [k.strip() for value in values for k in value.split(",") if k.strip()]
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
-        _fail(f"--kinds {', '.join(unknown)}: a kind is one of {', '.join(KINDS)}", code=2)
+        fail(f"--kinds {', '.join(unknown)}: a kind is one of {', '.join(KINDS)}", code=EXIT_USAGE)
     return kinds
 
 
@@ -216,7 +205,7 @@ def _translate(key: str, settings: GatewayConfig) -> str:
     try:
         return str(translate(key, settings))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=EXIT_USAGE)
 
 
 def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T:
@@ -232,13 +221,13 @@ def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T
     try:
         return asyncio.run(go())
     except UnknownSessionError as exc:
-        _fail(str(exc))
+        fail(unknown_session(exc.ref))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=EXIT_USAGE)
     except UnreachableError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except (ThreadsError, OSError) as exc:
-        _fail(f"cannot read the session store {settings.store.safe_url}: {exc}")
+        fail(f"cannot read the session store {settings.store.safe_url}: {exc}")
 
 
 def _part_text(part: dict[str, Any]) -> str:
@@ -256,5 +245,7 @@ def _part_text(part: dict[str, Any]) -> str:
     return f"({kind}) {part.get('url', '')}"
 
 
-def _print_json(data: Any) -> None:
-    typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+def unknown_session(ref: str) -> str:
+    """An unknown key or id, in an operator's words (the tools' error speaks to the model)."""
+    what = "session id" if ref.startswith("s_") else "session key"
+    return f"{what} {ref!r} names no session; `gateway sessions list` shows them"

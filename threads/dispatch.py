@@ -24,7 +24,7 @@ from threads.sessions import access
 from threads.sessions.catalog import Catalog
 from threads.sessions.errors import SessionToolError
 from threads.sinks import OutboundMessage, Sink
-from threads.wake import Cause, SessionCaller, UserCaller, Wake, WakeSource
+from threads.wake import Cause, SessionCaller, SystemCaller, UserCaller, Wake, WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -97,7 +97,7 @@ DESCRIPTION = """End the turn and route its output. Call it exactly once, last.
 Targets (`to`):
 - caller:user — reply to whoever woke this turn, asserting it is the channel user (no caller_session_key in the wake header).
 - caller:session — reply to the session that woke you (caller_session_key present in the wake header).
-- user — message your own channel user (user-facing sessions only), e.g. when cron or another session woke you.
+- user — message your own channel user (user-facing sessions, or when the wake header says your output goes to a user), e.g. when cron or another session woke you.
 - subagent — params {task_id, agent?}: start (or resume, same task_id) a child thread with `body` as its task.
 - fork — params {task_id, agent?}: a child that starts from this conversation's history.
 - session — wake another session's AI: params {session_key} (must exist) or {channel, user_id} (created if missing; groups: user_id "group:<chatid>").
@@ -144,6 +144,8 @@ async def plan(sends: Sequence[Send], ctx: ToolContext) -> list[_Planned]:
         if send.to == "user":
             users += 1
             sink = manager.user_sink(key)
+            if sink is None and _names_a_user(wake):
+                sink = wake.sink
             if sink is None and key.is_user_facing:
                 problems.append(f"{where}.to 'user': {_not_running(key.channel)}")
                 continue
@@ -189,6 +191,12 @@ def _check_caller(to: str, wake: Wake, where: str) -> str:
             "dropped, so no caller form is valid. End with dispatch({}) or, in a user-facing "
             'session, use {"to": "user", "body": ...}'
         )
+    if isinstance(wake.caller, SystemCaller):
+        return (
+            f"{where}.to {to!r}: this turn's caller is {wake.caller.name}, a system source "
+            "that cannot be answered. The wake header's delivery line says where your output "
+            'goes: answer in plain text, or use {"to": "user", "body": ...}'
+        )
     if to == "caller:user" and not isinstance(wake.caller, UserCaller):
         return (
             f"{where}.to 'caller:user' asserts the channel user woke you, but the caller is "
@@ -202,6 +210,11 @@ def _check_caller(to: str, wake: Wake, where: str) -> str:
             'Use {"to": "caller:user", "body": ...}'
         )
     return ""
+
+
+def _names_a_user(wake: object) -> bool:
+    """A system wake that carries a live sink names this turn's user (a cron job's chat)."""
+    return isinstance(wake, Wake) and isinstance(wake.caller, SystemCaller) and not wake.sink.drops
 
 
 def _caller_name(wake: Wake) -> str:

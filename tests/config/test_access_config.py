@@ -94,7 +94,7 @@ def test_config_check_reports_a_bad_mention_pattern_by_its_path(tmp_path: Path) 
     )
     assert result.returncode == 1
     assert "channels.telegram.access.mention_patterns.0: '[unclosed' is not a regular" in (
-        result.stdout
+        result.stderr
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import typing
@@ -25,7 +26,8 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_defaults_need_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     config = load_config(env={})
-    assert config.store.url == "jsonl://./data/sessions"
+    assert config.store.url == "jsonl://data/sessions"
+    assert config.state_store_url() == "sqlite:///data/gateway.db"
     assert config.models.default == "echo"
     assert config.channels.cli.enabled
     assert config.channels.web.enabled
@@ -164,13 +166,15 @@ def test_a_model_naming_an_unconfigured_provider_is_refused(tmp_path: Path) -> N
 
 
 def test_config_check_exits_zero_on_a_valid_file(tmp_path: Path) -> None:
-    # In an empty directory: the check also looks at the (relative) data_dir.
+    # In an empty directory: the check also looks at the (relative) data_dir. Port 0:
+    # whether 8765 is free on this machine is not what this test is about.
     result = subprocess.run(
         [*GATEWAY, "config", "check", str(ROOT / "gateway.example.toml")],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         check=False,
+        env={**os.environ, "GATEWAY_HTTP__PORT": "0"},
     )
     assert result.returncode == 0, result.stderr
     assert "ok" in result.stdout
@@ -182,9 +186,11 @@ def test_config_check_prints_each_problem_and_exits_non_zero(tmp_path: Path) -> 
         [*GATEWAY, "config", "check", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1
-    assert "threads.inbox_size" in result.stdout
-    assert "threads.bogus" in result.stdout
-    assert "-1" in result.stdout
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: {path}: 2 problems\n")
+    assert "threads.inbox_size" in result.stderr
+    assert "threads.bogus" in result.stderr
+    assert "-1" in result.stderr
 
 
 def test_chat_users_steer_and_the_api_and_system_sources_queue_by_default() -> None:
@@ -221,9 +227,11 @@ def test_a_config_file_that_is_not_utf8_is_one_line_naming_the_byte(tmp_path: Pa
         result = subprocess.run(
             [*GATEWAY, *command], capture_output=True, text=True, cwd=tmp_path, check=False
         )
-        assert result.returncode != 0
-        printed = (result.stdout + result.stderr).splitlines()
-        assert printed == [f"{path}: not UTF-8 text (byte 0xe9 at offset 22)"], command
+        assert result.returncode == 1, command
+        assert result.stdout == "", command
+        assert result.stderr.splitlines() == [
+            f"error: {path}: not UTF-8 text (byte 0xe9 at offset 22)"
+        ], command
 
 
 def test_a_provider_base_url_with_credentials_is_refused_and_shown_redacted(
@@ -243,7 +251,7 @@ def test_a_provider_base_url_with_credentials_is_refused_and_shown_redacted(
         [*GATEWAY, "config", "check", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1
-    assert "models.providers.local.base_url" in result.stdout
+    assert "models.providers.local.base_url" in result.stderr
     assert "hunter2" not in result.stdout + result.stderr
 
 

@@ -39,6 +39,8 @@ from cron.store import connect_store
 from tests.clock import ManualClock
 from tests.conftest import require_service
 from threads.keys import SessionKey
+from threads.turns import Policy
+from threads.turns import Turn as TurnHandle
 from threads.wake import Accepted, Wake
 
 REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 5
@@ -148,7 +150,18 @@ class FakeWaker:
         self.accepted_at: list[datetime] = []
         self.asked: list[tuple[str, dict[str, str]]] = []
         self.busy_policy = GatewayConfig().threads.busy_policy
+        self.follow = False
+        self.turns: list[TurnHandle] = []
         self._arrived = asyncio.Event()
+
+    async def wake_turn(self, key: SessionKey, wake: Wake) -> tuple[Accepted, TurnHandle | None]:
+        """As :meth:`wake`; with ``follow`` set, the turn too (the test ends it)."""
+        accepted = await self.wake(key, wake)
+        if not self.follow:
+            return accepted, None
+        turn = TurnHandle(accepted.run_id, accepted.run_id, Policy.QUEUE)
+        self.turns.append(turn)
+        return accepted, turn
 
     def start_turn(self, key: str) -> Turn:
         """Hold ``key`` busy with a running turn until the test ends it."""

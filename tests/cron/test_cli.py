@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -38,10 +39,22 @@ def config(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(config: Path) -> Cli:
+    """The cron commands, on a wide terminal (the 80-column layout has tests of its own)."""
     runner = CliRunner()
 
     def invoke(*args: str) -> Result:
-        return runner.invoke(app, [*args, "--config", str(config)])
+        return runner.invoke(app, [*args, "--config", str(config)], env={"COLUMNS": "200"})
+
+    return invoke
+
+
+@pytest.fixture
+def narrow(config: Path) -> Cli:
+    """The cron commands writing to a pipe: 80 columns."""
+    runner = CliRunner()
+
+    def invoke(*args: str) -> Result:
+        return runner.invoke(app, [*args, "--config", str(config)], env={"COLUMNS": ""})
 
     return invoke
 
@@ -123,9 +136,10 @@ def test_show_pause_resume_remove_and_a_missing_id(cli: Cli) -> None:
         "cli",
         "--direct-wake",
     )
-    assert "cli (direct wake)" in cli("show", "once").output
+    assert "cli (direct wake" in cli("show", "once").output
     assert cli("pause", "once").exit_code == 0
     assert "no (paused)" in cli("list").output
+    assert "none while paused" in cli("show", "once").output
     resumed = cli("resume", "once")
     assert resumed.exit_code == 0
     assert "next fire" in resumed.output
@@ -150,6 +164,130 @@ def test_explain_refuses_a_bad_zone_naming_it(cli: Cli) -> None:
     result = cli("explain", "0 9 * * *", "--tz", "Nowhere/Town")
     assert result.exit_code == 2
     assert "--tz (timezone)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("expr", "why"),
+    [
+        ("61 * * * *", "is not a cron expression: minute field '61': 61 is outside 0-59"),
+        ("* * * *", "is not a cron expression: '* * * *' has 4 fields"),
+        ("0 0 30 2 *", "never fires (no such date, e.g. 30 February)"),
+    ],
+)
+def test_explain_says_what_is_wrong_with_the_expression_not_that_a_job_was_refused(
+    cli: Cli, expr: str, why: str
+) -> None:
+    result = cli("explain", expr)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: '{expr}' {why}")
+    assert "refused" not in result.stderr
+    assert "stored" not in result.stderr
+
+
+def test_a_day_of_month_and_a_weekday_fire_on_either_as_in_classic_cron(cli: Cli) -> None:
+    times = orjson.loads(cli("explain", "0 9 1-7 * 1", "--tz", "UTC", "-n", "20", "--json").stdout)
+    days = [datetime.fromisoformat(t) for t in times["next_fires"]]
+    assert all(d.day <= 7 or d.weekday() == 0 for d in days)
+    assert any(d.day > 7 for d in days)  # a Monday past the 7th
+    assert any(d.day <= 7 and d.weekday() != 0 for d in days)  # a first-week day that is no Monday
+
+
+def test_an_interval_under_ten_seconds_is_refused_unless_forced(cli: Cli) -> None:
+    refused = cli("set-every", "--id", "fast", "--every", "1s", "--task", "x")
+    assert refused.exit_code == 2
+    assert "--every (every): 1s is shorter than 10 s" in refused.stderr
+    assert "--force" in refused.stderr
+    assert "no cron jobs" in cli("list").output
+    forced = cli("set-every", "--id", "fast", "--every", "1s", "--task", "x", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert cli("set-every", "--id", "ok", "--every", "10s", "--task", "x").exit_code == 0
+
+
+def test_set_at_reads_a_local_time_in_the_zone_given_by_tz(cli: Cli) -> None:
+    result = cli(
+        "set-at", "--id", "dentist", "--at", "2035-03-01T09:00", "--tz", "Europe/Berlin",
+        "--task", "remind me",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    job = orjson.loads(cli("show", "dentist", "--json").stdout)["job"]
+    assert job["at"] == "2035-03-01T08:00:00Z"
+    assert job["next_fire"] == "2035-03-01T08:00:00Z"
+    assert job["timezone"] == "Europe/Berlin"
+    summer = cli("set-at", "--id", "s", "--at", "2035-07-01 09:00", "--tz", "Europe/Berlin",
+                 "--task", "x")  # fmt: skip
+    assert summer.exit_code == 0, summer.output
+    assert orjson.loads(cli("show", "s", "--json").stdout)["job"]["at"] == "2035-07-01T07:00:00Z"
+
+
+def test_set_at_without_an_offset_or_a_zone_says_how_to_give_either(cli: Cli) -> None:
+    result = cli("set-at", "--id", "x", "--at", "2035-03-01T09:00", "--task", "x")
+    assert result.exit_code == 2
+    assert "--at (at): '2035-03-01T09:00' has no UTC offset" in result.stderr
+    assert "--tz ZONE" in result.stderr
+    gap = cli("set-at", "--id", "x", "--at", "2035-03-25T02:30", "--tz", "Europe/Berlin",
+              "--task", "x")  # fmt: skip
+    assert gap.exit_code == 2
+    assert "does not exist in Europe/Berlin" in gap.stderr
+
+
+def test_a_paused_job_shows_no_next_fire(cli: Cli) -> None:
+    cli("set-every", "--id", "tick", "--every", "15m", "--task", "x", "--paused")
+    (job,) = orjson.loads(cli("list", "--json").stdout)["jobs"]
+    assert (job["state"], job["next_fire"]) == ("paused", None)
+    row = next(line for line in cli("list").output.splitlines() if "tick" in line)
+    assert "paused" in row
+    assert not re.search(r"\d\d:\d\d:\d\d", row)
+    assert "next fire" in cli("resume", "tick").output
+
+
+def test_list_show_and_runs_print_documented_json(cli: Cli) -> None:
+    cli("set-cron", "--id", "digest", "--expr", "0 9 * * *", "--task", "digest",
+        "--deliver-to", "telegram:42")  # fmt: skip
+    (job,) = orjson.loads(cli("list", "--json").stdout)["jobs"]
+    assert set(job) == {
+        "id", "kind", "schedule", "expr", "at", "every", "timezone", "task", "session",
+        "direct_wake", "wake_session", "deliver_to", "output", "agent", "state", "enabled",
+        "next_fire", "last_status", "last_fired", "created", "updated",
+    }  # fmt: skip
+    assert (job["session"], job["deliver_to"], job["state"]) == (
+        "cron:digest",
+        "telegram:42",
+        "active",
+    )
+    shown = orjson.loads(cli("show", "digest", "--json").stdout)
+    assert set(shown) == {"job", "next_fires", "runs"}
+    assert len(shown["next_fires"]) == 5
+    assert orjson.loads(cli("runs", "digest", "--json").stdout) == {"job_id": "digest", "runs": []}
+
+
+def test_the_job_list_fits_80_columns_and_no_row_breaks(narrow: Cli) -> None:
+    narrow("set-cron", "--id", "a-rather-long-job-name", "--expr", "30 2 * * *", "--task", "x",
+           "--deliver-to", "telegram:123456789")  # fmt: skip
+    narrow("set-every", "--id", "tick", "--every", "15m", "--task", "x", "--paused")
+    result = narrow("list")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    start = next(i for i, line in enumerate(lines) if line.startswith("┡"))
+    body = lines[start + 1 : -1]
+    assert body
+    assert all(line.startswith("│") and line.endswith("│") for line in body)
+
+
+def test_wake_session_alone_delivers_to_that_chat_and_says_so(cli: Cli) -> None:
+    result = cli("set-every", "--id", "hello", "--every", "30s", "--task", "Greet the user",
+                 "--wake-session", "cli")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "note: --wake-session cli without --direct-wake delivers" in result.stderr
+    job = orjson.loads(cli("show", "hello", "--json").stdout)["job"]
+    assert (job["deliver_to"], job["wake_session"], job["direct_wake"]) == ("cli", None, False)
+
+
+def test_deliver_to_must_be_a_chat(cli: Cli) -> None:
+    result = cli("set-every", "--id", "x", "--every", "1h", "--task", "x",
+                 "--deliver-to", "cron:other")  # fmt: skip
+    assert result.exit_code == 2
+    assert "--deliver-to (deliver_to): 'cron:other' is not a chat" in result.stderr
 
 
 def test_run_now_with_no_gateway_running_says_so_and_exits_non_zero(
@@ -305,6 +443,6 @@ def test_list_tells_a_spent_at_job_from_a_paused_one(cli: Cli, tmp_path: Path) -
     asyncio.run(spend())
     rows = {
         line.split("│")[1].strip(): line for line in cli("list").output.splitlines() if "│" in line
-    }
+    }  # one line per row on a wide terminal
     assert "no (done)" in rows["spent"]
     assert "no (paused)" in rows["paused"]

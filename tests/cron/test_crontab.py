@@ -36,11 +36,18 @@ def test_weekday_names_and_a_range_ending_on_sunday_work() -> None:
     assert weekdays("0 9 * * 5-7", 3) == ["Fri", "Sat", "Sun"]
 
 
-def test_restricting_both_day_fields_is_refused_with_the_reason() -> None:
-    with pytest.raises(InvalidJobError) as caught:
-        explain("0 9 1-7 * 1", "UTC")
-    assert caught.value.fields == ("expr",)
-    assert "either matches" in str(caught.value)
+def test_a_day_of_month_and_a_weekday_fire_when_either_matches_as_in_classic_cron() -> None:
+    # 09:00 on the 1st to the 7th, and on every Monday (2026-06-01 is a Monday).
+    times = explain("0 9 1-7 * 1", "UTC", 10, after=datetime(2026, 5, 31, tzinfo=UTC))
+    assert [t.day for t in times] == [1, 2, 3, 4, 5, 6, 7, 8, 15, 22]
+    assert {t.strftime("%a") for t in times[7:]} == {"Mon"}
+
+
+def test_a_day_field_starting_with_a_star_still_needs_both_days_to_match() -> None:
+    # Classic cron counts "*/2" as unrestricted: odd days that are Mondays only.
+    times = explain("0 9 */2 * 1", "UTC", 3, after=datetime(2026, 5, 31, tzinfo=UTC))
+    assert all(t.strftime("%a") == "Mon" and t.day % 2 == 1 for t in times)
+    assert [t.day for t in times] == [1, 15, 29]
 
 
 @pytest.mark.parametrize(

@@ -29,13 +29,13 @@ def test_cron_never_imports_gateway_or_channels() -> None:
         assert not imported_roots(path) & {"gateway", "channels"}, path.relative_to(CRON)
 
 
-def test_only_the_service_and_its_scheduler_import_apscheduler() -> None:
+def test_only_the_service_its_scheduler_and_its_triggers_import_apscheduler() -> None:
     importers = {
         path.relative_to(CRON).as_posix()
         for path in modules()
         if "apscheduler" in imported_roots(path)
     }
-    assert importers == {"service.py", "scheduler.py"}
+    assert importers == {"service.py", "scheduler.py", "triggers.py"}
 
 
 def test_an_apscheduler_import_in_a_subpackage_is_found(tmp_path: Path) -> None:

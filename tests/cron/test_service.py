@@ -139,9 +139,9 @@ async def test_a_direct_wake_is_a_cron_wake_with_a_drop_sink_keeping_the_session
     assert key == SessionKey("telegram:1")
     assert wake.source is WakeSource.CRON
     assert wake.caller == SystemCaller(name="cron")
-    assert isinstance(wake.sink, DropSink)
     assert wake.sink.drops
-    assert wake.sink.describe() == "Caller is cron — output to caller is dropped"
+    assert wake.sink.to_wire() == {"kind": "drop", "reason": "cron"}
+    assert wake.sink.describe().startswith("Caller is cron — output to caller is dropped")
     assert wake.agent is None
     assert wake.body == "check in"
     assert wake.meta["cron_job"] == "direct"
@@ -473,3 +473,39 @@ async def test_a_burst_of_due_at_jobs_larger_than_the_connection_pool_all_fire_a
     while any(v.job.enabled for v in await service.list_jobs()):
         assert loop.time() < deadline, "burst jobs still enabled after their fire"
         await asyncio.sleep(0.05)  # polling the store with a deadline
+
+
+async def test_a_fires_delivery_is_pending_until_its_turn_ends_then_recorded(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    from threads.turns import Outcome, RunResult
+
+    waker.follow = True
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    await service.upsert(service.draft(id="tick", kind="every", every="1h", task="tick"))
+    delivered: list[tuple[str, int, str]] = []
+    arrived = asyncio.Event()
+    service.add_delivery_listener(lambda *item: (delivered.append(item), arrived.set()))
+    record = await service.run_now("tick")
+    assert record is not None
+    assert record.delivery == "pending"
+    (turn,) = waker.turns
+    turn.finish(Outcome.ANSWERED, RunResult(stop_reason="dispatch", data={"delivered_to": []}))
+    await asyncio.wait_for(arrived.wait(), DEADLINE)
+    assert delivered == [("tick", record.seq, "silent")]
+    assert (await service.runs("tick"))[-1].delivery == "silent"
+
+
+async def test_a_stop_before_the_turn_ends_records_the_delivery_as_unknown(
+    sqlite_store: JobStore, waker: FakeWaker, make_service: Make
+) -> None:
+    waker.follow = True
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    await service.upsert(service.draft(id="tick", kind="every", every="1h", task="tick"))
+    record = await service.run_now("tick")
+    assert record is not None
+    await service.stop()
+    (run,) = await service.runs("tick")
+    assert run.delivery == "unknown: the gateway stopped before the turn ended"

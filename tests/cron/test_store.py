@@ -277,3 +277,24 @@ def test_the_cron_prefix_leaves_the_rest_of_the_url_as_it_was() -> None:
 async def test_an_empty_cron_prefix_is_refused_naming_the_parameter() -> None:
     with pytest.raises(StoreError, match="empty cron_prefix"):
         await connect_store("redis://127.0.0.1:6379/5?cron_prefix=")
+
+
+async def test_a_runs_delivery_is_set_in_place_once_its_turn_has_ended(store: JobStore) -> None:
+    at = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+    first, second = await store.record(
+        "digest",
+        [
+            RunRecord(job_id="digest", status="fired", scheduled=at, delivery="pending"),
+            RunRecord(job_id="digest", status="fired", scheduled=at, delivery="pending"),
+        ],
+        advance=None,
+    )
+    assert await store.set_delivery("digest", first.seq, "failed: blocked: send policy")
+    assert await store.set_delivery("digest", second.seq, "delivered")
+    assert not await store.set_delivery("digest", second.seq + 100, "delivered")
+    runs = await store.runs("digest")
+    assert [(r.seq, r.delivery) for r in runs] == [
+        (first.seq, "failed: blocked: send policy"),
+        (second.seq, "delivered"),
+    ]
+    assert runs[0].model_copy(update={"delivery": "pending"}) == first

@@ -139,7 +139,7 @@ async def test_a_slash_command_is_answered_without_a_turn(tmp_path: Path) -> Non
         )
         assert len(fake.sent(interaction=interaction)) == 1  # the "thinking…" note became it
         assert answer.ephemeral
-        assert answer.content == f"No conversation yet for discord:{ann.id}."
+        assert answer.content == "No conversation yet: send a message to start one."
         assert rig.script.requests == {}
 
 

@@ -39,8 +39,9 @@ def test_an_unset_key_variable_of_the_default_models_provider_is_named(
     )
     result = check(path)
     assert result.exit_code == 1
-    assert result.output.splitlines() == [
-        f"{path}: 1 problem(s)",
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: {path}: 1 problem",
         f"  models.providers.openai.api_key_env: names {UNSET}, which is not set in the "
         "environment; export it or set api_key_file (for models.default 'openai/gpt-x')",
     ]

@@ -52,7 +52,9 @@ def cli(config_path: Path) -> Cli:
     runner = CliRunner()
 
     def invoke(*args: str) -> Result:
-        return runner.invoke(app, ["sessions", *args, "--config", str(config_path)])
+        return runner.invoke(
+            app, ["sessions", *args, "--config", str(config_path)], env={"COLUMNS": "200"}
+        )
 
     return invoke
 
@@ -99,6 +101,20 @@ def test_list_prints_a_table_of_the_sessions_without_a_gateway(
     assert "internal" in result.stdout
 
 
+def test_list_fits_an_80_column_pipe_without_breaking_a_row(
+    populated: GatewayConfig, config_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        app, ["sessions", "list", "--config", str(config_path)], env={"COLUMNS": ""}
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    body = lines[lines.index(next(line for line in lines if line.startswith("┡"))) + 1 : -1]
+    assert body
+    assert all(line.startswith("│") and line.endswith("│") for line in body)
+
+
 def test_list_json_filters_by_kind_and_activity(populated: GatewayConfig, cli: Cli) -> None:
     everything = as_json(cli("list", "--json"))
     assert {row["key"]: row["kind"] for row in everything["sessions"]} == {
@@ -142,7 +158,9 @@ def test_history_accepts_a_session_id(populated: GatewayConfig, cli: Cli) -> Non
 def test_history_of_an_unknown_session_fails_naming_it(populated: GatewayConfig, cli: Cli) -> None:
     missing = cli("history", "telegram:404")
     assert missing.exit_code == 1
-    assert "session key 'telegram:404' names no session" in missing.output
+    assert missing.stderr == (
+        "error: session key 'telegram:404' names no session; `gateway sessions list` shows them\n"
+    )
     reserved = cli("history", "global")
     assert reserved.exit_code == 2
     assert "'global' is a reserved session key" in reserved.output

@@ -45,7 +45,7 @@ async def test_a_busy_web_port_is_an_error_naming_the_setting(tmp_path: Path) ->
         port = taken.getsockname()[1]
         config = make_config(tmp_path, http={"port": port})
         gateway = Gateway(config)
-        with pytest.raises(StartupError, match=f"http.port {port}"):
+        with pytest.raises(StartupError, match=f"http.port: 127.0.0.1:{port} cannot be used"):
             await gateway.start()
 
 

@@ -46,7 +46,7 @@ async def test_the_commands_are_registered_and_answered_without_a_turn(tmp_path:
         ann = rig.fake.user("Ann")
         rig.fake.send_dm(ann, "/status")
         (reply,) = await rig.fake.wait_for_sent(ann, 1)
-        assert reply.text == f"No conversation yet for telegram:{ann.id}."
+        assert reply.text == "No conversation yet: send a message to start one."
         assert rig.script.requests == {}
 
 

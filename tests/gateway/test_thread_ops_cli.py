@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -101,7 +102,27 @@ async def test_check_session_of_a_missing_key_says_so_and_fails(
     _, _, path = running
     code, out, _ = await gateway_cli(path, "check-session", "telegram:404")
     assert code == 1
-    assert "exists: False" in out
+    assert out == "telegram:404: no such session (nothing stored under this key)\n"
+    code, out, _ = await gateway_cli(path, "check-session", "telegram:404", "--json")
+    assert code == 1
+    assert orjson.loads(out)["exists"] is False
+
+
+async def test_check_session_text_reads_as_words_with_units_not_a_python_dump(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    gw, script, path = running
+    assert gw.cli is not None
+    script.add("cli", dispatch(("caller:user", "hi")))
+    await gw.cli.submit("hello")
+    await gw.wait_idle()
+    code, out, err = await gateway_cli(path, "check-session", "cli")
+    assert code == 0, err
+    assert "True" not in out
+    assert "False" not in out
+    assert re.search(r"on disk\s+\d+ messages, 1 turns, [\d.]+ (KiB|bytes)", out), out
+    assert re.search(r"thread loaded\s+yes", out), out
+    assert re.search(r"state\s+idle", out), out
 
 
 async def test_health_lists_the_active_threads(running: tuple[Gateway, KeyedScript, Path]) -> None:
@@ -117,7 +138,37 @@ async def test_health_lists_the_active_threads(running: tuple[Gateway, KeyedScri
     assert "cli" in info["channels"]
     code, text, _ = await gateway_cli(path, "health")
     assert code == 0
-    assert "threads: 1 active" in text
+    assert text.startswith("threads: 1 loaded, 0 running")
+    assert "  cli  agent default  idle" in text
+
+
+async def test_health_text_shows_every_section_the_json_has(
+    running: tuple[Gateway, KeyedScript, Path],
+) -> None:
+    _, _, path = running
+    code, out, err = await gateway_cli(path, "health", "--json")
+    assert code == 0, err
+    sections = set(orjson.loads(out)) - {"all_threads"}
+    assert {"cron", "channels", "process", "sessions", "provider", "threads"} <= sections
+    code, text, _ = await gateway_cli(path, "health")
+    assert code == 0
+    headings = {line.split(":")[0] for line in text.splitlines() if not line.startswith(" ")}
+    assert {"model" if name == "provider" else name for name in sections} <= headings
+    assert "cron:\n  running          yes\n  jobs             0 (0 enabled)" in text
+    assert re.search(r"channels:\n  cli\s+running", text), text
+
+
+async def test_no_running_gateway_is_one_error_line_on_stderr_for_every_command(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(f'data_dir = "{tmp_path / "data"}"\n')
+    for command in (("health",), ("stop-session", "cli"), ("cron", "run-now", "x")):
+        code, out, err = await gateway_cli(path, *command)
+        assert code == 1, (command, out, err)
+        assert out == ""
+        assert err.startswith("error: "), (command, err)
+        assert len(err.splitlines()) == 1, (command, err)
 
 
 async def test_stop_session_soft_stops_a_running_child(

@@ -141,4 +141,4 @@ async def test_gateway_health_shows_a_server_that_cannot_start_and_the_gateway_r
         assert gateway.mcp.servers["broken"].state == "down"
         code, text, err = await gateway_cli(write_config(tmp_path, config), "health")
     assert code == 0, err
-    assert f"mcp broken: down, 0 tools (cannot start {missing!r}: no such program)" in text
+    assert f"  broken: down, 0 tools (cannot start {missing!r}: no such program)" in text

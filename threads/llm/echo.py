@@ -2,7 +2,8 @@
 
 It answers every wake by echoing the wake's body back to its caller through
 ``dispatch`` — ``caller:session`` when a session woke it, ``caller:user`` when a
-channel user did — and ends silently for callers that cannot be answered. The
+channel user did, ``user`` when cron's wake header says the output goes to a
+user — and ends silently for callers that cannot be answered. The
 first answer in a session says that no model is configured and how to
 configure one.
 """
@@ -59,8 +60,12 @@ class EchoModel:
         has_dispatch = any(t.name == "dispatch" for t in request.tools)
         if not has_dispatch:
             return ModelResponse(message=Message.assistant(text), model="echo")
-        if "dropped" in fields.get("delivery", ""):
-            sends: list[dict[str, str]] = []
+        delivery = fields.get("delivery", "")
+        if "dispatch(to=user)" in delivery and fields.get("sender") == "system":
+            # Cron says where its output goes (a chat, or this session's own user).
+            sends: list[dict[str, str]] = [{"to": "user", "body": text}]
+        elif "dropped" in delivery:
+            sends = []
         elif "caller_session_key" in fields:
             sends = [{"to": "caller:session", "body": text}]
         else:
