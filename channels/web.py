@@ -44,7 +44,8 @@ from aiohttp import WSMsgType, hdrs, web
 
 from channels.base import Inbound, InboundHandler
 from channels.errors import ChannelError, InboundError
-from config.models import HttpConfig, WebConfig, is_loopback, normal_origin, read_secret
+from config.channels import HttpConfig, WebConfig
+from config.section import is_loopback, normal_origin, read_secret
 from threads.errors import (
     BusyError,
     CorruptError,

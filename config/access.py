@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from config.section import Section
 
 DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
 GroupPolicy = Literal["allowlist", "open", "disabled"]
@@ -36,7 +38,7 @@ PlatformId = Annotated[str, BeforeValidator(_id_text), Field(min_length=1)]
 MentionPattern = Annotated[str, AfterValidator(_check_pattern)]
 
 
-class AccessConfig(BaseModel):
+class AccessConfig(Section):
     """Who may talk to the bot on a chat channel, checked once for every channel.
 
     Direct messages follow ``dm_policy``: ``pairing`` (an unknown sender gets
@@ -48,9 +50,6 @@ class AccessConfig(BaseModel):
     and keeps up to ``group_context_messages`` of the rest as context for the
     next turn. ``owners`` may use owner-only commands (``/send``) here.
     """
-
-    # As every configuration section (config.models.Section): frozen, unknown keys refused.
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     dm_policy: DmPolicy = "pairing"
     allow_from: list[PlatformId] = Field(default_factory=list)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from pydantic import SecretStr
 
 from config import GatewayConfig, Problem
-from config.models import TelegramAccount, read_secret
+from config.channels import TelegramAccount
+from config.section import read_secret
 
 if TYPE_CHECKING:
     from channels.discord import DiscordChannel

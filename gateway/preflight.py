@@ -32,7 +32,7 @@ import socket
 from pathlib import Path
 
 from config import GatewayConfig, Problem
-from config.models import read_secret
+from config.section import read_secret
 from config.tools import unset_env_problems
 from gateway.channel_setup import channel_problems
 from threads.llm import ModelConfigError, resolve_api_key

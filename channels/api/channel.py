@@ -47,7 +47,8 @@ from channels.api.wire import (
 )
 from channels.base import Inbound, InboundHandler, MediaRef
 from channels.errors import ChannelError
-from config.models import ApiConfig, HttpConfig, is_loopback, read_secret
+from config.channels import ApiConfig, HttpConfig
+from config.section import is_loopback, read_secret
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import StepFinish, TextDelta, Turn
 

@@ -14,7 +14,7 @@ import logging
 
 from aiohttp import web
 
-from config.models import HttpConfig
+from config.channels import HttpConfig
 
 log = logging.getLogger(__name__)
 

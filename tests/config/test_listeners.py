@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from config import ConfigError, GatewayConfig, load_config
-from config.models import is_loopback, normal_origin
+from config.section import is_loopback, normal_origin
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
-from config.models import ProviderConfig, read_secret
+from config.models import ProviderConfig
+from config.section import read_secret
 from threads.llm.anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
 from threads.llm.anthropic import AnthropicClient
 from threads.llm.base import (

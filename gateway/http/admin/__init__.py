@@ -14,7 +14,7 @@ from importlib import metadata
 
 from aiohttp import web
 
-from config.models import AdminConfig
+from config.channels import AdminConfig
 from gateway.http.admin.api import api_application
 from gateway.http.admin.auth import AdminAuth, read_token
 from gateway.http.admin.dashboard import dashboard_application

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
-from config.models import AdminConfig, check_admin_token, normal_origin, read_secret
+from config.channels import AdminConfig, check_admin_token
+from config.section import normal_origin, read_secret
 from gateway.http.admin.errors import AdminTokenError, ApiError
 
 REALM = 'Bearer realm="gateway-admin"'
