@@ -4,8 +4,9 @@
 
 A gateway on the embedded default store (JSONL, ``fsync = "every_append"``:
 every turn durable before its reply is sent) serves the web chat's WebSocket
-and ``/v1/chat/completions``. Its model is the fake OpenAI server, zero
-delay, answering every call with the text ``ok`` (one model call per turn, no
+and ``/v1/chat/completions``. Its model is :class:`QuickModel`, an
+OpenAI-compatible server of zero delay that reads each request without
+parsing it and answers the text ``ok`` (one model call per turn, no
 tools; the agent's default tools are still offered, as in production). The
 fake model and the load — WebSocket clients holding signed chat cookies, and
 an HTTP client for the API — run in a second process, pinned to the other
@@ -42,11 +43,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
+import io
 import itertools
 import json
 import logging
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -59,13 +63,13 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api import GATEWAY_CORE, LOAD_CORE, cpu_seconds, percentile_ms, pin, rss_mb
 from config import validate
 from gateway.app import Gateway
-from threads.testing.fake_openai import FakeOpenAIServer, RecordedRequest, Reply
 
 CHATS = 16
 WARM = 2
@@ -73,7 +77,7 @@ KEY = "sk-bench"
 ANSWER = "ok"
 
 
-# -- the load: the fake model, web chat clients and API clients, in their own process
+# -- the load: the model, web chat clients and API clients, in their own process
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,17 +108,59 @@ class Chat:
         await self.client.close()
 
 
-class Load:
-    """The fake model and the clients; answers ``open``, ``web``, ``api``, ``bare`` on stdin."""
+class QuickModel:
+    """A zero-latency OpenAI-compatible model that answers every call with ``ok``.
 
-    def __init__(self, http: aiohttp.ClientSession, model: FakeOpenAIServer) -> None:
+    Unlike :class:`~threads.testing.fake_openai.FakeOpenAIServer` it neither
+    parses nor checks the request (the body of a long conversation would cost
+    the load's core more than the gateway's): it reads the bytes, keeps the
+    latest for the bare hop, and reports a quarter of them as prompt tokens.
+    """
+
+    def __init__(self) -> None:
+        self.last_body = b""
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    async def __aenter__(self) -> QuickModel:
+        app = web.Application(client_max_size=256 * 2**20)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = self.last_body = await request.read()
+        prompt = len(body) // 4
+        answer = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "model": "bench",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": ANSWER},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 1, "total_tokens": prompt + 1},
+        }
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+class Load:
+    """The model and the clients; answers ``web``, ``api``, ``bare`` on stdin."""
+
+    def __init__(self, http: aiohttp.ClientSession, model: QuickModel) -> None:
         self.http = http
         self.model = model
-        self.last_body: Any = None
-
-    def answer(self, request: RecordedRequest) -> Reply:
-        self.last_body = request.body
-        return Reply(text=ANSWER)
 
     async def web(self, base: str, concurrency: int, turns: int) -> dict[str, float]:
         """``turns`` messages over 16 chats with ``concurrency`` outstanding in all."""
@@ -199,8 +245,8 @@ class Load:
         return figures_of(times, time.perf_counter() - clock[0])
 
     async def bare(self, concurrency: int, turns: int) -> dict[str, float]:
-        """The gateway's latest model request, sent straight to the fake model."""
-        body = orjson.dumps(self.last_body)
+        """The gateway's latest model request, sent straight to the model."""
+        body = self.model.last_body
         url = f"{self.model.base_url}/chat/completions"
         headers = {"Content-Type": "application/json"}
         times: list[float] = []
@@ -245,23 +291,23 @@ async def serve_load() -> None:
     reader = asyncio.StreamReader()
     loop = asyncio.get_running_loop()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-        model = FakeOpenAIServer(record=False)
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+        QuickModel() as model,
+    ):
         load = Load(http, model)
-        model.default = load.answer
-        async with model:
-            print(json.dumps({"model": model.base_url}), flush=True)
-            while line := (await reader.readline()).decode().split():
-                command, args = line[0], line[1:]
-                if command == "web":
-                    answer = await load.web(args[0], int(args[1]), int(args[2]))
-                elif command == "api":
-                    answer = await load.api(args[0], int(args[1]), int(args[2]), args[3])
-                elif command == "bare":
-                    answer = await load.bare(int(args[0]), int(args[1]))
-                else:
-                    return
-                print(json.dumps(answer), flush=True)
+        print(json.dumps({"model": model.base_url}), flush=True)
+        while line := (await reader.readline()).decode().split():
+            command, args = line[0], line[1:]
+            if command == "web":
+                answer = await load.web(args[0], int(args[1]), int(args[2]))
+            elif command == "api":
+                answer = await load.api(args[0], int(args[1]), int(args[2]), args[3])
+            elif command == "bare":
+                answer = await load.bare(int(args[0]), int(args[1]))
+            else:
+                return
+            print(json.dumps(answer), flush=True)
 
 
 # -- the gateway, in this process
@@ -331,7 +377,7 @@ def tree_bytes(root: Path) -> int:
     return sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
 
 
-async def bench(turns: int, sequential: int) -> dict[str, Any]:
+async def bench(turns: int, sequential: int, profile: bool) -> dict[str, Any]:
     load = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--load",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -364,7 +410,13 @@ async def bench(turns: int, sequential: int) -> dict[str, Any]:
                 for level, count in ((1, sequential), (16, turns // 4), (64, turns)):
                     fsyncs.taken()
                     size, loop_cpu, cpu = tree_bytes(sessions), time.thread_time(), cpu_seconds()
+                    profiler = cProfile.Profile() if profile and level == 16 else None
+                    if profiler is not None:
+                        profiler.enable()
                     through = await ask("web", base, level, count)
+                    if profiler is not None:
+                        profiler.disable()
+                        print_profile(profiler)
                     done = through["count"] + WARM * CHATS
                     total_turns += done
                     figures[f"loop_cpu_ms_per_turn_c{level}"] = round(
@@ -427,6 +479,14 @@ async def bench(turns: int, sequential: int) -> dict[str, Any]:
     return figures
 
 
+def print_profile(profiler: cProfile.Profile) -> None:
+    """The event loop's hot spots over the profiled level (cumulative, then own time)."""
+    for order in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(45)
+        print(out.getvalue(), flush=True)
+
+
 KEYS = (
     "loop_cpu_ms_per_turn",
     "fsyncs_per_turn_c1",
@@ -445,13 +505,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=8000, help="turns at c64 (c16: a quarter)")
     parser.add_argument("--sequential", type=int, default=400, help="turns at c1")
+    parser.add_argument("--profile", action="store_true", help="cProfile the c16 level")
     parser.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.load:
         asyncio.run(serve_load())
         return
-    figures = asyncio.run(bench(args.turns, args.sequential))
+    figures = asyncio.run(bench(args.turns, args.sequential, args.profile))
     ordered = {key: figures.pop(key) for key in KEYS} | figures
     print(orjson.dumps(ordered).decode())
 

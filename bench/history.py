@@ -3,8 +3,8 @@
     .venv/bin/python bench/history.py [--turns 1280] [--soak 2000]
 
 A gateway on the embedded default store (JSONL, every append fsync'd) serves
-the web chat; the fake OpenAI model answers every call with ``ok`` at once.
-The model and the web chat clients run in a second process (pinned to the
+the web chat; a zero-latency OpenAI-compatible model answers every call with ``ok``.
+The model (``bench.gateway.QuickModel``) and the web chat clients run in a second process (pinned to the
 other core when there are two), as in ``bench/gateway.py``, whose load this
 reuses. The model's window is set far above any history here, so no turn
 compacts: every figure is below the compaction threshold.
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
 import json
 import logging
@@ -58,14 +59,21 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api import GATEWAY_CORE, LOAD_CORE, pin, rss_mb
-from bench.gateway import Chat, Load, figures_of, next_reply, tree_bytes
+from bench.gateway import (
+    Chat,
+    Load,
+    QuickModel,
+    figures_of,
+    next_reply,
+    print_profile,
+    tree_bytes,
+)
 from config import validate
 from gateway.app import Gateway
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message
 from threads.store.codec import encode_header, entry_to_wire
 from threads.store.entries import Entry, Header, MessageEntry
-from threads.testing.fake_openai import FakeOpenAIServer
 
 CLIENTS = 32
 SOAK_SESSIONS = 500
@@ -75,9 +83,9 @@ SOAK_SESSIONS = 500
 
 
 class HistoryLoad(Load):
-    """The fake model and groups of open web chats; answers ``open``, ``run``, ``time``."""
+    """The model and groups of open web chats; answers ``open`` and ``run``."""
 
-    def __init__(self, http: aiohttp.ClientSession, model: FakeOpenAIServer) -> None:
+    def __init__(self, http: aiohttp.ClientSession, model: QuickModel) -> None:
         super().__init__(http, model)
         self.groups: dict[str, list[Chat]] = {}
 
@@ -114,22 +122,22 @@ async def serve_load() -> None:
     reader = asyncio.StreamReader()
     loop = asyncio.get_running_loop()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-        model = FakeOpenAIServer(record=False)
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+        QuickModel() as model,
+    ):
         load = HistoryLoad(http, model)
-        model.default = load.answer
-        async with model:
-            print(json.dumps({"model": model.base_url}), flush=True)
-            while line := (await reader.readline()).decode().split():
-                command, args = line[0], line[1:]
-                answer: dict[str, Any]
-                if command == "open":
-                    answer = await load.open_group(args[0], args[1], int(args[2]))
-                elif command == "run":
-                    answer = await load.run(args[0], int(args[1]), int(args[2]))
-                else:
-                    return
-                print(json.dumps(answer), flush=True)
+        print(json.dumps({"model": model.base_url}), flush=True)
+        while line := (await reader.readline()).decode().split():
+            command, args = line[0], line[1:]
+            answer: dict[str, Any]
+            if command == "open":
+                answer = await load.open_group(args[0], args[1], int(args[2]))
+            elif command == "run":
+                answer = await load.run(args[0], int(args[1]), int(args[2]))
+            else:
+                return
+            print(json.dumps(answer), flush=True)
 
 
 # -- the gateway, in this process
@@ -212,7 +220,7 @@ def context_bytes(messages: list[Message]) -> int:
     return sum(len(m.text().encode()) for m in messages)
 
 
-async def bench(turns: int, soak: int) -> dict[str, Any]:
+async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
     load = await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--load",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -272,7 +280,13 @@ async def bench(turns: int, soak: int) -> dict[str, Any]:
                         figures["context_kb_per_session_1000_turns"] = round(
                             context_bytes(thread.session.context()) / 1024, 1
                         )
+                    profiler = cProfile.Profile() if profile and history == 1000 else None
+                    if profiler is not None:
+                        profiler.enable()
                     result = await ask("run", f"h{history}", CLIENTS, turns)
+                    if profiler is not None:
+                        profiler.disable()
+                        print_profile(profiler)
                     figures[f"turns_per_s_history_{history}"] = result["per_s"]
                     figures[f"p99_ms_history_{history}_32_sessions"] = result["p99"]
                     print(
@@ -355,13 +369,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=1280, help="turns per history level")
     parser.add_argument("--soak", type=int, default=2000, help="turns per 500-session round")
+    parser.add_argument("--profile", action="store_true", help="cProfile the 1 000-turn level")
     parser.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.load:
         asyncio.run(serve_load())
         return
-    figures = asyncio.run(bench(args.turns, args.soak))
+    figures = asyncio.run(bench(args.turns, args.soak, args.profile))
     ordered = {key: figures.pop(key) for key in KEYS} | figures
     print(orjson.dumps(ordered).decode())
 

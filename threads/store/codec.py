@@ -232,6 +232,8 @@ def _fast_message(value: JSON) -> Message:
     message = _new(Message)
     _set_role(message, role)
     _set_content(message, tuple(parts))
+    _set_wire(message, None)
+    _set_size(message, -1)
     return message
 
 
@@ -239,6 +241,8 @@ _new = object.__new__
 _set_text = _setter(TextPart, "text")
 _set_role = _setter(Message, "role")
 _set_content = _setter(Message, "content")
+_set_wire = _setter(Message, "_wire")
+_set_size = _setter(Message, "_size")
 _FAST: dict[Callable[[JSON], Any], Callable[[JSON], Any]] = {message_from_wire: _fast_message}
 
 EntryDecoder: TypeAlias = Callable[[dict[str, JSON], str], Entry]
