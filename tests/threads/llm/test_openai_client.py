@@ -185,16 +185,20 @@ async def test_a_later_request_of_a_conversation_says_what_a_fresh_encoding_says
         {"role": "assistant", "content": "one"},
         {"role": "user", "content": "third"},
     ]
-    assert later.tools == earlier.tools == [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_weather",
-                "description": "The weather in a city.",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-            },
-        }
-    ]
+    assert (
+        later.tools
+        == earlier.tools
+        == [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "The weather in a city.",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+            }
+        ]
+    )
 
 
 async def test_arguments_that_are_not_json_are_kept_raw_and_sent_back_as_they_came(
