@@ -13,7 +13,7 @@ import resource
 import time
 from typing import TYPE_CHECKING, Any
 
-from threads.errors import NotFoundError
+from threads.errors import NotFoundError, QuarantinedError, UnavailableError
 from threads.keys import SessionKey
 from threads.store.codec import encode_entry
 from threads.store.entries import Entry, MessageEntry, TurnEntry
@@ -28,7 +28,8 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
     ``exists`` and ``thread_active`` tell them apart; a stored session adds
     its message count, size, last modification and agent; a loaded thread
     adds ``thread_state`` (running, pending or idle), its iterations,
-    current tool and elapsed seconds.
+    current tool and elapsed seconds. A session that cannot be read adds
+    ``quarantined``: where it is kept, the line and why.
     """
     thread = manager.thread(key)
     out: dict[str, Any] = {"session_key": str(key), "exists": False, "thread_active": False}
@@ -41,8 +42,13 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
         if session_id is None:
             return out
         try:
-            loaded = await manager.store.load(session_id)
+            loaded = await manager.load_stored(key, session_id)
         except NotFoundError:
+            return out
+        except QuarantinedError:
+            record = manager.quarantine.get(key)
+            assert record is not None
+            out.update(exists=True, session_id=session_id, quarantined=record.to_json())
             return out
         header, entries = loaded.header, loaded.entries
     assert header is not None
@@ -72,6 +78,10 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
 async def health(manager: ThreadManager) -> dict[str, Any]:
     """Every active thread, with store, model, channel, cron and process figures.
 
+    ``sessions`` says whether the store takes writes now (and, when it does
+    not, for how long and how many writes wait) and lists the quarantined
+    sessions.
+
     Channel and cron figures come from :attr:`ThreadManager.health_sources`, which the
     gateway fills (name → a function returning a value or an awaitable).
     """
@@ -92,7 +102,9 @@ async def health(manager: ThreadManager) -> dict[str, Any]:
         "sessions": {
             "store": manager.config.store.safe_url,
             "backend": type(manager.store).__name__,
-            "keys": len(await manager.store.keys()),
+            "keys": await _key_count(manager),
+            **manager.outage.snapshot(),
+            "quarantined": manager.quarantine.listing(),
         },
         "process": process_figures(manager.started_at),
     }
@@ -100,6 +112,14 @@ async def health(manager: ThreadManager) -> dict[str, Any]:
         value = source()
         out[name] = await value if inspect.isawaitable(value) else value
     return out
+
+
+async def _key_count(manager: ThreadManager) -> int | str:
+    """How many session keys the store indexes; what went wrong when it cannot say now."""
+    try:
+        return len(await manager.store.keys())
+    except UnavailableError as exc:
+        return f"unknown: {exc}"
 
 
 def process_figures(started_at: float) -> dict[str, Any]:
