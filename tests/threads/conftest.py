@@ -9,6 +9,8 @@ sleeps to wait: turns are held open on events.
 from __future__ import annotations
 
 import asyncio
+import errno
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -119,6 +121,29 @@ async def accepted_and_never_run(
     await plant(store, header, [receipt])
     await store.point(key, header.id)
     return header.id
+
+
+class FullDisk:
+    """A jsonl store's seam: file writes fail with ENOSPC half-way through a batch while full.
+
+    Pass it as ``JsonlStore(..., pause=FullDisk())``; it runs on the store's
+    writer thread, as the ``os.write`` it stands for does.
+    """
+
+    def __init__(self) -> None:
+        self._full = threading.Event()
+        self.refused = 0
+
+    def fill(self) -> None:
+        self._full.set()
+
+    def free(self) -> None:
+        self._full.clear()
+
+    def __call__(self, point: str) -> None:
+        if point == "append:half-written" and self._full.is_set():
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
 
 
 # -- a hand-driven agent for session tests

@@ -9,8 +9,6 @@ at that write.
 from __future__ import annotations
 
 import asyncio
-import errno
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from tests.private_redis import PrivateRedis, private_redis  # noqa: F401 - the 
 from tests.threads.conftest import (
     DEADLINE,
     Blocker,
+    FullDisk,
     Runtime,
     accepted_and_never_run,
     make_runtime,
@@ -38,25 +37,6 @@ from threads.testing.scripted import ScriptedModel, call, dispatch
 from threads.wake import Wake, WakeSource
 
 KEY = "telegram:42"
-
-
-class FullDisk:
-    """The jsonl store's file writes fail with ENOSPC half-way through a batch while ``full``."""
-
-    def __init__(self) -> None:
-        self._full = threading.Event()  # read on the store's writer thread
-        self.refused = 0
-
-    def fill(self) -> None:
-        self._full.set()
-
-    def free(self) -> None:
-        self._full.clear()
-
-    def __call__(self, point: str) -> None:
-        if point == "append:half-written" and self._full.is_set():
-            self.refused += 1
-            raise OSError(errno.ENOSPC, "No space left on device")
 
 
 async def _until(check: Callable[[], bool], what: str) -> None:
