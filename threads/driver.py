@@ -433,36 +433,20 @@ class TurnDriver:
         async with self._lock:
             ending = self._ending(active, result, canceled=canceled)
         deferred: list[Deferral] = []
-        tries = 0
-        while True:
-            async with self._lock:
-                try:
-                    deferred = await self._end(ending)
-                    break
-                except Exception as exc:
-                    retry = isinstance(exc, UnavailableError) and not self._give_up.is_set()
-                    if not retry:
-                        log.exception(
-                            "session %s: the end of turn %s was not written",
-                            self._session.id,
-                            run.run_id,
-                        )
-                        outcome = Outcome.FAILED
-                        result = dataclasses.replace(
-                            result, stop_reason="error", error=f"turn end not persisted: {exc}"
-                        )
-                        self.end_unwritten = True
-                        self._running = None
-                        break
-                    tries += 1
-                    if tries == 1:
-                        log.warning(
-                            "session %s: the end of turn %s waits for the store: %s",
-                            self._session.id,
-                            run.run_id,
-                            exc,
-                        )
-            await self._options.outage.pause(tries, self._give_up)
+        try:
+            deferred = await self._until_written(
+                partial(self._end, ending), f"the end of turn {run.run_id}"
+            )
+        except Exception as exc:
+            log.exception(
+                "session %s: the end of turn %s was not written", self._session.id, run.run_id
+            )
+            outcome = Outcome.FAILED
+            result = dataclasses.replace(
+                result, stop_reason="error", error=f"turn end not persisted: {exc}"
+            )
+            self.end_unwritten = True
+            self._running = None
         run.emit(RunFinish(result=result))
         for pending in active.pendings:
             pending.turn.finish(outcome, result)
@@ -496,12 +480,16 @@ class TurnDriver:
         return entries
 
     async def _end(self, ending: list[Entry]) -> list[Deferral]:
-        """Write the turn's end with the steers it leaves and the next prompt (lock held).
+        """Write the turn's end with the steers it leaves and the next prompt.
 
         Steers no run drained become deferrals; when input waits, the next
         turn's prompt rides in the same append: one write, not two. On a
         failure nothing of it is kept in memory and the steers are put back.
         """
+        async with self._lock:
+            return await self._end_locked(ending)
+
+    async def _end_locked(self, ending: list[Entry]) -> list[Deferral]:
         steers = self._inbox.take_steers()
         deferred = self._inbox.plan_deferrals(steers)
         linked = self._chain(*ending, *deferral_receipts(deferred))
