@@ -41,6 +41,20 @@ class Quarantined:
     reason: str
     since: float
 
+    @classmethod
+    def of(cls, key: str, session_id: str, where: str, error: BaseException) -> Quarantined:
+        """The record of a session that failed to load with ``error``."""
+        unreadable_line = isinstance(error, CorruptError | NewerFormatError)
+        return cls(
+            key=key,
+            session_id=session_id,
+            where=where,
+            line=getattr(error, "line", 0) if unreadable_line else 0,
+            entry=error.entry if isinstance(error, CorruptError) else "",
+            reason=str(error) or type(error).__name__,
+            since=time.time(),
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "session_key": self.key,
@@ -64,21 +78,9 @@ class Quarantine:
 
         Returns the error the wake that met it raises.
         """
-        line = (
-            getattr(error, "line", 0) if isinstance(error, CorruptError | NewerFormatError) else 0
-        )
-        entry = error.entry if isinstance(error, CorruptError) else ""
-        record = Quarantined(
-            key=key,
-            session_id=session_id,
-            where=where,
-            line=line,
-            entry=entry,
-            reason=str(error) or type(error).__name__,
-            since=time.time(),
-        )
+        record = Quarantined.of(key, session_id, where, error)
         self._keys[key] = record
-        place = f"{where}, line {line}" if line else where
+        place = f"{where}, line {record.line}" if record.line else where
         log.error(
             "session key %s: session %s cannot be read and is set aside (%s) — %s. Every other "
             "session runs; this key answers with an error until /new starts a fresh session "

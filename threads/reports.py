@@ -13,8 +13,10 @@ import resource
 import time
 from typing import TYPE_CHECKING, Any
 
-from threads.errors import NotFoundError, QuarantinedError, UnavailableError
+from threads.errors import NotFoundError, UnavailableError
 from threads.keys import SessionKey
+from threads.quarantine import UNREADABLE, Quarantined
+from threads.store.base import location
 from threads.store.codec import encode_entry
 from threads.store.entries import Entry, MessageEntry, TurnEntry
 
@@ -41,16 +43,18 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
         session_id = await manager.store.resolve(key)
         if session_id is None:
             return out
+        record = manager.quarantine.get(key)
         try:
-            loaded = await manager.load_stored(key, session_id)
+            if record is None:
+                loaded = await manager.store.load(session_id)
+                header, entries = loaded.header, loaded.entries
         except NotFoundError:
             return out
-        except QuarantinedError:
-            record = manager.quarantine.get(key)
-            assert record is not None
+        except UNREADABLE as exc:
+            record = Quarantined.of(key, session_id, location(manager.store, session_id), exc)
+        if record is not None:
             out.update(exists=True, session_id=session_id, quarantined=record.to_json())
             return out
-        header, entries = loaded.header, loaded.entries
     assert header is not None
     last = entries[-1].created if entries else header.created
     out.update(
