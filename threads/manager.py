@@ -29,11 +29,7 @@ from config.models import GatewayConfig
 from threads import reports, restart, stops
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
-from threads.errors import (
-    ManagerClosedError,
-    NotFoundError,
-    NotRunError,
-)
+from threads.errors import ManagerClosedError, NotFoundError, NotRunError, UnavailableError
 from threads.history import strip_for_fork
 from threads.keys import SessionKey
 from threads.messages import JSON, Message
@@ -160,7 +156,9 @@ class ThreadManager:
             *(t.session.close(deadline, drain=False) for t in threads), return_exceptions=True
         )
         for thread, result in zip(threads, results, strict=True):
-            if isinstance(result, BaseException):
+            if isinstance(result, UnavailableError):
+                log.warning("closing thread %s: %s", thread.key, result)
+            elif isinstance(result, BaseException):
                 log.error("closing thread %s failed", thread.key, exc_info=result)
         # Input that waited, and turn ends the store never took.
         pending = sorted(waiting | {str(t.key) for t in threads if t.session.unsettled})
