@@ -10,9 +10,11 @@ of the whole encoded batch on an ``O_APPEND`` descriptor, and under the
 and that one file is fsynced before any caller hears back
 (:mod:`threads.store.wal`: session files are flushed in bulk at checkpoints,
 and a dead writer's log is replayed by the next store to open the
-directory). A create writes the header to
-a hidden temporary file, makes it durable (an fsync, or a record in the log)
-and links it into place, so a session exists whole or not at all.
+directory). A write the file system refuses (disk full, an I/O error) is
+:class:`UnavailableError`, with nothing of its batch left behind. A create
+writes the header to a hidden temporary file, makes it durable (an fsync, or
+a record in the log) and links it into place, so a session exists whole or
+not at all.
 
 The writer lock is an exclusive ``flock`` on the session's descriptor, taken
 with the first write (a create is one) and held until ``release`` (or the
@@ -39,7 +41,13 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from threads.errors import ExistsError, NewerFormatError, NotFoundError, UnsafePathError
+from threads.errors import (
+    ExistsError,
+    NewerFormatError,
+    NotFoundError,
+    UnavailableError,
+    UnsafePathError,
+)
 from threads.messages import WireError
 from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
@@ -131,15 +139,13 @@ class JsonlStore:
     async def create(self, header: Header) -> None:
         check_header(header)
         line = encode_header(header)
-        await self._ready()
-        await self._committer.run(partial(self._w_create, header, line))
+        await self._write(partial(self._w_create, header, line))
         self._pulse.fire()
 
     async def append(self, session: str, entries: Sequence[Entry]) -> None:
         check_id(session)
         data = encode_batch(entries)
-        await self._ready()
-        await self._committer.run(partial(self._w_append, session, data, len(entries)))
+        await self._write(partial(self._w_append, session, data, len(entries)))
         self._pulse.fire()
 
     async def load(self, session: str) -> Loaded:
@@ -176,14 +182,14 @@ class JsonlStore:
     async def point(self, key: str, session_id: str) -> None:
         check_id(session_id)
         keys = await self._key_map()
-        await self._committer.run(partial(self._w_point, key, session_id))
+        await self._write(partial(self._w_point, key, session_id))
         keys[key] = session_id
 
     async def unpoint(self, key: str) -> None:
         keys = await self._key_map()
         if key not in keys:
             return
-        await self._committer.run(partial(self._w_point, key, None))
+        await self._write(partial(self._w_point, key, None))
         keys.pop(key, None)
 
     async def keys(self) -> dict[str, str]:
@@ -193,8 +199,7 @@ class JsonlStore:
 
     async def flush(self, session: str) -> None:
         check_id(session)
-        await self._ready()
-        await self._committer.run(partial(self._w_flush, session))
+        await self._write(partial(self._w_flush, session))
 
     async def release(self, session: str) -> None:
         check_id(session)
@@ -265,6 +270,30 @@ class JsonlStore:
                 os.close(fd)
 
         await self._off_loop(write)
+
+    def where(self, session: str) -> str:
+        """Where the session is kept: its file."""
+        return self._path(session)
+
+    async def _write(self, fn: Callable[[Round, Op[T]], T]) -> T:
+        """Run a write on the writer thread; a file system refusal is the store's.
+
+        A write, an fsync or an open the file system refuses (disk full, a
+        quota, an I/O error) is :class:`UnavailableError`: nothing of the
+        batch stays behind (see ``_w_append``), and the same call succeeds
+        once the file system takes writes again. Running out of descriptors
+        stays the ``OSError`` that names the limit and what to do.
+        """
+        await self._ready()
+        return await self._run(fn)
+
+    async def _run(self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True) -> T:
+        try:
+            return await self._committer.run(fn, cancellable=cancellable)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise
+            raise UnavailableError(self._root, exc.strerror or str(exc)) from exc
 
     # -- the writer thread's operations
 
@@ -437,16 +466,41 @@ class JsonlStore:
         wal = self._wal
         if wal is None:
             self._ensure_root()
-            wal = WriteAheadLog(self._root, limit=self._wal_limit)
+            wal = WriteAheadLog(self._root, limit=self._wal_limit, undo=self._w_undo)
             wal.open()
             self._wal = wal
         rnd.sync(wal, op)
         return wal
 
+    def _w_undo(self, writes: Sequence[tuple[bytes, str, int]]) -> None:
+        """A round whose log flush failed: cut its writes back out of their files.
+
+        A batch is cut back to where it began (its held session then checks its
+        file again before its next append); a session this round created is
+        removed; a key index line is cut like a batch.
+        """
+        for op, name, offset in reversed(writes):
+            path = os.path.join(self._root, name)
+            session = name.removesuffix(SUFFIX)
+            with suppress(OSError):
+                if op == CREATE and name != JOURNAL:
+                    handle = self._handles.pop(session)
+                    if handle is not None:
+                        self._handles.forget(handle)
+                    os.unlink(path)
+                elif op != DELETE:
+                    os.truncate(path, offset)
+                    held = self._handles.get(session)
+                    if held is not None:
+                        held.size = -1
+                        held.lines = -1
+            if name == JOURNAL and self._journal is not None:
+                self._journal.size = offset
+
     async def _ready(self) -> None:
         """Before the store's first read or write: replay the logs a dead writer left."""
         if not self._recovered:
-            await self._committer.run(self._w_recover, cancellable=False)
+            await self._run(self._w_recover, cancellable=False)
 
     def _w_recover(self, rnd: Round, op: Op[Any]) -> None:
         if self._recovered:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import fcntl
 import logging
 import os
@@ -41,6 +42,9 @@ from threads.store.keyfile import fsync_dir
 from threads.store.private import open_private
 
 log = logging.getLogger(__name__)
+
+Undo = Callable[[list[tuple[bytes, str, int]]], None]
+"""Takes a failed round's writes (op, file name, offset), in order, back out of their files."""
 
 PREFIX = ".wal-"
 DEFAULT_LIMIT = 64 * 2**20
@@ -64,16 +68,17 @@ class WriteAheadLog:
     ``limit`` bytes.
     """
 
-    def __init__(self, root: str, *, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, root: str, *, limit: int = DEFAULT_LIMIT, undo: Undo | None = None) -> None:
         self._root = root
         self._limit = limit
+        self._undo = undo
         self._path = os.path.join(root, f"{PREFIX}{secrets.token_hex(8)}")
         self._fd = -1
         self._generation = 1
         self._size = 0
         self._pending: list[bytes] = []
+        self._round: list[tuple[bytes, str, int]] = []
         self._unsynced: set[str] = set()
-        self.syncs = 0
 
     def open(self) -> None:
         """Create and lock the log; its name is made durable, so a recovery finds it."""
@@ -86,20 +91,37 @@ class WriteAheadLog:
     def record(self, op: bytes, name: str, offset: int, data: bytes) -> None:
         """Note a write of ``data`` at ``offset`` of ``name`` (a create, a delete) for this round."""
         self._pending.append(_encode(self._generation, op, name, offset, data))
+        self._round.append((op, name, offset))
         if op != DELETE:
             self._unsynced.add(name)
 
     def sync(self) -> None:
+        """Write the round's records and flush the log once.
+
+        When the file system refuses (disk full, an I/O error), the log is cut
+        back to where the round began and ``undo`` takes the round's writes
+        back out of their files — the callers hear of the failure, so nothing
+        of their batches may stay — before the error is raised.
+        """
         if not self._pending:
             return
         data = b"".join(self._pending)
+        written_round, self._round = self._round, []
         self._pending.clear()
-        written = os.pwrite(self._fd, data, self._size)
-        if written != len(data):
-            raise OSError(f"short write to the write-ahead log ({written} of {len(data)} bytes)")
+        try:
+            written = os.pwrite(self._fd, data, self._size)
+            if written != len(data):
+                raise OSError(
+                    errno.ENOSPC, f"short write to the write-ahead log ({written} of {len(data)})"
+                )
+            os.fsync(self._fd)
+        except OSError:
+            with suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            if self._undo is not None:
+                self._undo(written_round)
+            raise
         self._size += written
-        os.fsync(self._fd)
-        self.syncs += 1
         if self._size > self._limit:
             self.checkpoint()
 
