@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from tests.threads.store.helpers import header, msg, texts
 from tests.threads.store.test_jsonl import Spy
+from threads.errors import UnavailableError
 from threads.store.codec import encode_header
 from threads.store.entries import Header
 from threads.store.jsonl import JsonlStore
@@ -168,3 +170,32 @@ async def test_a_live_stores_log_is_never_replayed(tmp_path: Path) -> None:
     await second.close()
     await first.close()
     assert os.listdir(tmp_path) == [f"{h.id}.jsonl"]
+
+
+async def test_a_round_whose_log_flush_fails_leaves_nothing_of_its_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("before")])
+    real = os.fsync
+
+    def refused(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(UnavailableError):
+        await store.append(h.id, [msg("refused"), msg("also refused")])
+    with pytest.raises(UnavailableError):
+        await store.create(Header(id="s_refused"))
+    monkeypatch.setattr(os, "fsync", real)
+    assert texts((await store.load(h.id)).entries) == ["before"]
+    assert not (tmp_path / "s_refused.jsonl").exists()
+    await store.append(h.id, [msg("after")])
+    await store.create(Header(id="s_refused"))
+    assert texts((await store.load(h.id)).entries) == ["before", "after"]
+    await store.close()
+    again = JsonlStore(tmp_path)
+    assert texts((await again.load(h.id)).entries) == ["before", "after"]
+    await again.close()
