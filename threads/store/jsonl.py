@@ -161,6 +161,7 @@ class JsonlStore:
         check_id(session)
         await self._ready()
         await self._committer.run(partial(self._w_delete, session))
+        self._listing.forget(session)
         self._leases.drop(session)
         self._pulse.fire()
 
