@@ -102,8 +102,14 @@ class DirectoryListing:
     def forget(self, session: str) -> None:
         """The store deleted ``session``: whatever is created under its name is read afresh."""
         with self._lock:
-            if self._listed.pop(session + self._suffix, None) is not None:
-                self._seen_mtime = -1
+            listed = self._listed.pop(session + self._suffix, None)
+            if listed is None:
+                return
+            self._seen_mtime = -1
+            at = bisect.bisect_left(self._keys, listed.key)
+            if at < len(self._keys) and self._keys[at] == listed.key:
+                del self._keys[at]
+                del self._headers[at]
 
     def _refresh(self) -> None:
         """Rescan unless the directory provably has not changed since the last scan.
