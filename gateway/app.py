@@ -50,6 +50,7 @@ from gateway.lifetimes import Lifetimes
 from gateway.metrics import Metrics, TimedModels
 from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import Router, endpoint_of
+from threads import faults
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
 from threads.agent.tools import Tool, ToolRegistry
@@ -182,6 +183,10 @@ class Gateway:
 
     async def _start(self) -> None:
         config = self.config
+        if faults.problem():
+            raise StartupError(faults.problem())
+        if faults.armed():
+            log.warning("fault point %s is armed: this process kills itself there", faults.armed())
         self._prepare_directories()
         if self._given_store is not None:
             self._store = self._given_store

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from threads.errors import BusyError, ClosedError, NotRunError
+from threads.faults import fault
 from threads.ids import new_entry_id
 from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
 from threads.messages import JSON, Message
@@ -372,6 +373,7 @@ class TurnDriver:
         try:
             async with self._options.gate():
                 if not active.cancel_reason:
+                    fault("after_prompt_write")
                     active.begun = True
                     run.started = time.monotonic()
                     run.emit(RunStart(run_id=run.run_id))
@@ -436,6 +438,7 @@ class TurnDriver:
                 linked.append(upcoming_prompt)
             try:
                 await self._write(linked)
+                fault("after_turn_end")
                 if upcoming is not None:
                     upcoming.started = True
             except Exception as exc:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import tzinfo
 from typing import Any
 
+from threads.faults import fault
 from threads.keys import SessionKey
 from threads.messages import Message
 from threads.session import Session, SessionState
@@ -84,6 +85,7 @@ class Thread:
             )
         finally:
             self._accepting -= 1
+        fault("after_accept")
         self.touch()
         if self._on_turn is not None:
             self._on_turn(self, wake, turn)

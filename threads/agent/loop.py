@@ -21,6 +21,7 @@ from threads.agent.compaction import CompactionError, compact, over_threshold
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolOutput, ToolRegistry
 from threads.budget import Overseer
+from threads.faults import fault
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient, ModelRequest
 from threads.llm.errors import (
@@ -289,6 +290,8 @@ class AgentLoop:
             run.tool_history.append(call.name)
             run.emit(ToolStart(call_id=call.id, name=call.name))
             result, output = await self.tools.call(tools, call, ctx)
+            if len(calls) > 1:
+                fault("mid_tool_batch")
             run.emit(
                 ToolFinish(
                     call_id=call.id,
@@ -355,6 +358,7 @@ class AgentLoop:
                 return
         try:
             delivery = await wake.sink.deliver(OutboundMessage(text=text, expects_reply=False))
+            fault("after_delivery_before_record")
         except Exception as exc:
             log.exception("session %s: delivering the final answer failed", key)
             await run.session.custom(
