@@ -18,6 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import redis.asyncio as aioredis
+
 from channels.testing.web_client import WebChat
 from config.loading import ENV_FAULT, ENV_PREFIX
 from gateway.control import connected
@@ -26,6 +28,26 @@ from gateway.errors import GatewayError
 BANNER_END = "stop with Ctrl-C"
 WEB_LINE = "web chat:"
 STORES = ("jsonl", "sqlite", "redis")
+
+
+async def delete_keys(redis_url: str, prefix: str) -> None:
+    """Delete the keys under ``prefix`` in the Redis database at ``redis_url``, and only those.
+
+    Gateways that shared a Redis database under prefixes of their own are
+    cleaned up after this way; nothing flushes a database others may be using.
+    """
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        batch: list[bytes] = []
+        async for key in client.scan_iter(match=f"{prefix}*", count=500):
+            batch.append(key)
+            if len(batch) >= 500:
+                await client.unlink(*batch)
+                batch.clear()
+        if batch:
+            await client.unlink(*batch)
+    finally:
+        await client.aclose()
 
 
 class StartError(GatewayError):
