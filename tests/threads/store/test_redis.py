@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from config import validate
 from tests.conftest import require_service
 from tests.threads.store.conftest import (
     REDIS_DB,
@@ -23,6 +24,7 @@ from tests.threads.store.conftest import (
 )
 from tests.threads.store.helpers import header, msg, texts
 from threads.errors import LockedError, StaleError
+from threads.store import open_store
 from threads.store.redis import RedisStore
 
 
@@ -141,3 +143,30 @@ async def test_a_lapsed_lock_is_taken_again_when_nobody_wrote_meanwhile(
     assert await client.get(f"{prefix}lock:{h.id}") is not None
     assert texts((await store.load(h.id)).entries) == ["one", "two"]
     await store.close()
+
+
+async def test_the_prefix_of_a_store_url_holds_every_key_of_its_sessions(
+    client: aioredis.Redis, prefix: str
+) -> None:
+    store = open_store(f"{REDIS_URL}?prefix={prefix}")
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("one")])
+    await store.point("web:abc", h.id)
+    assert {key async for key in client.scan_iter(match=f"{prefix}*")} >= {
+        f"{prefix}s:{h.id}".encode(),
+        f"{prefix}c:{h.id}".encode(),
+        f"{prefix}keys".encode(),
+    }
+    assert await client.exists(f"weft:s:{h.id}") == 0
+    await store.close()
+
+
+def test_an_empty_prefix_in_a_store_url_is_refused() -> None:
+    with pytest.raises(ValueError, match="has an empty prefix"):
+        open_store(f"{REDIS_URL}?prefix=")
+
+
+def test_the_state_store_does_not_take_the_session_store_prefix() -> None:
+    config = validate({"store": {"url": f"{REDIS_URL}?prefix=a:&socket_timeout=2"}}, "test")
+    assert config.state_store_url() == f"{REDIS_URL}?socket_timeout=2"
