@@ -121,7 +121,7 @@ async def one_store(kind: str, args: argparse.Namespace, model: FakeOpenAIServer
     rng = random.Random(f"{args.seed}-{kind}")
     root = Path(tempfile.mkdtemp(prefix=f"faults-{kind}-"))
     prefix = f"bench-faults-{secrets.token_hex(4)}:"
-    url = store_url(kind, root / "data", redis=f"{REDIS_URL}?prefix={prefix}")
+    url = store_url(kind, root / "data", redis=f"{REDIS_URL}?cron_prefix={prefix}cron:")
     config = write_config(root, store=url, model_url=model.base_url)
     store = Store(kind)
     try:

@@ -28,7 +28,6 @@ from config.paths import DEFAULT_SESSIONS_URL, place_store_paths
 from config.redaction import redact_url
 from config.section import NAME, Section, given, is_loopback
 from config.tools import McpConfig, ToolsConfig
-from config.urls import pop_query
 
 BusyPolicy = Literal["queue", "reject", "steer", "interrupt", "rollback", "collect"]
 Visibility = Literal["spawned", "all"]
@@ -372,8 +371,7 @@ class GatewayConfig(Section):
         if self.store.state_url:
             return self.store.state_url
         if self.store.url.startswith(("redis://", "rediss://")):
-            # The session store's own key prefix is not the state store's.
-            return pop_query(self.store.url, "prefix")[0]
+            return self.store.url
         return f"sqlite:///{self.data_dir / 'gateway.db'}"
 
     def agent(self, name: str | None) -> AgentConfig:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 import redis.asyncio as aioredis
@@ -26,7 +27,6 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from config.redaction import redact_url
-from config.urls import pop_query
 from cron.base import Advance, Beat, Changes, Recording, RunRequest
 from cron.errors import StoreError
 from cron.models import Job, JobState, RunRecord
@@ -386,7 +386,13 @@ class RedisJobStore:
 
 def split_prefix(url: str) -> tuple[str, str | None]:
     """``url`` without its ``cron_prefix`` query parameter, and that parameter (None: absent)."""
-    return pop_query(url, PREFIX_PARAM)
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    named = [value for name, value in query if name == PREFIX_PARAM]
+    if not named:
+        return url, None
+    rest = urlencode([(name, value) for name, value in query if name != PREFIX_PARAM])
+    return urlunsplit(parts._replace(query=rest)), named[-1]
 
 
 def _text(value: bytes | str) -> str:

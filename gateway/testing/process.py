@@ -57,7 +57,7 @@ class StartError(GatewayError):
 def store_url(kind: str, data: Path, *, redis: str = "") -> str:
     """The session store URL of ``kind`` (one of :data:`STORES`) under ``data``.
 
-    ``redis`` is the Redis database URL, with its ``prefix`` (for redis only).
+    ``redis`` is the Redis database URL, with a ``cron_prefix`` of its own (for redis only).
     """
     if kind == "jsonl":
         return f"jsonl://{data / 'sessions'}"

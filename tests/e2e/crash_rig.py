@@ -192,7 +192,7 @@ class Rig:
         if self.store != "redis":
             return ""
         self.prefixes.append(f"crash-{tag}:")
-        return f"{self.redis_url}?prefix={self.prefixes[-1]}"
+        return f"{self.redis_url}?cron_prefix={self.prefixes[-1]}cron:"
 
     async def _crash(
         self,

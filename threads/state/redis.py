@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from config.urls import pop_query
 from threads.state.base import (
     Json,
     check_expiry,
@@ -88,11 +88,25 @@ return gone
 
 def split_address(url: str) -> tuple[str, str | None]:
     """``url`` without its ``cron_prefix`` parameter, and the state prefix that implies."""
-    address, cron = pop_query(url, CRON_PREFIX_PARAM)
-    if not cron:
+    address, base = split_base(url)
+    return address, None if base is None else f"{base}state:"
+
+
+def split_base(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``cron_prefix`` parameter, and the base of every prefix it implies.
+
+    ``staging:cron:`` names the base ``staging:``: cron's keys, the state
+    store's (``staging:state:``) and the sessions' (``staging:weft:``) share it.
+    """
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    named = [value for name, value in query if name == CRON_PREFIX_PARAM]
+    rest = urlencode([(name, value) for name, value in query if name != CRON_PREFIX_PARAM])
+    address = urlunsplit(parts._replace(query=rest))
+    if not named or not named[-1]:
         return address, None
-    base = cron.removesuffix("cron:") if cron.endswith("cron:") else cron
-    return address, f"{base}state:"
+    cron = named[-1]
+    return address, cron.removesuffix("cron:") if cron.endswith("cron:") else cron
 
 
 class RedisStateStore:

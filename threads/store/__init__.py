@@ -11,10 +11,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from config.redaction import redact_url
-from config.urls import pop_query
 from threads.store.base import Pinger, SessionStore, StoreOptions
 
-PREFIX_PARAM = "prefix"
 SCHEMES = ("memory://", "jsonl://PATH", "sqlite:///PATH", "redis://HOST:PORT/DB")
 
 
@@ -25,10 +23,7 @@ def open_store(url: str, options: StoreOptions | None = None) -> SessionStore:
     session under the path (relative to the working directory);
     ``sqlite:///./data/gateway.db`` — one SQLite file (``sqlite:////abs/path``
     for an absolute one); ``redis://127.0.0.1:6379/0`` — a Redis database
-    (``rediss://`` for TLS), every key under ``weft:`` or the URL's ``prefix``
-    parameter (``redis://127.0.0.1:6379/0?prefix=staging:``), so several
-    gateways can keep their sessions apart in one database. Nothing is touched
-    until the first call.
+    (``rediss://`` for TLS). Nothing is touched until the first call.
     """
     shown = redact_url(url)
     scheme, sep, rest = url.partition("://")
@@ -59,13 +54,12 @@ def open_store(url: str, options: StoreOptions | None = None) -> SessionStore:
             urlsplit(url)  # let a malformed URL fail here, naming itself
         except ValueError as exc:
             raise ValueError(f"store URL {shown!r} is malformed: {exc}") from None
-        from threads.store.redis import RedisStore
+        from threads.state.redis import split_base
+        from threads.store.redis import DEFAULT_PREFIX, RedisStore
 
-        address, prefix = pop_query(url, PREFIX_PARAM)
-        if prefix is None:
-            return RedisStore(address, options)
-        if not prefix:
-            raise ValueError(f"store URL {shown!r} has an empty prefix: name one such as 'a:'")
+        # Gateways sharing a Redis database by their cron prefixes keep their sessions apart too.
+        address, base = split_base(url)
+        prefix = DEFAULT_PREFIX if base is None else f"{base}{DEFAULT_PREFIX}"
         return RedisStore(address, options, prefix=prefix)
     raise ValueError(
         f"unknown store scheme {scheme!r} in {shown!r}; use one of {', '.join(SCHEMES)}"

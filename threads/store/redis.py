@@ -65,6 +65,8 @@ _Headers: TypeAlias = list[Header | None]
 _Rows: TypeAlias = list[tuple[tuple[int, str], Header]]
 _Args: TypeAlias = list[bytes | str | int | float]
 
+DEFAULT_PREFIX = "weft:"
+
 _NOT_FOUND, _LOCKED, _EXISTS, _STALE = -1, -2, -3, -4
 
 # KEYS: hash, chunks, lock, index. ARGV: token, ttl_ms, id, created_us, header, meta, gen, listable

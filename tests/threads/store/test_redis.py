@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from config import validate
 from tests.conftest import require_service
 from tests.threads.store.conftest import (
     REDIS_DB,
@@ -145,28 +144,16 @@ async def test_a_lapsed_lock_is_taken_again_when_nobody_wrote_meanwhile(
     await store.close()
 
 
-async def test_the_prefix_of_a_store_url_holds_every_key_of_its_sessions(
+async def test_the_cron_prefix_of_a_store_url_keeps_its_sessions_apart(
     client: aioredis.Redis, prefix: str
 ) -> None:
-    store = open_store(f"{REDIS_URL}?prefix={prefix}")
+    # Gateways that share a Redis database by their cron prefixes share nothing else.
+    store = open_store(f"{REDIS_URL}?cron_prefix={prefix}cron:")
     h = header()
     await store.create(h)
     await store.append(h.id, [msg("one")])
     await store.point("web:abc", h.id)
-    assert {key async for key in client.scan_iter(match=f"{prefix}*")} >= {
-        f"{prefix}s:{h.id}".encode(),
-        f"{prefix}c:{h.id}".encode(),
-        f"{prefix}keys".encode(),
-    }
+    keys = {key async for key in client.scan_iter(match=f"{prefix}*")}
+    assert keys >= {f"{prefix}weft:{kind}".encode() for kind in (f"s:{h.id}", f"c:{h.id}", "keys")}
     assert await client.exists(f"weft:s:{h.id}") == 0
     await store.close()
-
-
-def test_an_empty_prefix_in_a_store_url_is_refused() -> None:
-    with pytest.raises(ValueError, match="has an empty prefix"):
-        open_store(f"{REDIS_URL}?prefix=")
-
-
-def test_the_state_store_does_not_take_the_session_store_prefix() -> None:
-    config = validate({"store": {"url": f"{REDIS_URL}?prefix=a:&socket_timeout=2"}}, "test")
-    assert config.state_store_url() == f"{REDIS_URL}?socket_timeout=2"
