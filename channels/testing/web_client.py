@@ -32,6 +32,8 @@ class WebChat:
         self.replies: list[str] = []
         self.errors: list[str] = []
         self.frames: list[dict[str, Any]] = []
+        self.repeats: list[str] = []  # replies sent again under an id already shown
+        self._shown: set[str] = set()
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
@@ -101,6 +103,16 @@ class WebChat:
                 await self._reader
         self._ws = self._reader = None
 
+    def _reply(self, frame: dict[str, Any]) -> None:
+        """Keep a reply, unless its id was shown already: the page shows an id once."""
+        ident = frame.get("id")
+        if ident:
+            if ident in self._shown:
+                self.repeats.append(str(frame.get("text", "")))
+                return
+            self._shown.add(ident)
+        self.replies.append(str(frame.get("text", "")))
+
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         try:
             async for message in ws:
@@ -112,7 +124,7 @@ class WebChat:
                 if kind == "hello":
                     self.chat = str(frame.get("chat", ""))
                 elif kind == "reply":
-                    self.replies.append(str(frame.get("text", "")))
+                    self._reply(frame)
                 elif kind == "error":
                     self.errors.append(str(frame.get("error", "")))
                 self._changed.set()

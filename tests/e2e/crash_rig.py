@@ -118,6 +118,7 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     heard: list[Counter[str]] = field(default_factory=list)  # per chat: answers, and how often
     batch_results: list[tuple[str, str]] = field(default_factory=list)  # after the restart
+    repeats: int = 0  # replies sent again under an id the page had shown (it drops them)
     logs: list[str] = field(default_factory=list)
 
     def report(self) -> str:
@@ -127,6 +128,7 @@ class Outcome:
                 f"{self.scenario} on {self.store}:",
                 *(f"  - {p}" for p in self.problems),
                 *(f"  chat {n} heard {dict(c)}" for n, c in enumerate(self.heard)),
+                f"  {self.repeats} replies came again under an id already shown (dropped)",
                 *self.logs,
             ]
         )
@@ -176,6 +178,7 @@ class Rig:
                 for chat in chats:
                     await chat.close()
         outcome.heard = [answers(chat.replies) for chat in chats]
+        outcome.repeats = sum(len(chat.repeats) for chat in chats)
         for n, (want, heard) in enumerate(zip(scenario.expected, outcome.heard, strict=True)):
             wanted = {_mark(answer, tag) for answer in want}
             for answer in sorted(wanted | set(heard)):
