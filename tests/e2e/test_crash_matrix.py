@@ -45,18 +45,6 @@ PENDING = {
     "mid_announce": LEDGER.format(n=2, what="agent-to-agent steps held in memory vanish"),
 }
 BATCH_PENDING = LEDGER.format(n=2, what="a tool result is durable only with the next step")
-STALE_LOCKS = (
-    "issue 14 pt 3: on Redis the restart fails on the killed process's session locks "
-    "(lands with the startup branch)"
-)
-# The scenarios that leave a session with input to continue, so a restart opens it.
-LOCKED = {
-    "after_accept",
-    "after_prompt_write",
-    "mid_tool_batch",
-    "after_delivery_before_record-dispatch",
-    "after_delivery_before_record-text",
-}
 
 
 @pytest.fixture(scope="module", params=STORES)
@@ -80,30 +68,32 @@ class Crashes:
     outcomes: dict[str, Outcome]
 
 
-def expect_missing_fixes(request: pytest.FixtureRequest, *reasons: str) -> None:
-    """Mark the running test a strict xfail naming the fixes still missing, when any is."""
-    missing = "; ".join(reason for reason in reasons if reason)
-    if missing:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=missing))
+def scenarios() -> list[object]:
+    """Every scenario; those whose fix has not landed are strict xfails naming it."""
+    return [
+        pytest.param(
+            s.name,
+            id=s.name,
+            marks=[pytest.mark.xfail(strict=True, reason=PENDING[s.name])]
+            if s.name in PENDING
+            else [],
+        )
+        for s in SCENARIOS
+    ]
 
 
-def lock_reason(store: str, scenario: str) -> str:
-    return STALE_LOCKS if store == "redis" and scenario in LOCKED else ""
-
-
-@pytest.mark.parametrize("scenario", [s.name for s in SCENARIOS])
+@pytest.mark.parametrize("scenario", scenarios())
 def test_every_message_is_answered_exactly_once_after_a_crash_at_the_point(
-    crashes: Crashes, scenario: str, request: pytest.FixtureRequest
+    crashes: Crashes, scenario: str
 ) -> None:
-    expect_missing_fixes(request, PENDING.get(scenario, ""), lock_reason(crashes.store, scenario))
     outcome = crashes.outcomes[scenario]
     assert not outcome.problems, outcome.report()
 
 
+@pytest.mark.xfail(strict=True, reason=BATCH_PENDING)
 def test_a_tool_that_finished_before_a_crash_mid_batch_keeps_its_result(
-    crashes: Crashes, request: pytest.FixtureRequest
+    crashes: Crashes,
 ) -> None:
-    expect_missing_fixes(request, BATCH_PENDING, lock_reason(crashes.store, "mid_tool_batch"))
     outcome = crashes.outcomes["mid_tool_batch"]
     assert outcome.batch_results, outcome.report()
     # The crash came as the first of the two tools finished: only the other was cut short.
