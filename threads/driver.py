@@ -13,6 +13,13 @@ the ledger whatever the outcome. The driver task runs the queue: one turn at
 a time, through the gate the session's owner gives it (the manager's cap on
 concurrent turns). When input waits, the next turn's prompt is written in the
 same append as the end of the turn before it: one durable write, not two.
+
+A run that stops at calls waiting for a person's decision ends ``parked``:
+its turn entry, the approval requests and their audit land in one append
+(:mod:`threads.approvals.boundary`), and the session stays pending. Input
+that arrives meanwhile follows its busy policy and waits behind the boundary
+(``reject`` refuses it, ``interrupt`` denies the boundary); once every
+parked call is decided, the boundary's resume runs first.
 """
 
 from __future__ import annotations
@@ -25,11 +32,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from threads.approvals.boundary import park_entries, resume_ended
+from threads.approvals.door import ApprovalDoor
 from threads.errors import BusyError, ClosedError, NotRunError
 from threads.ids import new_entry_id
 from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
 from threads.messages import JSON, Message
-from threads.store.entries import Entry, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
+from threads.store.entries import (
+    ApprovalRequestEntry,
+    Entry,
+    LeafEntry,
+    MessageEntry,
+    ReceiptEntry,
+    TurnEntry,
+)
 from threads.tree import EntryTree, interruption_results, still_open
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
 
@@ -79,6 +95,15 @@ class TurnDriver:
         self._closing = False
         self._stop_queue = False
         self._inbox = Inbox(session, tree=tree, chain=chain, write=write, options=options)
+        self.approvals = ApprovalDoor(
+            session,
+            tree=tree,
+            lock=lock,
+            chain=chain,
+            write=write,
+            kick=self._kick,
+            mint_run_id=self._inbox.mint_run_id,
+        )
         self._running: _Active | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -94,11 +119,11 @@ class TurnDriver:
 
     @property
     def state(self) -> SessionState:
-        """``running`` while a run executes; ``pending`` while input waits; else ``idle``."""
+        """``running`` while a run executes; ``pending`` while input or a decision waits."""
         active = self._running
         if active is not None and active.begun:
             return "running"
-        if active is not None or self._inbox.has_input():
+        if active is not None or self._inbox.has_input() or self.approvals.awaiting:
             return "pending"
         return "idle"
 
@@ -139,12 +164,16 @@ class TurnDriver:
                 raise ClosedError(self._session.id)
             await self._inbox.settle_unfinished()
             wake = dict(wake or {})
-            if self._running is None and self._inbox.head is None and policy is not Policy.COLLECT:
+            parked = self.approvals.awaiting
+            idle = self._running is None and self._inbox.head is None and not parked
+            if idle and policy is not Policy.COLLECT:
                 turn = await self._inbox.start_now(message, policy, payload, wake)
                 self._kick()
                 return turn
             if policy is Policy.REJECT:
-                raise BusyError(self._session.id)
+                raise BusyError(
+                    self._session.id, "send (an approval is pending)" if parked else "send"
+                )
             if self._inbox.pending_count() >= self._options.max_queue:
                 raise BusyError(
                     self._session.id,
@@ -153,11 +182,20 @@ class TurnDriver:
             target = self._steer_target()
             if policy is Policy.STEER and target is not None:
                 return await self._inbox.accept_steer(message, payload, wake, injected, target)
-            interrupts = policy in (Policy.INTERRUPT, Policy.ROLLBACK) and target is not None
+            interrupting = policy in (Policy.INTERRUPT, Policy.ROLLBACK)
+            interrupts = interrupting and target is not None
             turn = await self._inbox.accept_send(message, policy, payload, wake, ahead=interrupts)
             if interrupts:
                 self._cancel_running(
                     "interrupted by a newer message", rollback=policy is Policy.ROLLBACK
+                )
+            elif interrupting and parked:
+                await self._write(
+                    self._chain(
+                        *self.approvals.closing_entries(
+                            "interrupted by a newer message", who="", via="interrupt"
+                        )
+                    )
                 )
             if policy is Policy.COLLECT:
                 self._arrival.set()
@@ -272,7 +310,8 @@ class TurnDriver:
     # -- the driver task: runs queued turns one at a time
 
     def _kick(self) -> None:
-        if self._task is None and self._inbox.head is not None and not self._stop_queue:
+        waiting = self._inbox.head is not None or self.approvals.resume_owed()
+        if self._task is None and waiting and not self._stop_queue:
             self._idle.clear()
             self._task = asyncio.create_task(self._drive(), name=f"session {self._session.id}")
 
@@ -291,6 +330,15 @@ class TurnDriver:
     async def _next_active(self) -> _Active | None:
         while True:
             async with self._lock:
+                if self.approvals.awaiting:
+                    # A boundary holds the session: its resume runs first, once decided.
+                    if self.approvals.resume_owed() and not self._stop_queue:
+                        active = await self._start_resume()
+                        if active is not None:
+                            return active
+                    self._task = None
+                    self._idle.set()
+                    return None
                 head = self._inbox.head
                 if head is None or (self._stop_queue and not head.started):
                     self._task = None
@@ -366,6 +414,41 @@ class TurnDriver:
         self._running = active
         return active
 
+    async def _start_resume(self) -> _Active | None:
+        """Write the resume's ``started`` audit and make its run (lock held)."""
+        turn, boundary, started = self.approvals.take_resume()
+        try:
+            await self._write(self._chain(started))
+        except Exception as exc:
+            log.exception(
+                "session %s: the resume %s was not written", self._session.id, turn.run_id
+            )
+            turn.finish(
+                Outcome.FAILED,
+                error=NotRunError(
+                    f"the resume {turn.run_id} of session {self._session.id} did not start ({exc}); "
+                    "the decisions stay recorded; it runs at the next decision, send or open"
+                ),
+            )
+            return None
+        payload, self.approvals.payload = self.approvals.payload, None
+        load = self._options.load_payload
+        if payload is None and load is not None and boundary.prompt and boundary.prompt.wake:
+            payload = load(boundary.prompt.wake)
+        run = Run(
+            session=self._session,
+            run_id=turn.run_id,
+            turn=turn,
+            messages=self._tree.context(close_open=False),
+            payload=payload,
+            policy=Policy.QUEUE,
+            resumption=boundary.resolutions(),
+        )
+        run.bind(self._flush_run, self._drain_run)
+        active = _Active(run=run, pendings=[], prompt_id="")
+        self._running = active
+        return active
+
     async def _execute(self, active: _Active) -> None:
         run = active.run
         result: RunResult | None = None
@@ -398,9 +481,15 @@ class TurnDriver:
         outcome = Outcome.CANCELED if canceled else Outcome.ANSWERED
         if result.stop_reason == "error":
             outcome = Outcome.FAILED
+        parked = result.parked if not canceled else ()
+        if parked:
+            outcome = Outcome.PARKED
         async with self._lock:
             messages, run.staged = run.staged, []
-            messages += interruption_results(still_open(self._tree.open_calls(), messages))
+            unanswered = still_open(self._tree.open_calls(), messages)
+            for p in parked:
+                unanswered.pop(p.call.id, None)
+            messages += interruption_results(unanswered)
             entries, leaf = _linked(self._tree.leaf, messages)
             turn_entry = TurnEntry(
                 id=new_entry_id(),
@@ -413,8 +502,12 @@ class TurnDriver:
                 canceled=canceled,
                 policy=run.policy.value,
                 last_input=result.last_input,
+                pending=tuple(p.call for p in parked),
             )
             entries.append(turn_entry)
+            entries.extend(park_entries(parked, run.run_id))
+            if run.resumption:
+                entries.append(resume_ended(turn_entry))
             if active.rollback:
                 prompt = self._tree.by_id.get(active.prompt_id)
                 entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
@@ -422,7 +515,8 @@ class TurnDriver:
             deferred = self._inbox.plan_deferrals(steers)
             entries.extend(deferral_receipts(deferred))
             linked = self._chain(*entries)
-            upcoming = self._upcoming(deferred)
+            # A parked turn holds the session: nothing starts until the boundary resolves.
+            upcoming = None if parked else self._upcoming(deferred)
             if upcoming is not None:
                 # The next turn's prompt rides in the same append: one write, not two.
                 last = linked[-1]
@@ -450,7 +544,14 @@ class TurnDriver:
                 deferred = []
             self._inbox.queue_deferred(deferred)
             self._running = None
+            if parked and outcome is Outcome.PARKED:
+                self.approvals.payload = run.payload
         run.emit(RunFinish(result=result))
+        if outcome is Outcome.PARKED and self._options.on_park is not None:
+            requests = [e for e in linked if isinstance(e, ApprovalRequestEntry)]
+            self._options.on_park(self._session, requests)
+        if not active.pendings:
+            run.turn.finish(outcome, result)
         for pending in active.pendings:
             pending.turn.finish(outcome, result)
         for old, new in deferred:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
 from threads import reports, stops
+from threads.approvals.boundary import has_boundary
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
 from threads.errors import (
@@ -31,11 +32,11 @@ from threads.keys import SessionKey
 from threads.messages import JSON, Message
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
-from threads.session import Session, SessionOptions
+from threads.session import ParkListener, Session, SessionOptions
 from threads.session_sink import SessionSink
 from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
 from threads.store.base import Loaded, SessionStore
-from threads.store.entries import MessageEntry, ParentRef
+from threads.store.entries import ApprovalRequestEntry, MessageEntry, ParentRef
 from threads.tree import unfinished_runs, unsettled_receipts
 from threads.turns import Agent, Run, Turn
 from threads.wake import (
@@ -98,6 +99,8 @@ class ThreadManager:
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
+        # Told of every approval request a turn parks on, once durable (the approvals service).
+        self.park_listeners: list[ParkListener] = []
         self.chains = Chains(
             config.threads.max_exchange_depth, record=self._recovery.record_stopped
         )
@@ -134,7 +137,7 @@ class ThreadManager:
         if session_id is None:
             return
         loaded = await self.store.load(session_id)
-        if not _has_unsettled(loaded.entries):
+        if not _has_unsettled(loaded.entries) and not has_boundary(loaded):
             return
         thread = await self._thread(key, create=False, loaded=loaded)
         if thread is not None:
@@ -343,7 +346,12 @@ class ThreadManager:
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
             resume=self._resume,
+            on_park=self._parked,
         )
+
+    def _parked(self, session: Session, requests: Sequence[ApprovalRequestEntry]) -> None:
+        for listener in self.park_listeners:
+            listener(session, requests)
 
     @contextlib.asynccontextmanager
     async def _turn_gate(self) -> AsyncIterator[None]:

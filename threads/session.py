@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from threads.approvals.door import ApprovalDoor
 from threads.clock import Clock, MonotonicClock
 from threads.driver import TurnDriver
 from threads.errors import (
@@ -35,6 +36,7 @@ from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, Usage
 from threads.store.base import Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
+    ApprovalRequestEntry,
     BranchSummaryEntry,
     CompactionEntry,
     CustomEntry,
@@ -57,6 +59,7 @@ from threads.turns import Agent, Policy, Run, Turn
 Gate = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 PayloadLoader = Callable[[Mapping[str, JSON]], Any]
 Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, JSON]] | None"]
+ParkListener = Callable[["Session", Sequence[ApprovalRequestEntry]], None]
 SessionState = Literal["running", "pending", "idle"]
 Injected = Message | Callable[[], Message]
 
@@ -78,7 +81,8 @@ class SessionOptions:
     collected messages start their turn once none has arrived for that long,
     on ``clock`` (the real monotonic time unless a test brings its own).
     ``load_payload`` rebuilds a restored input's payload from its stored wake;
-    ``resume`` makes the follow-up of a turn a dead writer left running.
+    ``resume`` makes the follow-up of a turn a dead writer left running;
+    ``on_park`` hears of the approval requests a turn parked on, once durable.
     """
 
     gate: Gate = _no_gate
@@ -87,6 +91,7 @@ class SessionOptions:
     clock: Clock = field(default_factory=MonotonicClock)
     load_payload: PayloadLoader | None = None
     resume: Resumer | None = None
+    on_park: ParkListener | None = None
 
 
 class Session:
@@ -266,6 +271,11 @@ class Session:
     @property
     def busy(self) -> bool:
         return self._driver.busy
+
+    @property
+    def approvals(self) -> ApprovalDoor:
+        """The open approval boundary, its pending requests and the door decisions come through."""
+        return self._driver.approvals
 
     # -- writing
 
