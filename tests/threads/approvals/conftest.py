@@ -7,7 +7,7 @@ live in an in-memory state store, sessions in a jsonl store a restart reopens.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,15 @@ class Rig:
         def user_sinks(key: SessionKey) -> Inbox:
             return self.inbox(str(key))
 
+        def channel_sinks(wire: Mapping[str, str]) -> Inbox:
+            return self.inbox(wire["chat"])
+
         self.manager = ThreadManager(
-            store=self.store, agent=loop, config=self.config, user_sinks=user_sinks
+            store=self.store,
+            agent=loop,
+            config=self.config,
+            user_sinks=user_sinks,
+            channel_sinks=channel_sinks,
         )
         loop.services = self.manager
         self.service = ApprovalService(self.manager, clock=self.clock, grants=grants)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tests.threads.approvals.conftest import Rig, approval_config
+from tests.threads.approvals.conftest import Rig
 from tests.threads.conftest import kinds
 from threads.approvals.errors import NotPendingError
 from threads.approvals.service import Decider
@@ -159,10 +159,3 @@ async def test_an_approved_call_is_not_run_again_by_a_second_decision(rig: Rig) 
     with pytest.raises(NotPendingError, match=r"already approved by telegram:7 \(Ada\)"):
         await rig.service.decide(waiting.request.id, approve=True, decider=OWNER, key="telegram:7")
     assert len(rig.ran) == 1
-
-
-def test_config_rules_validate() -> None:
-    config = approval_config(
-        rules=[{"tool": "deploy", "args": [{"pointer": "/env", "glob": "prod*"}]}]
-    )
-    assert config.approvals.rules[0].args[0].glob == "prod*"
