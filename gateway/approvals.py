@@ -33,11 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ARGS_SHOWN = 600
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("approve", "approve a pending tool call: /approve ID"),
-    ("always", "approve it and allow the same call from now on: /always ID"),
-    ("deny", "refuse a pending tool call: /deny ID [reason]"),
-)
 
 
 def question(waiting: Waiting, *, buttons: bool) -> str:
