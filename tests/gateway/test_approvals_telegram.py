@@ -81,7 +81,7 @@ async def test_a_press_on_approve_resumes_the_turn_and_the_answer_arrives(tmp_pa
         assert RAN == ["eu"]
         (answer,) = rig.fake.callback_answers
         assert answer["text"] == "Approved: deploy runs now."
-        assert sent[0].text == "✅ Approved by telegram:%d (Ann): deploy runs." % ann.id
+        assert sent[0].text == f"✅ Approved by telegram:{ann.id} (Ann): deploy runs."
         assert sent[0].reply_markup is None
 
 
@@ -171,7 +171,7 @@ async def test_an_expired_question_is_edited_to_say_so(tmp_path: Path) -> None:
         key = f"telegram:{ann.id}"
         rig.script.add(key, call("deploy", env="eu"), dispatch(("caller:user", "Too late.")))
         rig.fake.send_dm(ann, "deploy")
-        asked, _request_id = await question(rig, ann)
+        _asked, _request_id = await question(rig, ann)
         gateway: Gateway = rig.gateway
         clock.advance(gateway.config.approvals.expiry_seconds + 1)
         sent = await rig.fake.wait_for_sent(ann, 2)
