@@ -25,6 +25,11 @@ def button_data(choice: str, request_id: str) -> str:
     return f"{_PREFIX}:{choice}:{request_id}"
 
 
+def commands_hint(request_id: str) -> str:
+    """The line that says how to decide by typing, where no button can be shown."""
+    return f"Reply /approve {request_id}, /always {request_id} or /deny {request_id} [reason]."
+
+
 def press_command(data: str) -> str | None:
     """The chat command a pressed button stands for; None for data that is not ours."""
     prefix, _, rest = data.partition(":")

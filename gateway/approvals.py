@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from channels.approvals import commands_hint
 from channels.base import ApprovalAsk, AsksApproval, Inbound
 from gateway.router import Command, endpoint_of
 from threads.approvals.errors import ApprovalError, NotAllowedError, NotPendingError
@@ -47,7 +48,7 @@ def question(waiting: Waiting, *, buttons: bool) -> str:
     if r.expiry is not None:
         lines.append(f"Denied on its own if undecided by {r.expiry:%Y-%m-%d %H:%M} UTC.")
     if not buttons:
-        lines.append(f"Reply /approve {r.id}, /always {r.id} or /deny {r.id} [reason].")
+        lines.append(commands_hint(r.id))
     return "\n".join(lines)
 
 
@@ -138,10 +139,9 @@ class ApprovalDesk:
             request_id, _, reason = rest.partition(" ")
             if not request_id:
                 return self._pending_here(key)
-            if inbound.press and inbound.message_id:
-                self._shown[request_id].append(
-                    (inbound.channel, inbound.chat_id, inbound.message_id)
-                )
+            where = (inbound.channel, inbound.chat_id, inbound.message_id)
+            if inbound.press and inbound.message_id and where not in self._shown[request_id]:
+                self._shown[request_id].append(where)
             decider = Decider(
                 channel=inbound.channel, user_id=inbound.user_id, name=inbound.user_name
             )
