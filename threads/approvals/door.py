@@ -130,6 +130,10 @@ class ApprovalDoor:
         boundary = self.boundary()
         return boundary.pending() if boundary is not None else []
 
+    def holds(self, request_id: str) -> bool:
+        """Whether this session made the request (pending or not)."""
+        return isinstance(self._tree.by_id.get(request_id), ApprovalRequestEntry)
+
     def fate(self, request_id: str) -> str:
         """What became of a request that is not pending, in words."""
         return fate_of(self._tree.entries, request_id, self.boundary())

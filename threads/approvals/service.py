@@ -275,6 +275,11 @@ class ApprovalService:
         try:
             return self.find(request_id)
         except NotPendingError:
+            made = [t for t in self.manager.threads() if t.session.approvals.holds(request_id)]
+            if made:
+                raise NotPendingError(
+                    request_id, made[0].session.approvals.fate(request_id)
+                ) from None
             if key is None:
                 raise
         thread = await self.manager.open_thread(key)
