@@ -83,5 +83,5 @@ async def test_deny_from_the_dashboard_tells_the_model_and_the_chat(tmp_path: Pa
         (result,) = rig.script.requests[key][-1].messages[-1].tool_results()
         assert result.content == "DENIED: change freeze"
         assert RAN == []
-        status, body = await api.post("/approvals/e_nope/deny", {"reason": "x", "extra": 1})
+        status, _body = await api.post("/approvals/e_nope/deny", {"reason": "x", "extra": 1})
         assert status == 400
