@@ -26,7 +26,10 @@ from gateway.router import Command, endpoint_of
 from threads.approvals.errors import ApprovalError, NotAllowedError, NotPendingError
 from threads.approvals.service import ApprovalService, Decider, Settled, Waiting
 from threads.keys import SessionKey
+from threads.runner import Thread
 from threads.sinks import OutboundMessage
+from threads.turns import Turn
+from threads.wake import UserCaller, Wake
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -76,6 +79,7 @@ class ApprovalDesk:
         self._answering: set[str] = set()
         service.asks.append(self.ask)
         service.settles.append(self.settle)
+        gateway.manager.observe(self._behind)
 
     def commands(self) -> dict[str, Command]:
         return {
@@ -132,6 +136,15 @@ class ApprovalDesk:
             channel = self.gateway.channels[where[0]]
             await channel.deliver(where[1], OutboundMessage(text=text))
 
+    def _behind(self, thread: Thread, wake: Wake, turn: Turn) -> None:
+        """A person whose message waits behind a pending approval is told why it waits."""
+        pending = thread.session.approvals.pending()
+        if not pending or not isinstance(wake.caller, UserCaller) or wake.sink.drops:
+            return
+        ids = ", ".join(f"/approve {r.id}" for r in pending)
+        text = f"Your message waits until the pending approval is decided ({ids} or /deny)."
+        self.gateway.manager.spawn(_tell(wake, text), name="tell a message waits")
+
     # -- answers from chats
 
     def _command(self, *, approve: bool, always: bool = False) -> Command:
@@ -177,6 +190,13 @@ class ApprovalDesk:
             return "Nothing here waits for an approval."
         lines = [f"{r.id}: {r.tool}" for r in pending]
         return "Waiting for a decision:\n" + "\n".join(lines) + "\nReply /approve ID or /deny ID."
+
+
+async def _tell(wake: Wake, text: str) -> None:
+    try:
+        await wake.sink.deliver(OutboundMessage(text=text))
+    except Exception:
+        log.exception("telling a person that their message waits failed")
 
 
 def _answer(settled: Settled) -> str:

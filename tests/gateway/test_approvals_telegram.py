@@ -14,6 +14,7 @@ from gateway.app import Gateway
 from tests.clock import ManualClock
 from tests.gateway.telegram_rig import TelegramRig, telegram_gateway
 from threads.agent.tools import Tool, ToolContext
+from threads.messages import ToolResultPart
 from threads.testing.scripted import call, dispatch
 
 RAN: list[str] = []
@@ -177,4 +178,57 @@ async def test_an_expired_question_is_edited_to_say_so(tmp_path: Path) -> None:
         sent = await rig.fake.wait_for_sent(ann, 2)
         assert sent[1].text == "Too late."
         assert sent[0].text == "⌛ Expired: deploy was not run (no one decided in time)."
+        assert RAN == []
+
+
+async def test_a_message_while_a_call_waits_is_told_why_and_runs_after_the_decision(
+    tmp_path: Path,
+) -> None:
+    async with deploy_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        key = f"telegram:{ann.id}"
+        rig.script.add(
+            key,
+            call("deploy", env="eu"),
+            dispatch(("caller:user", "Deployed.")),
+            dispatch(("caller:user", "And hello.")),
+        )
+        rig.fake.send_dm(ann, "deploy")
+        asked, request_id = await question(rig, ann)
+        rig.fake.send_dm(ann, "also say hello")
+        waits = (await rig.fake.wait_for_sent(ann, 2))[1]
+        assert waits.text == (
+            f"Your message waits until the pending approval is decided (/approve {request_id} "
+            "or /deny)."
+        )
+        assert len(rig.script.requests[key]) == 1  # nothing ran for it yet
+        rig.fake.press_button(asked, ann, button_data("approve", request_id))
+        sent = await rig.fake.wait_for_sent(ann, 4)
+        assert [m.text for m in sent[2:]] == ["Deployed.", "And hello."]
+
+
+async def test_stop_denies_the_waiting_call_and_runs_nothing(tmp_path: Path) -> None:
+    async with deploy_gateway(tmp_path) as rig:
+        ann = rig.fake.user("Ann")
+        rig.script.add(f"telegram:{ann.id}", call("deploy", env="eu"))
+        rig.fake.send_dm(ann, "deploy")
+        _asked, _request_id = await question(rig, ann)
+        rig.fake.send_dm(ann, "/compact")
+        refused = (await rig.fake.wait_for_sent(ann, 2))[1].text
+        assert refused is not None
+        assert "has a tool call waiting for approval" in refused
+        rig.fake.send_dm(ann, "/stop")
+        stopped = (await rig.fake.wait_for_sent(ann, 3))[2]
+        assert stopped.text == "Stopped the running turn and what it started."
+        assert rig.gateway.approvals is not None
+        assert await rig.gateway.approvals.waiting() == []
+        thread = rig.gateway.manager.thread(f"telegram:{ann.id}")
+        assert thread is not None
+        (result,) = [
+            p.content
+            for m in thread.session.context()
+            for p in m.content
+            if isinstance(p, ToolResultPart)
+        ]
+        assert result == "DENIED: stopped by the user"
         assert RAN == []

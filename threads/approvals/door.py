@@ -251,6 +251,16 @@ class ApprovalDoor:
             turn = Turn(new_entry_id(), self._mint_run_id(), Policy.QUEUE)
         return turn, boundary, resume_started(boundary, turn.run_id)
 
+    async def close(self, reason: str, *, via: str, who: str = "") -> bool:
+        """Deny what waits and close the boundary without a run (a stop); False if none was open."""
+        async with self._lock:
+            entries = self.closing_entries(reason, who=who or via, via=via)
+            if not entries:
+                return False
+            await self._write(self._chain(*entries))
+        self._kick()  # input that waited behind the boundary runs now
+        return True
+
     def closing_entries(self, reason: str, *, who: str, via: str) -> list[Entry]:
         """Deny every undecided call and close the boundary without a run (an interrupt, /stop).
 
