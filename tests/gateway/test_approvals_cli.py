@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from gateway.app import Gateway
+from gateway.ops_cli import health_lines, session_lines
 from tests.gateway.conftest import Replies
 from tests.gateway.test_approvals_telegram import DEPLOY, RAN
 from tests.gateway.test_thread_ops_cli import gateway_cli, scripted_config, write_config
@@ -132,3 +133,40 @@ async def test_with_no_gateway_running_list_says_so(tmp_path: Path) -> None:
     code, _out, err = await gateway_cli(path, "approvals", "list")
     assert code == 1
     assert err.startswith("error: no gateway is running")
+
+
+def test_check_session_and_health_text_name_the_call_that_waits() -> None:
+    request = {"id": "e_01ABC", "tool": "deploy", "since": "2026-06-01T12:00:00+00:00"}
+    lines = session_lines(
+        {
+            "session_key": "telegram:7",
+            "exists": True,
+            "thread_active": True,
+            "thread_state": "pending",
+            "thread_awaiting_approval": [request],
+        }
+    )
+    assert "  state           pending, waiting for approval of deploy (e_01ABC)" in lines
+    assert not [line for line in lines if "thread_awaiting_approval" in line]
+    text = health_lines(
+        {
+            "threads": {"active": 1, "running": 0, "pending": 1},
+            "all_threads": [
+                {"session_key": "telegram:7", "state": "pending", "awaiting_approval": [request]}
+            ],
+            "approvals": {
+                "pending": 1,
+                "requests": [
+                    {
+                        "id": "e_01ABC",
+                        "tool": "deploy",
+                        "session_key": "telegram:7",
+                        "expiry": "2026-06-02T12:00:00+00:00",
+                    }
+                ],
+            },
+        }
+    )
+    assert any("awaiting approval of deploy (e_01ABC)" in line for line in text)
+    assert "approvals: 1 waiting for a decision" in text
+    assert "  e_01ABC  deploy in telegram:7, denied if undecided by 2026-06-02 12:00:00 UTC" in text

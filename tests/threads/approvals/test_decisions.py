@@ -207,3 +207,39 @@ def _wake(rig: Rig, text: str) -> Wake:
         caller=UserCaller(channel="telegram", user_id="7", name="Ada"),
         sink=rig.inbox("telegram:7"),
     )
+
+
+async def test_check_session_and_health_say_the_thread_waits_for_an_approval(rig: Rig) -> None:
+    assert rig.manager is not None
+    assert rig.service is not None
+    request_id = await park(rig)
+    info = await rig.manager.check_session("telegram:7")
+    assert info["thread_state"] == "pending"
+    (waiting,) = info["thread_awaiting_approval"]
+    assert (waiting["id"], waiting["tool"]) == (request_id, "deploy")
+    health = await rig.manager.health()
+    assert health["threads"]["pending"] == 1
+    (thread,) = health["all_threads"]
+    assert thread["awaiting_approval"][0]["id"] == request_id
+    report = await rig.service.health()
+    assert report["pending"] == 1
+    assert report["requests"][0]["id"] == request_id
+
+
+async def test_a_button_of_an_earlier_occurrence_of_a_call_names_that_ones_fate(
+    rig: Rig,
+) -> None:
+    assert rig.service is not None
+    rig.model.add(call("deploy", env="eu", call_id="c1"))
+    await (await rig.say("telegram:7", "deploy")).wait(10)
+    (first,) = await rig.service.waiting()
+    rig.model.add(dispatch(("caller:user", "ok")))
+    await rig.service.decide(first.request.id, approve=False, decider=OWNER, reason="later")
+    await settle(rig)
+    rig.model.add(call("deploy", env="eu", call_id="c1"))  # providers reuse call ids
+    await (await rig.say("telegram:7", "now deploy")).wait(10)
+    (second,) = await rig.service.waiting()
+    assert second.request.id != first.request.id
+    with pytest.raises(NotPendingError, match="it was already denied"):
+        await rig.service.decide(first.request.id, approve=True, decider=OWNER, key="telegram:7")
+    assert rig.ran == []
