@@ -8,8 +8,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from channels.api.answers import PARKED
 from gateway.app import Gateway
 from gateway.ops_cli import health_lines, session_lines
+from tests.channels.api_rig import api_config, ask
+from tests.channels.api_rig import running as api_running
 from tests.gateway.conftest import Replies
 from tests.gateway.test_approvals_telegram import DEPLOY, RAN
 from tests.gateway.test_thread_ops_cli import gateway_cli, scripted_config, write_config
@@ -170,3 +173,17 @@ def test_check_session_and_health_text_name_the_call_that_waits() -> None:
     assert any("awaiting approval of deploy (e_01ABC)" in line for line in text)
     assert "approvals: 1 waiting for a decision" in text
     assert "  e_01ABC  deploy in telegram:7, denied if undecided by 2026-06-02 12:00:00 UTC" in text
+
+
+async def test_an_api_request_whose_turn_parks_is_answered_that_it_waits(tmp_path: Path) -> None:
+    RAN.clear()
+    async with api_running(api_config(tmp_path), tools=[DEPLOY]) as api:
+        api.script.add("api:alice", call("deploy", env="eu"))
+        status, body, _ = await api.post(ask("deploy"), headers={"X-Session-Key": "api:alice"})
+        assert status == 200
+        assert body["choices"][0]["message"]["content"] == PARKED
+        assert body["choices"][0]["finish_reason"] == "stop"
+        assert api.gateway.approvals is not None
+        (waiting,) = await api.gateway.approvals.waiting()
+        assert waiting.key == "api:alice"
+        assert RAN == []
