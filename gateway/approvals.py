@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from channels.approvals import commands_hint
-from channels.base import ApprovalAsk, AsksApproval, Inbound
+from channels.base import ApprovalAsk, AsksApproval, Follows, Inbound
 from gateway.router import Command, endpoint_of
 from threads.approvals.errors import ApprovalError, NotAllowedError, NotPendingError
 from threads.approvals.service import ApprovalService, Decider, Settled, Waiting
@@ -126,15 +126,17 @@ class ApprovalDesk:
             shows = self.gateway.channels.get(name)
             if shows is not None and isinstance(shows, AsksApproval):
                 await shows.settle_approval(chat, message_id, text)
-        if shown or settled.request.id in self._answering:
-            return
-        # Decided away from the chat (the CLI, the dashboard, the clock): it hears it once.
         where = self.where(
             Waiting(key=settled.key, session_id="", agent="", request=settled.request)
         )
-        if where is not None:
-            channel = self.gateway.channels[where[0]]
+        if where is None:
+            return
+        channel = self.gateway.channels[where[0]]
+        if not shown and settled.request.id not in self._answering:
+            # Decided away from the chat (the CLI, the dashboard, the clock): it hears it once.
             await channel.deliver(where[1], OutboundMessage(text=text))
+        if settled.resume is not None and isinstance(channel, Follows):
+            channel.follow(where[1], settled.resume)  # typing while the resumed turn runs
 
     def _behind(self, thread: Thread, wake: Wake, turn: Turn) -> None:
         """A person whose message waits behind a pending approval is told why it waits."""

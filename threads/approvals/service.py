@@ -39,6 +39,7 @@ from threads.store.entries import (
     GrantEntry,
     GrantRevokedEntry,
 )
+from threads.turns import Turn
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -102,12 +103,14 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settled:
-    """A request's decision, as recorded: by whom, through what, and the grant it minted."""
+    """A request's decision, as recorded: by whom, through what, the grant it minted, and the
+    turn that resumes the conversation when the decision completed its boundary."""
 
     key: str
     request: ApprovalRequestEntry
     decision: ApprovalDecisionEntry
     grant: Grant | None = None
+    resume: Turn | None = None
 
     def wire(self) -> dict[str, Any]:
         d = self.decision
@@ -266,7 +269,13 @@ class ApprovalService:
         )
         decision = decided.decisions[0]
         grant = await self._mint(thread.session, waiting, decision) if decision.always else None
-        settled = Settled(key=waiting.key, request=waiting.request, decision=decision, grant=grant)
+        settled = Settled(
+            key=waiting.key,
+            request=waiting.request,
+            decision=decision,
+            grant=grant,
+            resume=decided.resume,
+        )
         await self._tell(settled)
         self._schedule()
         return settled
