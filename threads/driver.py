@@ -415,38 +415,12 @@ class TurnDriver:
         return active
 
     async def _start_resume(self) -> _Active | None:
-        """Write the resume's ``started`` audit and make its run (lock held)."""
-        turn, boundary, started = self.approvals.take_resume()
-        try:
-            await self._write(self._chain(started))
-        except Exception as exc:
-            log.exception(
-                "session %s: the resume %s was not written", self._session.id, turn.run_id
-            )
-            turn.finish(
-                Outcome.FAILED,
-                error=NotRunError(
-                    f"the resume {turn.run_id} of session {self._session.id} did not start ({exc}); "
-                    "the decisions stay recorded; it runs at the next decision, send or open"
-                ),
-            )
+        """The armed resume's run, its ``started`` audit written (lock held); None if not."""
+        run = await self.approvals.start_resume(self._options.load_payload)
+        if run is None:
             return None
-        payload, self.approvals.payload = self.approvals.payload, None
-        load = self._options.load_payload
-        if payload is None and load is not None and boundary.prompt and boundary.prompt.wake:
-            payload = load(boundary.prompt.wake)
-        run = Run(
-            session=self._session,
-            run_id=turn.run_id,
-            turn=turn,
-            messages=self._tree.context(close_open=False),
-            payload=payload,
-            policy=Policy.QUEUE,
-            resumption=boundary.resolutions(),
-        )
         run.bind(self._flush_run, self._drain_run)
-        active = _Active(run=run, pendings=[], prompt_id="")
-        self._running = active
+        self._running = active = _Active(run=run, pendings=[], prompt_id="")
         return active
 
     async def _execute(self, active: _Active) -> None:

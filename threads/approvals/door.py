@@ -12,6 +12,7 @@ only through the session's write path, under the session's lock.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,7 +29,7 @@ from threads.approvals.boundary import (
     resume_started,
 )
 from threads.approvals.errors import InvalidDecisionError, NotPendingError
-from threads.errors import ClosedError
+from threads.errors import ClosedError, NotRunError
 from threads.ids import new_entry_id
 from threads.messages import Message, ToolResultPart
 from threads.store.entries import (
@@ -40,12 +41,14 @@ from threads.store.entries import (
     GrantRevokedEntry,
     MessageEntry,
 )
-from threads.turns import Policy, Turn
+from threads.turns import Outcome, Policy, Run, Turn
 
 if TYPE_CHECKING:
     from threads.inbox import Chain, Write
-    from threads.session import Session
+    from threads.session import PayloadLoader, Session
     from threads.tree import EntryTree
+
+log = logging.getLogger(__name__)
 
 AUDIT_KINDS = (
     ApprovalRequestEntry,
@@ -241,15 +244,40 @@ class ApprovalDoor:
         boundary = self.boundary()
         return boundary is not None and boundary.complete
 
-    def take_resume(self) -> tuple[Turn, Boundary, ApprovalAuditEntry]:
-        """The armed resume: its turn, the boundary it resolves, the audit entry to write first."""
+    async def start_resume(self, load_payload: PayloadLoader | None) -> Run | None:
+        """The armed resume's run, once its ``started`` audit (which spends the decisions) is
+        written; None, its turn failed, when that write fails (the resume stays owed)."""
         boundary = self.boundary()
         assert boundary is not None
         assert boundary.complete
         turn, self._armed = self._armed, None
         if turn is None:
             turn = Turn(new_entry_id(), self._mint_run_id(), Policy.QUEUE)
-        return turn, boundary, resume_started(boundary, turn.run_id)
+        try:
+            await self._write(self._chain(resume_started(boundary, turn.run_id)))
+        except Exception as exc:
+            log.exception("session %s: resume %s was not written", self._session.id, turn.run_id)
+            turn.finish(
+                Outcome.FAILED,
+                error=NotRunError(
+                    f"the resume {turn.run_id} of session {self._session.id} did not start "
+                    f"({exc}); the decisions stay recorded: it runs at the next decision, send "
+                    "or open"
+                ),
+            )
+            return None
+        payload, self.payload = self.payload, None
+        if payload is None and load_payload is not None and boundary.prompt is not None:
+            payload = load_payload(boundary.prompt.wake) if boundary.prompt.wake else None
+        return Run(
+            session=self._session,
+            run_id=turn.run_id,
+            turn=turn,
+            messages=self._tree.context(close_open=False),
+            payload=payload,
+            policy=Policy.QUEUE,
+            resumption=boundary.resolutions(),
+        )
 
     async def close(self, reason: str, *, via: str, who: str = "") -> bool:
         """Deny what waits and close the boundary without a run (a stop); False if none was open."""
