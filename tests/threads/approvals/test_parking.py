@@ -19,7 +19,7 @@ from threads.store.entries import (
     TurnEntry,
 )
 from threads.store.memory import MemoryStore
-from threads.testing.scripted import call, dispatch
+from threads.testing.scripted import call, calls, dispatch
 from threads.turns import Outcome
 
 OWNER = Decider(channel="telegram", user_id="7", name="Ada")
@@ -159,3 +159,23 @@ async def test_an_approved_call_is_not_run_again_by_a_second_decision(rig: Rig) 
     with pytest.raises(NotPendingError, match=r"already approved by telegram:7 \(Ada\)"):
         await rig.service.decide(waiting.request.id, approve=True, decider=OWNER, key="telegram:7")
     assert len(rig.ran) == 1
+
+
+async def test_two_calls_in_one_step_park_together_and_resume_once_both_are_decided(
+    rig: Rig,
+) -> None:
+    assert rig.service is not None
+    rig.model.add(
+        calls(("deploy", {"env": "eu"}), ("deploy", {"env": "us"}), call_ids=("c_eu", "c_us")),
+        dispatch(("caller:user", "one region is live")),
+    )
+    await (await rig.say("telegram:7", "deploy everywhere")).wait(10)
+    eu, us = sorted(await rig.service.waiting(), key=lambda w: w.request.call_id)
+    assert (eu.request.call_id, us.request.call_id) == ("c_eu", "c_us")
+    settled = await rig.service.decide(eu.request.id, approve=True, decider=OWNER)
+    assert settled.resume is None  # the other call still waits
+    assert rig.ran == []
+    await rig.service.decide(us.request.id, approve=False, decider=OWNER, reason="not yet")
+    assert await rig.inbox("telegram:7").wait(1) == ["one region is live"]
+    assert rig.ran == [{"env": "eu", "key": "telegram:7"}]
+    assert results(rig, "telegram:7")[:2] == ["deployed to eu", "DENIED: not yet"]
