@@ -23,7 +23,7 @@ from threads.ids import new_entry_id
 from threads.state.base import Json, StateStore
 
 NAMESPACE = "approvals.grants"
-_SEP = "|"
+_SEP = "/"  # never in a session key, so a key's prefix names its grants alone
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
