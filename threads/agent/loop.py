@@ -174,8 +174,11 @@ class AgentLoop:
         if run.resumption:
             # A decided approval boundary: its calls are answered before the model goes on.
             resolved = await self._resolve(tools, ctx, run)
-            messages.append(resolved)
             run.stage(resolved)
+            if messages and messages[-1].role == "tool":
+                # The step's other calls were answered before it parked: one tool message.
+                resolved = Message(role="tool", content=messages.pop().content + resolved.content)
+            messages.append(resolved)
             await run.flush()
         elif over_threshold(run.session, settings) and await self._compact(
             run, client, model, settings, "threshold"

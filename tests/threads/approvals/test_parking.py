@@ -179,3 +179,23 @@ async def test_two_calls_in_one_step_park_together_and_resume_once_both_are_deci
     assert await rig.inbox("telegram:7").wait(1) == ["one region is live"]
     assert rig.ran == [{"env": "eu", "key": "telegram:7"}]
     assert results(rig, "telegram:7")[:2] == ["deployed to eu", "DENIED: not yet"]
+
+
+async def test_a_step_with_a_call_that_ran_and_one_that_parked_resumes_as_one_tool_message(
+    rig: Rig,
+) -> None:
+    assert rig.service is not None
+    rig.model.add(
+        calls(("check_session", {"session_key": "cli"}), ("deploy", {"env": "eu"})),
+        dispatch(("caller:user", "done")),
+    )
+    await (await rig.say("telegram:7", "check, then deploy")).wait(10)
+    (waiting,) = await rig.service.waiting()
+    await rig.service.decide(waiting.request.id, approve=True, decider=OWNER)
+    await rig.inbox("telegram:7").wait(1)
+    shown = rig.model.requests[-1].messages
+    assert [m.role for m in shown[-3:]] == ["user", "assistant", "tool"]
+    assert [p.name for p in shown[-1].content if isinstance(p, ToolResultPart)] == [
+        "check_session",
+        "deploy",
+    ]
