@@ -12,7 +12,7 @@ from threads.store.entries import (
     ApprovalRequestEntry,
     TurnEntry,
 )
-from threads.testing.scripted import dispatch
+from threads.testing.scripted import call, dispatch
 from threads.tree import INTERRUPTED
 
 
@@ -142,3 +142,23 @@ async def test_a_branch_back_to_a_decided_boundary_asks_again_instead_of_running
     await rig.service.decide(request_id, approve=True, decider=OWNER)
     await settle(rig)
     assert len(rig.ran) == 2
+
+
+async def test_a_grant_and_its_trail_outlive_a_restart(rig: Rig) -> None:
+    assert rig.service is not None
+    request_id = await park(rig)
+    rig.model.add(dispatch(("caller:user", "deployed")))
+    settled = await rig.service.decide(request_id, approve=True, decider=OWNER, always=True)
+    assert settled.grant is not None
+    await settle(rig)
+    await rig.restart()
+    assert rig.manager is not None
+    rig.model.add(call("deploy", env="eu"), dispatch(("caller:user", "again")))
+    await (await rig.say("telegram:7", "again")).wait(10)
+    assert len(rig.ran) == 2
+    thread = rig.manager.thread("telegram:7")
+    assert thread is not None
+    kinds = [e.TYPE for e in thread.session.approvals.audit()]
+    assert kinds.count("grant") == 1
+    last = [e for e in thread.session.approvals.audit() if isinstance(e, ApprovalAuditEntry)][-1]
+    assert (last.step, last.grant_id) == ("grant", settled.grant.id)
