@@ -111,11 +111,14 @@ def find_boundary(tree: EntryTree) -> Boundary | None:
         return None
     order = {call_id: index for index, call_id in enumerate(open_calls)}
     ordered = tuple(sorted(requests.values(), key=lambda r: order.get(r.call_id, 0)))
+    decisions = unspent_decisions(tree.entries, {r.id for r in ordered})
+    if decisions is None:
+        return None  # its resume is running: the calls are being answered
     return Boundary(
         run_id=ordered[0].run_id,
         requests=ordered,
         calls=calls,
-        decisions=unspent_decisions(tree.entries, {r.id for r in ordered}),
+        decisions=decisions,
         prompt=prompt,
     )
 
@@ -133,23 +136,30 @@ def has_boundary(loaded: Loaded) -> bool:
 
 def unspent_decisions(
     entries: Iterable[Entry], request_ids: set[str]
-) -> dict[str, ApprovalDecisionEntry]:
-    """request id → the first decision naming it that no resume has applied."""
+) -> dict[str, ApprovalDecisionEntry] | None:
+    """request id → the first decision naming it that no resume has applied.
+
+    None while a resume that applied one of them is still running: its calls
+    are being answered, so nothing about them is pending (a crash settles
+    that resume as interrupted, which answers them).
+    """
     entries = list(entries)
-    spent = {
-        d
-        for e in entries
-        if isinstance(e, ApprovalAuditEntry) and e.step == STEP_RESUME
-        for d in e.decisions
-    }
+    spent: dict[str, str] = {}
+    finished: set[str] = set()
+    for e in entries:
+        if isinstance(e, ApprovalAuditEntry) and e.step == STEP_RESUME:
+            spent.update((d, e.run_id) for d in e.decisions)
+        elif isinstance(e, TurnEntry):
+            finished.add(e.run_id)
     out: dict[str, ApprovalDecisionEntry] = {}
     for entry in entries:
-        if (
-            isinstance(entry, ApprovalDecisionEntry)
-            and entry.request_id in request_ids
-            and entry.id not in spent
-        ):
+        if not isinstance(entry, ApprovalDecisionEntry) or entry.request_id not in request_ids:
+            continue
+        resume = spent.get(entry.id)
+        if resume is None:
             out.setdefault(entry.request_id, entry)
+        elif resume and resume not in finished:
+            return None
     return out
 
 

@@ -7,6 +7,7 @@ live in an in-memory state store, sessions in a jsonl store a restart reopens.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,8 @@ class Rig:
     state: MemoryStateStore = field(default_factory=MemoryStateStore)
     ran: list[dict[str, Any]] = field(default_factory=list)
     inboxes: dict[str, Inbox] = field(default_factory=dict)
+    hold: asyncio.Event | None = None  # set: deploy waits for it once started
+    deploying: asyncio.Event = field(default_factory=asyncio.Event)
     store: SessionStore | None = None
     manager: ThreadManager | None = None
     service: ApprovalService | None = None
@@ -71,6 +74,9 @@ class Rig:
     def deploy_tool(self) -> Tool[DeployArgs]:
         async def deploy(args: DeployArgs, ctx: ToolContext) -> str:
             self.ran.append({"env": args.env, "key": ctx.key})
+            self.deploying.set()
+            if self.hold is not None:
+                await self.hold.wait()
             return f"deployed to {args.env}"
 
         return Tool(

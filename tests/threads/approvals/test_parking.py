@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import pytest
@@ -199,3 +200,27 @@ async def test_a_step_with_a_call_that_ran_and_one_that_parked_resumes_as_one_to
         "check_session",
         "deploy",
     ]
+
+
+async def test_while_the_resume_runs_the_call_is_not_pending_and_a_second_decision_is_refused(
+    rig: Rig,
+) -> None:
+    assert rig.service is not None
+    assert rig.manager is not None
+    rig.hold = asyncio.Event()
+    rig.model.add(call("deploy", env="eu"), dispatch(("caller:user", "done")))
+    await (await rig.say("telegram:7", "deploy")).wait(10)
+    (waiting,) = await rig.service.waiting()
+    settled = await rig.service.decide(waiting.request.id, approve=True, decider=OWNER)
+    assert settled.resume is not None
+    await rig.deploying.wait()
+    thread = rig.manager.thread("telegram:7")
+    assert thread is not None
+    assert thread.state == "running"
+    assert await rig.service.waiting() == []
+    with pytest.raises(NotPendingError, match="already approved"):
+        await rig.service.decide(waiting.request.id, approve=True, decider=OWNER, key="telegram:7")
+    rig.hold.set()
+    await settled.resume.wait(10)
+    assert await rig.inbox("telegram:7").wait(1) == ["done"]
+    assert len(rig.ran) == 1
