@@ -55,6 +55,13 @@ async def question(rig: TelegramRig, user: Any) -> tuple[SentMessage, str]:
     return asked, data.rsplit(":", 1)[1]
 
 
+async def settled_question(rig: TelegramRig, user: Any) -> list[SentMessage]:
+    """The question, once edited to say how it was decided (its keyboard gone)."""
+    return await rig.fake.wait_until(
+        lambda: [m for m in rig.fake.sent(user)[:1] if m.edits and m.reply_markup is None] or None
+    )
+
+
 def deploy_gateway(tmp_path: Path, **kwargs: Any) -> Any:
     return telegram_gateway(tmp_path, tools=[DEPLOY], **kwargs)
 
@@ -80,10 +87,12 @@ async def test_a_press_on_approve_resumes_the_turn_and_the_answer_arrives(tmp_pa
         sent = await rig.fake.wait_for_sent(ann, 2)
         assert sent[1].text == "Deployed."
         assert RAN == ["eu"]
-        (answer,) = rig.fake.callback_answers
+        # The resumed turn runs beside the press's answer: either may come first.
+        (answer,) = await rig.fake.wait_until(lambda: rig.fake.callback_answers or None)
         assert answer["text"] == "Approved: deploy runs now."
-        assert sent[0].text == f"✅ Approved by telegram:{ann.id} (Ann): deploy runs."
-        assert sent[0].reply_markup is None
+        (edited,) = await settled_question(rig, ann)
+        assert edited.text == f"✅ Approved by telegram:{ann.id} (Ann): deploy runs."
+        assert edited.reply_markup is None
 
 
 async def test_deny_tells_the_model_and_a_second_press_says_it_was_decided(
@@ -177,7 +186,8 @@ async def test_an_expired_question_is_edited_to_say_so(tmp_path: Path) -> None:
         clock.advance(gateway.config.approvals.expiry_seconds + 1)
         sent = await rig.fake.wait_for_sent(ann, 2)
         assert sent[1].text == "Too late."
-        assert sent[0].text == "⌛ Expired: deploy was not run (no one decided in time)."
+        (edited,) = await settled_question(rig, ann)
+        assert edited.text == "⌛ Expired: deploy was not run (no one decided in time)."
         assert RAN == []
 
 
