@@ -295,6 +295,9 @@ class GatewayConfig(Section):
 
     timezone: TimeZoneName = "UTC"
     data_dir: Path = Path("./data")
+    # The name this gateway's locks carry in a shared store; empty: one generated once
+    # and kept in <data_dir>/state/node.json. Give each process of a cluster its own.
+    node_id: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,64}$")
     default_agent: str = "default"
     store: StoreConfig = Field(default_factory=StoreConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)

@@ -59,12 +59,13 @@ from threads.approvals.grants import GrantBook
 from threads.approvals.service import ApprovalService
 from threads.clock import MonotonicClock, WallClock
 from threads.dispatch import dispatch_tool
-from threads.errors import UnreachableError, UnsafePathError
+from threads.errors import NodeBusyError, UnreachableError, UnsafePathError
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
 from threads.media import Media
+from threads.node import NodeIdentity, claim_node
 from threads.ops import check_session_tool, health_tool
 from threads.sessions.access import SubagentToolFilter
 from threads.sessions.delegation import settle_unsettled
@@ -153,6 +154,7 @@ class Gateway:
         self.mcp: McpHub | None = None
         self.state: StateStore | None = None
         self.approvals: ApprovalService | None = None
+        self.node: NodeIdentity | None = None
 
     @property
     def store(self) -> SessionStore:
@@ -191,10 +193,13 @@ class Gateway:
     async def _start(self) -> None:
         config = self.config
         self._prepare_directories()
+        self.node = self._claim_node()
         if self._given_store is not None:
             self._store = self._given_store
         else:
-            options = StoreOptions(salvage=config.store.salvage, fsync=config.store.fsync)
+            options = StoreOptions(
+                salvage=config.store.salvage, fsync=config.store.fsync, node=self.node
+            )
             self._store = open_store(config.store.url, options)
             self._lifetimes.push("session store", self._store.close)
         try:
@@ -244,7 +249,8 @@ class Gateway:
             self._manager.observe(self.metrics.observe)
 
         if self._control_enabled:
-            # First, so a second gateway on the same data directory stops here.
+            # The node claim has stopped a second gateway on this data directory already;
+            # the socket lets `gateway chat`, `health` and the other commands find this one.
             from gateway.control import ControlServer
 
             server = ControlServer(self, config.data_dir / "gateway.sock")
@@ -310,6 +316,26 @@ class Gateway:
         self._lifetimes.push("state store", state.close)
         self.state = state
         return state
+
+    def _claim_node(self) -> NodeIdentity:
+        """This process's node identity, held until the gateway closes (one process per node).
+
+        Its locks in a shared store carry it, so this start takes over at once
+        the locks an earlier run of this data directory left (decision
+        reliability-03).
+        """
+        try:
+            claim = claim_node(self.config.data_dir / "state", node_id=self.config.node_id)
+        except NodeBusyError as exc:
+            raise StartupError(str(exc)) from None
+        except (OSError, UnsafePathError) as exc:
+            raise StartupError(f"data_dir: the node record cannot be written: {exc}") from None
+
+        async def release() -> None:
+            claim.close()
+
+        self._lifetimes.push("node identity", release)
+        return claim.identity
 
     async def _start_access(self) -> None:
         """Access control for the channels with an access section, and their pairing.

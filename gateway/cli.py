@@ -169,7 +169,7 @@ def _print_reply(text: str) -> None:
     print(text, flush=True)
 
 
-async def _read_lines(submit: Callable[[str], Awaitable[None]]) -> None:
+async def _read_lines(submit: Callable[[str], Awaitable[object]]) -> None:
     """Read stdin lines until end of input and hand each non-empty one to ``submit``."""
     async for line in input_lines(sys.stdin.fileno()):
         text = line.strip()

@@ -64,10 +64,10 @@ from channels.approvals import BUTTONS, button_data, press_command
 from channels.base import ApprovalAsk, Inbound, InboundHandler
 from channels.errors import ChannelStartError, DeliveryError
 from channels.feedback import Feedback
+from channels.refusals import refusal_of
 from channels.render import TelegramChunk, telegram_chunks
 from channels.telegram.address import Address
 from channels.telegram.inbound import address_of, inbound_of
-from threads.errors import ManagerClosedError
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import Turn
 
@@ -83,8 +83,6 @@ CONCURRENT_UPDATES = 64
 # httpcore assigns each waiting request by scanning every pooled connection, so a
 # big pool costs more than it saves; Telegram's own limits need few connections.
 CONNECTIONS = 16
-ACCEPT_FAILED = "(Sorry — your message could not be taken right now. Please send it again.)"
-CLOSING = "(The bot is restarting and did not take your message. Please send it again.)"
 
 _Call = Callable[[str, str | None], Awaitable[str]]
 _Thunk = Callable[[], Awaitable[str]]
@@ -306,12 +304,9 @@ class TelegramChannel:
         )
         try:
             await self._handler(inbound)
-        except ManagerClosedError:
-            log.warning("%s: update %s came as the gateway closed", self.name, update.update_id)
-            await self._tell(inbound.chat_id, CLOSING)
-        except Exception:
-            log.exception("%s: update %s was not accepted", self.name, update.update_id)
-            await self._tell(inbound.chat_id, ACCEPT_FAILED)
+        except Exception as exc:
+            refusal = refusal_of(exc, f"{self.name}:{inbound.chat_id}")
+            await self._tell(inbound.chat_id, refusal.line)
 
     async def _on_press(self, query: CallbackQuery) -> None:
         """A button press: an approval's becomes its command; any other is answered as unknown."""
@@ -341,9 +336,9 @@ class TelegramChannel:
         )
         try:
             await self._handler(inbound)
-        except Exception:
-            log.exception("%s: a button press in %s was not handled", self.name, address)
-            await query.answer(ACCEPT_FAILED[:ANSWER_LIMIT])
+        except Exception as exc:
+            refusal = refusal_of(exc, f"{self.name}:{inbound.chat_id}")
+            await query.answer(refusal.line[:ANSWER_LIMIT])
 
     def _seen_before(self, update: Update) -> bool:
         """A duplicate: the same message (or the same edit of it) handled before.
