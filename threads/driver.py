@@ -14,12 +14,9 @@ a time, through the gate the session's owner gives it (the manager's cap on
 concurrent turns). When input waits, the next turn's prompt is written in the
 same append as the end of the turn before it: one durable write, not two.
 
-A run that stops at calls waiting for a person's decision ends ``parked``:
-its turn entry, the approval requests and their audit land in one append
-(:mod:`threads.approvals.boundary`), and the session stays pending. Input
-that arrives meanwhile follows its busy policy and waits behind the boundary
-(``reject`` refuses it, ``interrupt`` denies the boundary); once every
-parked call is decided, the boundary's resume runs first.
+A run that stops at calls waiting for a person ends ``parked``: the turn
+entry, the approval requests and their audit land in one append, and input
+waits behind the boundary until its resume has run (:mod:`threads.approvals`).
 
 A write of accepted work the store cannot take (:class:`UnavailableError`) is
 not given up: a prompt stays at the head of the queue, a step or a turn end
@@ -45,14 +42,7 @@ from threads.errors import BusyError, ClosedError, NotRunError, UnavailableError
 from threads.ids import new_entry_id
 from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
 from threads.messages import JSON, Message
-from threads.store.entries import (
-    ApprovalRequestEntry,
-    Entry,
-    LeafEntry,
-    MessageEntry,
-    ReceiptEntry,
-    TurnEntry,
-)
+from threads.store.entries import Entry, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
 from threads.tree import EntryTree, interruption_results, still_open
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
 
@@ -201,13 +191,7 @@ class TurnDriver:
                     "interrupted by a newer message", rollback=policy is Policy.ROLLBACK
                 )
             elif interrupting and parked:
-                await self._write(
-                    self._chain(
-                        *self.approvals.closing_entries(
-                            "interrupted by a newer message", who="", via="interrupt"
-                        )
-                    )
-                )
+                await self.approvals.close_locked("interrupted by a newer message", via="interrupt")
             if policy is Policy.COLLECT:
                 self._arrival.set()
             self._kick()
@@ -509,10 +493,7 @@ class TurnDriver:
             self._running = None
         run.emit(RunFinish(result=result))
         if outcome is Outcome.PARKED:
-            self.approvals.payload = run.payload
-            if self._options.on_park is not None:
-                requests = [e for e in ending if isinstance(e, ApprovalRequestEntry)]
-                self._options.on_park(self._session, requests)
+            self.approvals.parked(run.payload, ending, self._options.on_park)
         if not active.pendings:
             run.turn.finish(outcome, result)  # a resume's turn
         for pending in active.pendings:

@@ -45,7 +45,7 @@ from threads.turns import Outcome, Policy, Run, Turn
 
 if TYPE_CHECKING:
     from threads.inbox import Chain, Write
-    from threads.session import PayloadLoader, Session
+    from threads.session import ParkListener, PayloadLoader, Session
     from threads.tree import EntryTree
 
 log = logging.getLogger(__name__)
@@ -279,17 +279,28 @@ class ApprovalDoor:
             resumption=boundary.resolutions(),
         )
 
-    async def close(self, reason: str, *, via: str, who: str = "") -> bool:
+    async def close(self, reason: str, *, via: str) -> bool:
         """Deny what waits and close the boundary without a run (a stop); False if none was open."""
         async with self._lock:
-            entries = self.closing_entries(reason, who=who or via, via=via)
-            if not entries:
-                return False
-            await self._write(self._chain(*entries))
-        self._kick()  # input that waited behind the boundary runs now
-        return True
+            closed = await self.close_locked(reason, via=via)
+        if closed:
+            self._kick()  # input that waited behind the boundary runs now
+        return closed
 
-    def closing_entries(self, reason: str, *, who: str, via: str) -> list[Entry]:
+    async def close_locked(self, reason: str, *, via: str) -> bool:
+        """:meth:`close` with the session's lock held (an interrupting send)."""
+        entries = self._closing_entries(reason, who=via, via=via)
+        if entries:
+            await self._write(self._chain(*entries))
+        return bool(entries)
+
+    def parked(self, payload: Any, ending: Sequence[Entry], on_park: ParkListener | None) -> None:
+        """A turn parked (its end written): keep its wake for the resume, tell the listener."""
+        self.payload = payload
+        if on_park is not None:
+            on_park(self._session, [e for e in ending if isinstance(e, ApprovalRequestEntry)])
+
+    def _closing_entries(self, reason: str, *, who: str, via: str) -> list[Entry]:
         """Deny every undecided call and close the boundary without a run (an interrupt, /stop).
 
         The calls get their ``DENIED:`` results at once, so the next turn's
