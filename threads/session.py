@@ -190,7 +190,7 @@ class Session:
         tree = EntryTree(loaded.header.id)
         skipped = loaded.report.skipped if loaded.report else ()
         tree.load(loaded.entries, salvaged=bool(skipped))
-        return cls(
+        session = cls(
             store,
             loaded.header,
             agent,
@@ -199,6 +199,10 @@ class Session:
             report=loaded.report,
             options=options,
         )
+        if len(loaded.lines) == len(loaded.entries):
+            # The queue is restored and the context built: the history costs its bytes now.
+            tree.keep_lines(loaded.lines)
+        return session
 
     # -- reads
 
@@ -266,7 +270,7 @@ class Session:
 
     def usage(self) -> Usage:
         total = Usage()
-        for entry in self._tree.entries:
+        for entry in self._tree.entries.of_kind(TurnEntry.TYPE):
             if isinstance(entry, TurnEntry):
                 total = total + entry.usage
         return total

@@ -95,7 +95,8 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
         raise CorruptError(session, 1, "", str(exc)) from None
     entries: list[Entry] = []
     skipped: list[int] = []
-    for number, line in enumerate(lines[1:], start=2):
+    stored = lines[1:]
+    for number, line in enumerate(stored, start=2):
         try:
             entries.append(decode_entry(line))
         except NewerFormatError as exc:
@@ -108,7 +109,10 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
     report = None
     if torn_line or skipped:
         report = LoadReport(torn=torn_line, skipped=tuple(skipped))
-    return Loaded(header=header, entries=entries, report=report)
+        if skipped:
+            gone = set(skipped)
+            stored = [line for number, line in enumerate(stored, start=2) if number not in gone]
+    return Loaded(header=header, entries=entries, report=report, lines=stored)
 
 
 def log_skipped(session: str, number: int, line: bytes, cause: Exception) -> None:
