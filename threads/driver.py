@@ -385,6 +385,7 @@ class TurnDriver:
                 message=pending.message,
                 run_id=head.turn.run_id if pending is head else "",
                 wake=pending.wake,
+                receipt=pending.receipt_id,  # stored once: the receipt holds message and wake
             )
             prompts.append(prompt)
             leaf = prompt.id
@@ -565,6 +566,7 @@ class TurnDriver:
                     message=upcoming.message,
                     run_id=upcoming.turn.run_id,
                     wake=upcoming.wake,
+                    receipt=upcoming.receipt_id,
                 )
             )
         try:

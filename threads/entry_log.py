@@ -21,12 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import overload
 
-from threads.store.codec import decode_entry
-from threads.store.entries import Entry
-
-
-def _decoded(item: Entry | bytes) -> Entry:
-    return decode_entry(item) if isinstance(item, bytes) else item
+from threads.store.codec import decode_entry, whole
+from threads.store.entries import Entry, MessageEntry, ReceiptEntry
 
 
 class EntryLog(Sequence[Entry]):
@@ -50,21 +46,33 @@ class EntryLog(Sequence[Entry]):
 
     def __getitem__(self, at: int | slice) -> Entry | list[Entry]:
         if isinstance(at, slice):
-            return [_decoded(item) for item in self._items[at]]
-        return _decoded(self._items[at])
+            return [self._read(item) for item in self._items[at]]
+        return self._read(self._items[at])
 
     def __iter__(self) -> Iterator[Entry]:
         for item in self._items:
-            yield _decoded(item)
+            yield self._read(item)
 
     def __reversed__(self) -> Iterator[Entry]:
         for item in reversed(self._items):
-            yield _decoded(item)
+            yield self._read(item)
 
     def append(self, entry: Entry) -> None:
         self._index[entry.id] = len(self._items)
         self._items.append(entry)
         self._kinds.append(entry.TYPE)
+
+    def _read(self, item: Entry | bytes) -> Entry:
+        """An entry, decoded from its line when kept as one (a prompt made whole from its receipt)."""
+        if not isinstance(item, bytes):
+            return item
+        entry = decode_entry(item)
+        if isinstance(entry, MessageEntry) and entry.receipt:
+            at = self._index.get(entry.receipt)
+            receipt = self._read(self._items[at]) if at is not None else None
+            if isinstance(receipt, ReceiptEntry):
+                return whole(entry, receipt)
+        return entry
 
     def ids(self) -> Iterator[str]:
         """Every entry's id, in append order, decoding nothing."""
@@ -80,7 +88,7 @@ class EntryLog(Sequence[Entry]):
         order = range(len(kinds) - 1, -1, -1) if newest_first else range(len(kinds))
         for at in order:
             if kinds[at] == kind:
-                yield _decoded(self._items[at])
+                yield self._read(self._items[at])
 
     @property
     def lines_kept(self) -> int:
