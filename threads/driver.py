@@ -13,6 +13,13 @@ the ledger whatever the outcome. The driver task runs the queue: one turn at
 a time, through the gate the session's owner gives it (the manager's cap on
 concurrent turns). When input waits, the next turn's prompt is written in the
 same append as the end of the turn before it: one durable write, not two.
+
+What a turn sends at its end — the final answer, a closing notice, the
+hand-offs its owner names (``child_completed``, an exchange's next step) —
+is recorded in the outbound ledger in that same append, and handed to its
+sinks only once the append is durable; each send's mark follows in one more
+append (:mod:`threads.outbound`). Sends a stopped writer recorded and never
+marked are completed when the session is next continued or sent to.
 """
 
 from __future__ import annotations
@@ -25,11 +32,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from threads.errors import BusyError, ClosedError, NotRunError
+from threads import outbound
+from threads.errors import BusyError, ClosedError, DroppedError, NotRunError
 from threads.ids import new_entry_id
-from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
+from threads.inbox import Chain, Deferral, Inbox, Pending, Sync, Write, deferral_receipts
 from threads.messages import JSON, Message
-from threads.store.entries import Entry, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
+from threads.outbound import Outgoing
+from threads.store.entries import (
+    Entry,
+    LeafEntry,
+    MessageEntry,
+    ReceiptEntry,
+    TurnEntry,
+)
 from threads.tree import EntryTree, interruption_results, still_open
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
 
@@ -57,7 +72,8 @@ class TurnDriver:
 
     ``tree`` is the session's entry tree (read here, never changed but by
     ``write``); ``lock`` is the session's lock, held around every write;
-    ``chain`` and ``write`` are the session's write path.
+    ``chain`` and ``write`` are the session's write path, and ``sync`` makes
+    what it wrote durable (a no-op unless the store flushes on demand).
     """
 
     def __init__(
@@ -68,6 +84,7 @@ class TurnDriver:
         lock: asyncio.Lock,
         chain: Chain,
         write: Write,
+        sync: Sync,
         options: SessionOptions,
     ) -> None:
         self._session = session
@@ -75,10 +92,14 @@ class TurnDriver:
         self._lock = lock
         self._chain = chain
         self._write = write
+        self._sync = sync
         self._options = options
         self._closing = False
         self._stop_queue = False
-        self._inbox = Inbox(session, tree=tree, chain=chain, write=write, options=options)
+        self._unsent = outbound.unsettled(tree.entries)
+        self._inbox = Inbox(
+            session, tree=tree, chain=chain, write=write, sync=sync, options=options
+        )
         self._running: _Active | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -133,12 +154,21 @@ class TurnDriver:
         wake: Mapping[str, JSON] | None,
         injected: Injected | None,
     ) -> Turn:
-        """Accept one message under the busy policy (:meth:`Session.send` says how)."""
+        """Accept one message under the busy policy (:meth:`Session.send` says how).
+
+        A wake whose ``origin`` (the sending session's outbound record) this
+        session already accepted is not taken again: its turn is decided at
+        once as dropped, naming the run the first copy became.
+        """
+        await self.complete_unsent()
         async with self._lock:
             if self._closing:
                 raise ClosedError(self._session.id)
-            await self._inbox.settle_unfinished()
+            self._unsent += await self._inbox.settle_unfinished()
             wake = dict(wake or {})
+            origin = wake.get("origin")
+            if isinstance(origin, str) and origin in self._tree.origins:
+                return _duplicate(origin, self._tree.origins[origin], policy)
             if self._running is None and self._inbox.head is None and policy is not Policy.COLLECT:
                 turn = await self._inbox.start_now(message, policy, payload, wake)
                 self._kick()
@@ -209,10 +239,46 @@ class TurnDriver:
             # Steers first, so a resume settled next runs ahead of their follow-ups.
             if self._inbox.has_steers() and self._steer_target() is None:
                 await self._inbox.defer_steers()
-            await self._inbox.settle_unfinished()
+            self._unsent += await self._inbox.settle_unfinished()
             self._kick()
             head = self._inbox.head
-            return head.turn if head else None
+        await self.complete_unsent()
+        return head.turn if head else None
+
+    async def complete_unsent(self) -> None:
+        """Complete the sends a stopped writer recorded and never marked.
+
+        Each is repeated when its receiver drops repeats (the owner's
+        ``redeliver`` rebuilds it), else marked ``uncertain``; the marks land
+        in one append. Called outside the lock: a send may wake another
+        session, which may send back to this one.
+        """
+        if not self._unsent:
+            return
+        records, self._unsent = self._unsent, []
+        redeliver = self._options.redeliver
+        marks: list[Entry] = []
+        for record in records:
+            out = redeliver(self._session, record) if redeliver is not None else None
+            if out is None:
+                marks.append(outbound.uncertain(record))
+                continue
+            _delivery, done = await outbound.send(out)
+            if done is not None:
+                marks.append(done)
+        await self._write_marks(marks)
+
+    async def _write_marks(self, marks: Sequence[Entry]) -> None:
+        """Append what became of sends; a failure leaves them pending (the next start settles)."""
+        if not marks:
+            return
+        try:
+            async with self._lock:
+                await self._write(self._chain(*marks))
+        except Exception:
+            log.exception(
+                "session %s: the marks of %d sends were not written", self._session.id, len(marks)
+            )
 
     async def clear_queue(self) -> int:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
@@ -388,7 +454,12 @@ class TurnDriver:
         await asyncio.shield(self._finish(active, result))
 
     async def _finish(self, active: _Active, result: RunResult | None) -> None:
-        """Write the run's unwritten messages and its turn entry; decide its turns."""
+        """Write the run's unwritten messages, its sends and its turn entry; send; decide its turns.
+
+        The sends of the turn's end are recorded in the append that ends the
+        turn and handed to their sinks once it is durable, before the turn is
+        decided (a waiter sees what was delivered); their marks follow.
+        """
         run = active.run
         if result is None:
             result = RunResult(
@@ -398,10 +469,15 @@ class TurnDriver:
         outcome = Outcome.CANCELED if canceled else Outcome.ANSWERED
         if result.stop_reason == "error":
             outcome = Outcome.FAILED
+        sends: list[Outgoing] = []
         async with self._lock:
             messages, run.staged = run.staged, []
             messages += interruption_results(still_open(self._tree.open_calls(), messages))
             entries, leaf = _linked(self._tree.leaf, messages)
+            entries += run.ledger
+            sends = [*run.outbox, *self._hand_offs(run.run_id, run.payload, result)]
+            run.ledger, run.outbox = [], []
+            entries += [out.record for out in sends]
             turn_entry = TurnEntry(
                 id=new_entry_id(),
                 parent=leaf,
@@ -448,8 +524,12 @@ class TurnDriver:
                 )
                 self._inbox.return_steers(steers)
                 deferred = []
+                sends = []  # not recorded, so not sent: the turn runs again once it can be
+            else:
+                sends = await self._synced(sends)
             self._inbox.queue_deferred(deferred)
             self._running = None
+        await self._send(sends)
         run.emit(RunFinish(result=result))
         for pending in active.pendings:
             pending.turn.finish(outcome, result)
@@ -466,10 +546,48 @@ class TurnDriver:
             return None
         return head
 
-    async def _flush_run(self, run: Run) -> None:
+    async def _synced(self, sends: list[Outgoing]) -> list[Outgoing]:
+        """Flush what was written (``flush_store``); sends whose records may not be durable wait.
+
+        They stay pending, to be completed by the next :meth:`continue_` or
+        send, as a restart would.
+        """
+        try:
+            await self._sync()
+        except Exception:
+            log.exception("session %s: flushing the store failed", self._session.id)
+            self._unsent += [out.record for out in sends]
+            return []
+        return sends
+
+    def _hand_offs(self, run_id: str, payload: Any, result: RunResult) -> list[Outgoing]:
+        make = self._options.hand_offs
+        return make(self._session, run_id, payload, result) if make is not None else []
+
+    async def _send(self, sends: Sequence[Outgoing]) -> None:
+        """Hand recorded sends to their sinks, in order, then append their marks."""
+        marks: list[Entry] = []
+        for out in sends:
+            _delivery, done = await outbound.send(out)
+            if done is not None:
+                marks.append(done)
+        await self._write_marks(marks)
+
+    async def _flush_run(self, run: Run, records: Sequence[Entry]) -> None:
+        """Append the run's staged messages and ledger entries, and ``records``.
+
+        With ``records`` (sends about to leave) the append is made durable
+        before this returns, whatever the store's fsync policy.
+        """
         async with self._lock:
             messages, run.staged = run.staged, []
-            await self._write(_linked(self._tree.leaf, messages)[0])
+            ledger, run.ledger = run.ledger, []
+            entries = _linked(self._tree.leaf, messages)[0]
+            if ledger or records:
+                entries = self._chain(*entries, *ledger, *records)
+            await self._write(entries)
+            if records:
+                await self._sync()
 
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:
@@ -508,6 +626,19 @@ def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:
         entries.append(entry)
         leaf = entry.id
     return entries, leaf
+
+
+def _duplicate(origin: str, run_id: str, policy: Policy) -> Turn:
+    """The turn of a wake this session already took: decided at once, as dropped."""
+    turn = Turn(new_entry_id(), run_id, policy)
+    turn.finish(
+        Outcome.DROPPED,
+        error=DroppedError(
+            f"wake {origin} was already accepted (as run {run_id or 'a steer'}); "
+            "a repeated delivery is not taken twice"
+        ),
+    )
+    return turn
 
 
 def _result_of(task: asyncio.Task[RunResult]) -> RunResult | None:

@@ -13,6 +13,7 @@ import resource
 import time
 from typing import TYPE_CHECKING, Any
 
+from threads import outbound
 from threads.errors import NotFoundError
 from threads.keys import SessionKey
 from threads.store.codec import encode_entry
@@ -26,9 +27,11 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
     """Seed 000's three states: on disk or not, and the live thread when loaded.
 
     ``exists`` and ``thread_active`` tell them apart; a stored session adds
-    its message count, size, last modification and agent; a loaded thread
-    adds ``thread_state`` (running, pending or idle), its iterations,
-    current tool and elapsed seconds.
+    its message count, size, last modification and agent, and the sends whose
+    delivery is uncertain (a restart found them unconfirmed and could not
+    repeat them, see :mod:`threads.outbound`); a loaded thread adds
+    ``thread_state`` (running, pending or idle), its iterations, current tool
+    and elapsed seconds.
     """
     thread = manager.thread(key)
     out: dict[str, Any] = {"session_key": str(key), "exists": False, "thread_active": False}
@@ -55,6 +58,7 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
         size_bytes=sum(len(encode_entry(e)) for e in entries),
         last_modified=last.isoformat(),
         agent=header.meta.get("agent", manager.config.default_agent),
+        delivery_uncertain=outbound.uncertain_sends(entries),
     )
     if thread is not None:
         snap = thread.snapshot()
@@ -94,6 +98,8 @@ async def health(manager: ThreadManager) -> dict[str, Any]:
             "backend": type(manager.store).__name__,
             "keys": len(await manager.store.keys()),
         },
+        # Sends a restart found unconfirmed and could not repeat (since this start).
+        "delivery_uncertain": list(manager.uncertain),
         "process": process_figures(manager.started_at),
     }
     for name, source in manager.health_sources.items():

@@ -33,7 +33,8 @@ from threads.errors import (
 )
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, Usage
-from threads.store.base import Leaser, Loaded, LoadReport, Releaser, SessionStore
+from threads.outbound import Outgoing
+from threads.store.base import Flusher, Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -46,17 +47,20 @@ from threads.store.entries import (
     LeafEntry,
     Lineage,
     MessageEntry,
+    OutboundEntry,
     ParentRef,
     PoolReceiptEntry,
     ReceiptEntry,
     TurnEntry,
 )
 from threads.tree import EntryTree, unfinished_runs, unsettled_receipts
-from threads.turns import Agent, Policy, Run, Turn
+from threads.turns import Agent, Policy, Run, RunResult, Turn
 
 Gate = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 PayloadLoader = Callable[[Mapping[str, JSON]], Any]
 Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, JSON]] | None"]
+HandOffs = Callable[["Session", str, Any, RunResult], list[Outgoing]]
+Redeliver = Callable[["Session", OutboundEntry], "Outgoing | None"]
 SessionState = Literal["running", "pending", "idle"]
 Injected = Message | Callable[[], Message]
 
@@ -79,6 +83,14 @@ class SessionOptions:
     on ``clock`` (the real monotonic time unless a test brings its own).
     ``load_payload`` rebuilds a restored input's payload from its stored wake;
     ``resume`` makes the follow-up of a turn a dead writer left running.
+    ``hand_offs`` names what the end of a turn (given its run id, payload and
+    result) hands to other sessions — a ``child_completed``, the next step of
+    an exchange — recorded in the append that ends the turn and sent after
+    it; ``redeliver`` rebuilds a send a stopped writer recorded and never
+    marked, or returns None when it may not be repeated (see
+    :mod:`threads.outbound`). ``flush_store`` says the store makes appends
+    durable only when flushed (``fsync = "on_flush"``): the session flushes
+    at every turn end and before anything it recorded leaves.
     """
 
     gate: Gate = _no_gate
@@ -87,6 +99,9 @@ class SessionOptions:
     clock: Clock = field(default_factory=MonotonicClock)
     load_payload: PayloadLoader | None = None
     resume: Resumer | None = None
+    hand_offs: HandOffs | None = None
+    redeliver: Redeliver | None = None
+    flush_store: bool = False
 
 
 class Session:
@@ -121,6 +136,7 @@ class Session:
             lock=self._lock,
             chain=self._chain,
             write=self._write,
+            sync=self._sync,
             options=self._options,
         )
 
@@ -305,6 +321,11 @@ class Session:
                 )
             raise
         self._record(entries)
+
+    async def _sync(self) -> None:
+        """Make what was appended durable, when the store only does so on a flush."""
+        if self._options.flush_store and isinstance(self._store, Flusher):
+            await self._store.flush(self.id)
 
     def _record(self, entries: Sequence[Entry]) -> None:
         for entry in entries:

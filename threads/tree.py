@@ -37,6 +37,8 @@ class EntryTree:
         self.by_id: dict[str, Entry] = {}
         self.leaf = ""
         self.orphaned: list[str] = []
+        # Wake origin (an outbound record of another session) -> the run it became.
+        self.origins: dict[str, str] = {}
         self._path_cache: list[Entry] | None = []
         self._context: ContextBuilder | None = ContextBuilder()
 
@@ -83,6 +85,10 @@ class EntryTree:
     def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
         self.entries.append(entry)
         self.by_id[entry.id] = entry
+        if isinstance(entry, MessageEntry | ReceiptEntry) and entry.wake:
+            origin = entry.wake.get("origin")
+            if isinstance(origin, str) and origin:
+                self.origins[origin] = entry.run_id
         if not move_leaf:
             return
         if isinstance(entry, LeafEntry):

@@ -31,14 +31,9 @@ from threads.errors import ExchangeRefusedError, NotFoundError, ThreadsError, Tu
 from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.session import Session
+from threads.session_sink import CaptureSink
 from threads.sessions import meta as m
-from threads.sessions.agent_to_agent import (
-    ANNOUNCE_SKIP,
-    STEP_TIMEOUT,
-    CaptureSink,
-    is_skip,
-    settle,
-)
+from threads.sessions.agent_to_agent import ANNOUNCE_SKIP, STEP_TIMEOUT, is_skip, settle
 from threads.sessions.catalog import Catalog
 from threads.sessions.keys import is_subagent
 from threads.sinks import DropSink, OutboundMessage
