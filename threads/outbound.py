@@ -64,6 +64,11 @@ def send_id(run_id: str, step: int, index: int) -> str:
     return f"{run_id}-s{step}-{index}"
 
 
+def loose_id(session_id: str) -> str:
+    """The id of a send a session makes outside any turn (a notice after a stop)."""
+    return f"{session_id}-{new_entry_id()}"
+
+
 def outgoing(
     ident: str,
     sink: Sink,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from threads import outbound
 from threads.clock import Clock, MonotonicClock
 from threads.driver import TurnDriver
 from threads.errors import (
@@ -398,6 +399,25 @@ class Session:
         (written,) = await self._append(entry)
         assert isinstance(written, PoolReceiptEntry)
         return written
+
+    async def send_out(self, out: Outgoing) -> OutboundEntry | None:
+        """A send outside a turn (a notice, an announce), through the outbound ledger.
+
+        Its record is made durable, then it is sent, then its mark is
+        appended; the mark is returned (None when the send waits for the next
+        start). A send whose id the session already recorded is not made
+        again: its mark (or None, while it is pending) is returned.
+        """
+        known = outbound.states(self._tree.entries).get(out.record.id)
+        if known is not None:
+            return known[1]
+        async with self._lock:
+            await self._write(self._chain(out.record))
+            await self._sync()
+        _delivery, done = await outbound.send(out)
+        if done is not None:
+            await self._append(done)
+        return done
 
     async def custom(self, kind: str, data: JSON = None) -> None:
         """Append application state that never enters the model's context."""

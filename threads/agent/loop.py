@@ -258,9 +258,7 @@ class AgentLoop:
                 await run.flush()
             results, outputs = await self._call_tools(tools, calls, ctx, run)
             files = tuple(f for o in outputs for f in o.files)  # images tools returned
-            tool_message = Message(role="tool", content=(*results, *files))
-            messages.append(tool_message)
-            run.stage(tool_message)
+            messages.append(Message(role="tool", content=(*results, *files)))
             ended = next((o for o in outputs if o.ends_turn), None)
             if ended is not None:
                 return RunResult(
@@ -271,8 +269,6 @@ class AgentLoop:
                     last_input=last_input,
                     data=dict(ended.data),
                 )
-            # The results are staged: they land with the next step's calls (flushed
-            # before those run) or with the turn's end, one append per step.
             if run.has_steers():
                 messages.extend(await run.drain())
         return RunResult(
@@ -290,11 +286,21 @@ class AgentLoop:
         ctx: ToolContext,
         run: Run,
     ) -> tuple[list[ToolResultPart], list[ToolOutput]]:
+        """Run a step's calls side by side; each result is durable as soon as its tool ends.
+
+        A restart in the middle of a batch keeps the finished results and
+        closes only the calls still running as interrupted. The result of a
+        call that ends the turn (``dispatch``) lands with the turn's end.
+        """
+
         async def one(call: ToolCallPart) -> tuple[ToolResultPart, ToolOutput]:
             run.current_tool = call.name
             run.tool_history.append(call.name)
             run.emit(ToolStart(call_id=call.id, name=call.name))
             result, output = await self.tools.call(tools, call, ctx)
+            run.stage(Message(role="tool", content=(result, *output.files)))
+            if not output.ends_turn:
+                await run.flush()
             run.emit(
                 ToolFinish(
                     call_id=call.id,
