@@ -439,7 +439,8 @@ class ThreadManager:
         sent = outbound.of_run(session.entries(), prompt.run_id)
         if sent:
             lines = [
-                f"- {outbound.describe(record)['to']}: {record.text!r} ({status})"
+                f"- {outbound.describe(record)['to']}: {record.text!r} "
+                f"({'sent, not confirmed' if status == 'pending' else status})"
                 for record, status in sent
             ]
             body = "\n".join([RESUME_BODY, "", RESUME_SENT, *lines])

@@ -186,8 +186,9 @@ def uncertain_sends(entries: Iterable[Entry]) -> list[dict[str, Any]]:
 
 def describe(record: OutboundEntry, done: OutboundEntry | None = None) -> dict[str, Any]:
     """One send in plain fields: id, what it was, where it went, an excerpt, its status."""
-    to = record.target or record.to.get("chat") or record.to.get("kind", "")
-    channel = record.to.get("channel")
+    wire = record.to
+    to = record.target or wire.get("target") or wire.get("chat") or wire.get("kind", "")
+    channel = wire.get("channel")
     out: dict[str, Any] = {
         "id": record.id,
         "kind": record.kind,

@@ -29,6 +29,7 @@ from tests.threads.conftest import (
     turn_entries,
 )
 from tests.threads.dying import DyingStore
+from tests.threads.sessions.conftest import USER, SessionScript, make_rig
 from tests.threads.store.conftest import Backend
 from threads.agent.tools import Tool, ToolContext, tool
 from threads.manager import RESUME_BODY, RESUME_SENT
@@ -36,7 +37,7 @@ from threads.messages import ToolResultPart
 from threads.outbound import outgoing
 from threads.sinks import OutboundMessage
 from threads.store.entries import Entry, MessageEntry, OutboundEntry, TurnEntry
-from threads.testing.scripted import ScriptedModel, calls, dispatch, say
+from threads.testing.scripted import ScriptedModel, call, calls, dispatch, say
 from threads.tree import INTERRUPTED
 from threads.wake import Wake
 
@@ -391,3 +392,53 @@ async def test_on_flush_flushes_the_session_at_every_turn_end(
         await runtime.manager.close()
         crash_backend.stores.remove(store.inner)
         await store.inner.close()
+
+
+# -- an agent-to-agent exchange
+
+
+def _hands_on_the_exchange(session: str, entries: Sequence[Entry]) -> bool:
+    return any(isinstance(e, OutboundEntry) and e.kind == "a2a" for e in entries)
+
+
+async def test_an_exchange_step_due_at_a_crash_runs_once_after_the_restart(
+    crash_backend: Backend,
+) -> None:
+    script = SessionScript()
+    peer = "telegram:2"
+    script.add(peer, dispatch())
+    script.add(
+        USER,
+        call("sessions_send", sessionKey=peer, message="How is the build?", timeoutSeconds=0),
+        dispatch(),
+        say("which branch?"),
+        say("REPLY_SKIP"),
+    )
+    script.add(peer, say("r1: green"), say("main and dev"), say("ANNOUNCE_SKIP"))
+    dying = DyingStore(crash_backend.open())
+    dead = await make_rig(script, store=dying)  # type: ignore[arg-type]
+    await dead.result(await dead.say(peer, "hello"))
+    # Killed once the target's first reply is durable with the hand-off of round 2, which
+    # the target gives only once the asking turn has ended.
+    dying.die_after(_hands_on_the_exchange)
+    gate = dead.model.hold(peer)
+    await dead.result(await dead.say(USER, "ask the peer"))
+    gate.set()
+    await dying.wait_dead()
+    crash_backend.stores.remove(dying.inner)
+    await dying.inner.close()
+    live = await make_rig(script, store=crash_backend.open())
+    try:
+        await live.settle()
+        await live.settle()
+        user_prompts, peer_prompts = live.prompts(USER), live.prompts(peer)
+        assert sum("round 2 of 6" in p for p in user_prompts) == 1
+        assert "r1: green" in user_prompts[2]
+        assert sum("round 3 of 6" in p for p in peer_prompts) == 1
+        assert "round 4 of 6" in user_prompts[3]
+        assert len(user_prompts) == 4
+        assert "[agent-to-agent announce step]" in peer_prompts[-1]
+    finally:
+        dying.reap()
+        await dead.manager.close()
+        await live.manager.close()
