@@ -96,7 +96,7 @@ class TurnDriver:
         self._options = options
         self._closing = False
         self._stop_queue = False
-        self._unsent = outbound.unsettled(tree.entries)
+        self._unsent = list(tree.unmarked.values())
         self._inbox = Inbox(
             session, tree=tree, chain=chain, write=write, sync=sync, options=options
         )

@@ -183,6 +183,9 @@ class ThreadManager:
         for thread, result in zip(threads, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("closing thread %s failed", thread.key, exc_info=result)
+        # A send the close kept from leaving (a hand-off refused as the manager closed)
+        # is completed by the next start.
+        pending += [str(t.key) for t in threads if t.session.has_unsent]
         self._threads.clear()
         for task in list(self._tasks):
             task.cancel()

@@ -273,6 +273,11 @@ class Session:
         """What is accepted and not yet given to a model: steers first, then sends."""
         return self._driver.queue()
 
+    @property
+    def has_unsent(self) -> bool:
+        """True while a send this session recorded has no mark (see :mod:`threads.outbound`)."""
+        return bool(self._tree.unmarked)
+
     def has_steers(self) -> bool:
         return self._driver.has_steers()
 
@@ -406,11 +411,10 @@ class Session:
         Its record is made durable, then it is sent, then its mark is
         appended; the mark is returned (None when the send waits for the next
         start). A send whose id the session already recorded is not made
-        again: its mark (or None, while it is pending) is returned.
+        again (None is returned): the ledger completes it if it is pending.
         """
-        known = outbound.states(self._tree.entries).get(out.record.id)
-        if known is not None:
-            return known[1]
+        if out.record.id in self._tree.by_id:
+            return None
         async with self._lock:
             await self._write(self._chain(out.record))
             await self._sync()
@@ -499,7 +503,8 @@ class Session:
 
         Nothing that would start a run is carried over: input still waiting on
         the path is recorded as dropped in the fork, and a turn still running
-        on it as canceled there.
+        on it as canceled there. The outbound ledger is not copied: the sends
+        on the path are this session's, not the fork's.
         """
         async with self._lock:
             if entry_id:
@@ -507,6 +512,7 @@ class Session:
                 if isinstance(target, LeafEntry):
                     raise ValueError(f"entry {entry_id} is a leaf entry; fork the entry it names")
             path = self._tree.path(entry_id) if entry_id else []
+            path = [e for e in path if not isinstance(e, OutboundEntry)]
         fork = await Session.create(
             self._store,
             agent or self.agent,

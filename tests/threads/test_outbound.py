@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from gateway.ops_cli import health_lines, session_lines
+from tests.threads.agent.conftest import KeyedScript
 from tests.threads.conftest import (
     DEADLINE,
+    Blocker,
     Inbox,
     Runtime,
+    gateway_config,
     make_runtime,
     prompts,
     stored,
@@ -20,7 +24,7 @@ from threads.keys import SessionKey
 from threads.sinks import Delivery, OutboundMessage
 from threads.store.base import SessionStore
 from threads.store.entries import OutboundEntry
-from threads.testing.scripted import ScriptedModel, dispatch, say
+from threads.testing.scripted import ScriptedModel, call, dispatch, say
 from threads.wake import SessionCaller, Wake, WakeSource
 
 KEY = "telegram:42"
@@ -154,3 +158,57 @@ def test_check_session_and_health_text_name_uncertain_sends() -> None:
     assert "delivery uncertain: 1 send(s) found unconfirmed at start-up" in health
     assert f"{KEY} → telegram:42" in health
     assert health_lines({"delivery_uncertain": []}) == ["delivery uncertain: none"]
+
+
+async def test_a_fork_does_not_copy_the_ledger(rt: Runtime, model: ScriptedModel) -> None:
+    model.add(say("the answer"))
+    _accepted, turn = await rt.manager.wake_turn(KEY, rt.user_wake("question"))
+    await turn.wait(DEADLINE)
+    thread = rt.manager.thread(KEY)
+    assert thread is not None
+    assert any(isinstance(e, OutboundEntry) for e in thread.session.entries())
+    fork = await thread.session.fork(thread.session.leaf)
+    try:
+        assert not any(isinstance(e, OutboundEntry) for e in fork.entries())
+        assert [m.text() for m in fork.context()][-1] == "the answer"
+    finally:
+        await fork.close()
+
+
+async def test_a_hand_off_a_close_kept_from_leaving_is_made_by_the_next_start(
+    session_store: SessionStore, tmp_path: Path
+) -> None:
+    script = KeyedScript()
+    child = f"{KEY}:threads:dig"
+    script.add(KEY, dispatch({"to": "subagent", "params": {"task_id": "dig"}, "body": "dig"}))
+    script.add(KEY, dispatch())
+    script.add(child, call("block", label="dig"))
+    blocker = Blocker()
+    model = ScriptedModel(default=script)
+    config = gateway_config(close_deadline_seconds=0)
+    recovery = tmp_path / "recovery.json"
+    first = await make_runtime(
+        session_store, model, config=config, tools=[blocker.tool()], recovery_path=recovery
+    )
+    await first.manager.wake(KEY, first.user_wake("dig for me"))
+    await blocker.reached()
+    await first.manager.close()  # the child's turn is canceled; its parent cannot be woken now
+    blocker.release.set()
+    second = await make_runtime(
+        session_store, model, config=config, tools=[blocker.tool()], recovery_path=recovery
+    )
+    try:
+        thread = second.manager.thread(KEY)
+        assert thread is not None
+        await thread.session.wait_idle()
+        parent_id = await session_store.resolve(KEY)
+        assert parent_id is not None
+        completed = [
+            p
+            for p in prompts(await stored(session_store, parent_id))
+            if p.wake.get("source") == "child_completed"
+        ]
+        assert len(completed) == 1
+        assert "status: failed" in completed[0].message.text()
+    finally:
+        await second.manager.close()
