@@ -97,6 +97,7 @@ class TurnDriver:
         self._closing = False
         self._stop_queue = False
         self._unsent = list(tree.unmarked.values())
+        self._completing = 0  # complete_unsent calls under way (the session is not idle)
         self._inbox = Inbox(
             session, tree=tree, chain=chain, write=write, sync=sync, options=options
         )
@@ -119,7 +120,7 @@ class TurnDriver:
         active = self._running
         if active is not None and active.begun:
             return "running"
-        if active is not None or self._inbox.has_input():
+        if active is not None or self._inbox.has_input() or self._completing:
             return "pending"
         return "idle"
 
@@ -258,15 +259,19 @@ class TurnDriver:
         records, self._unsent = self._unsent, []
         redeliver = self._options.redeliver
         marks: list[Entry] = []
-        for record in records:
-            out = redeliver(self._session, record) if redeliver is not None else None
-            if out is None:
-                marks.append(outbound.uncertain(record))
-                continue
-            _delivery, done = await outbound.send(out)
-            if done is not None:
-                marks.append(done)
-        await self._write_marks(marks)
+        self._completing += 1
+        try:
+            for record in records:
+                out = redeliver(self._session, record) if redeliver is not None else None
+                if out is None:
+                    marks.append(outbound.uncertain(record))
+                    continue
+                _delivery, done = await outbound.send(out)
+                if done is not None:
+                    marks.append(done)
+            await self._write_marks(marks)
+        finally:
+            self._completing -= 1
 
     async def _write_marks(self, marks: Sequence[Entry]) -> None:
         """Append what became of sends; a failure leaves them pending (the next start settles)."""
