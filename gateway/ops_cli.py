@@ -225,13 +225,14 @@ def _uncertain_lines(sends: list[dict[str, Any]], indent: str) -> list[str]:
     ]
 
 
-def _uncertain_section(info: dict[str, Any]) -> list[str]:
-    sends = info["delivery_uncertain"] or []
+def _outbound_section(info: dict[str, Any]) -> list[str]:
+    sends = info["outbound"].get("uncertain") or []
     if not sends:
-        return ["delivery uncertain: none"]
+        return ["outbound:", "  delivery uncertain  none"]
     return [
-        f"delivery uncertain: {len(sends)} send(s) found unconfirmed at start-up, not repeated",
-        *_uncertain_lines(sends, "  "),
+        "outbound:",
+        f"  delivery uncertain  {len(sends)} send(s) found unconfirmed at start-up, not repeated",
+        *_uncertain_lines(sends, "    "),
     ]
 
 
@@ -245,7 +246,7 @@ def health_lines(info: dict[str, Any]) -> list[str]:
         "cron": _cron_section,
         "channels": _channels_section,
         "mcp": _mcp_section,
-        "delivery_uncertain": _uncertain_section,
+        "outbound": _outbound_section,
         "process": _process_section,
     }
     for name, render in renderers.items():

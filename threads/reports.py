@@ -98,8 +98,8 @@ async def health(manager: ThreadManager) -> dict[str, Any]:
             "backend": type(manager.store).__name__,
             "keys": len(await manager.store.keys()),
         },
-        # Sends a restart found unconfirmed and could not repeat (since this start).
-        "delivery_uncertain": list(manager.uncertain),
+        # Sends this start found unconfirmed and could not repeat: delivery uncertain.
+        "outbound": {"uncertain": list(manager.uncertain)},
         "process": process_figures(manager.started_at),
     }
     for name, source in manager.health_sources.items():

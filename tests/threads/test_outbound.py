@@ -154,10 +154,13 @@ def test_check_session_and_health_text_name_uncertain_sends() -> None:
     text = "\n".join(session_lines(info))
     assert "delivery uncertain: 1 send(s) a restart could not confirm" in text
     assert "reply to telegram:42: the answer" in text
-    health = "\n".join(health_lines({"delivery_uncertain": [{**send, "session_key": KEY}]}))
-    assert "delivery uncertain: 1 send(s) found unconfirmed at start-up" in health
+    health = "\n".join(health_lines({"outbound": {"uncertain": [{**send, "session_key": KEY}]}}))
+    assert "delivery uncertain  1 send(s) found unconfirmed at start-up" in health
     assert f"{KEY} → telegram:42" in health
-    assert health_lines({"delivery_uncertain": []}) == ["delivery uncertain: none"]
+    assert health_lines({"outbound": {"uncertain": []}}) == [
+        "outbound:",
+        "  delivery uncertain  none",
+    ]
 
 
 async def test_a_fork_does_not_copy_the_ledger(rt: Runtime, model: ScriptedModel) -> None:

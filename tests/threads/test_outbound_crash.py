@@ -139,10 +139,10 @@ async def test_a_final_answer_is_never_doubled_by_a_crash_around_its_delivery(
             (listed,) = info["delivery_uncertain"]
             assert listed["id"] == record.id
             assert listed["text"] == "the answer"
-            assert [u["session_key"] for u in health["delivery_uncertain"]] == [KEY]
+            assert [u["session_key"] for u in health["outbound"]["uncertain"]] == [KEY]
         else:
             assert info["delivery_uncertain"] == []
-            assert health["delivery_uncertain"] == []
+            assert health["outbound"]["uncertain"] == []
     finally:
         await bury(dead, dying)
         await live.manager.close()
