@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from threads import outbound
+from threads.deliveries import Deliveries
 from threads.errors import BusyError, ClosedError, DroppedError, NotRunError
 from threads.ids import new_entry_id
 from threads.inbox import Chain, Deferral, Inbox, Pending, Sync, Write, deferral_receipts
@@ -42,6 +42,7 @@ from threads.store.entries import (
     Entry,
     LeafEntry,
     MessageEntry,
+    OutboundEntry,
     ReceiptEntry,
     TurnEntry,
 )
@@ -96,10 +97,11 @@ class TurnDriver:
         self._options = options
         self._closing = False
         self._stop_queue = False
-        self._unsent = list(tree.unmarked.values())
-        self._completing = 0  # complete_unsent calls under way (the session is not idle)
         self._inbox = Inbox(
             session, tree=tree, chain=chain, write=write, sync=sync, options=options
+        )
+        self._deliveries = Deliveries(
+            session, tree=tree, lock=lock, chain=chain, write=write, sync=sync, options=options
         )
         self._running: _Active | None = None
         self._task: asyncio.Task[None] | None = None
@@ -120,7 +122,7 @@ class TurnDriver:
         active = self._running
         if active is not None and active.begun:
             return "running"
-        if active is not None or self._inbox.has_input() or self._completing:
+        if active is not None or self._inbox.has_input() or self._deliveries.completing:
             return "pending"
         return "idle"
 
@@ -165,7 +167,7 @@ class TurnDriver:
         async with self._lock:
             if self._closing:
                 raise ClosedError(self._session.id)
-            self._unsent += await self._inbox.settle_unfinished()
+            self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             wake = dict(wake or {})
             origin = wake.get("origin")
             if isinstance(origin, str) and origin in self._tree.origins:
@@ -240,50 +242,19 @@ class TurnDriver:
             # Steers first, so a resume settled next runs ahead of their follow-ups.
             if self._inbox.has_steers() and self._steer_target() is None:
                 await self._inbox.defer_steers()
-            self._unsent += await self._inbox.settle_unfinished()
+            self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             self._kick()
             head = self._inbox.head
         await self.complete_unsent()
         return head.turn if head else None
 
     async def complete_unsent(self) -> None:
-        """Complete the sends a stopped writer recorded and never marked.
+        """Complete the sends a stopped writer recorded and never marked (see ``Deliveries``)."""
+        await self._deliveries.complete_unsent()
 
-        Each is repeated when its receiver drops repeats (the owner's
-        ``redeliver`` rebuilds it), else marked ``uncertain``; the marks land
-        in one append. Called outside the lock: a send may wake another
-        session, which may send back to this one.
-        """
-        if not self._unsent:
-            return
-        records, self._unsent = self._unsent, []
-        redeliver = self._options.redeliver
-        marks: list[Entry] = []
-        self._completing += 1
-        try:
-            for record in records:
-                out = redeliver(self._session, record) if redeliver is not None else None
-                if out is None:
-                    marks.append(outbound.uncertain(record))
-                    continue
-                _delivery, done = await outbound.send(out)
-                if done is not None:
-                    marks.append(done)
-            await self._write_marks(marks)
-        finally:
-            self._completing -= 1
-
-    async def _write_marks(self, marks: Sequence[Entry]) -> None:
-        """Append what became of sends; a failure leaves them pending (the next start settles)."""
-        if not marks:
-            return
-        try:
-            async with self._lock:
-                await self._write(self._chain(*marks))
-        except Exception:
-            log.exception(
-                "session %s: the marks of %d sends were not written", self._session.id, len(marks)
-            )
+    async def send_out(self, out: Outgoing) -> OutboundEntry | None:
+        """A send outside any turn (see :meth:`Session.send_out`)."""
+        return await self._deliveries.send_out(out)
 
     async def clear_queue(self) -> int:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
@@ -531,10 +502,10 @@ class TurnDriver:
                 deferred = []
                 sends = []  # not recorded, so not sent: the turn runs again once it can be
             else:
-                sends = await self._synced(sends)
+                sends = await self._deliveries.synced(sends)
             self._inbox.queue_deferred(deferred)
             self._running = None
-        await self._send(sends)
+        await self._deliveries.send(sends)
         run.emit(RunFinish(result=result))
         for pending in active.pendings:
             pending.turn.finish(outcome, result)
@@ -551,32 +522,9 @@ class TurnDriver:
             return None
         return head
 
-    async def _synced(self, sends: list[Outgoing]) -> list[Outgoing]:
-        """Flush what was written (``flush_store``); sends whose records may not be durable wait.
-
-        They stay pending, to be completed by the next :meth:`continue_` or
-        send, as a restart would.
-        """
-        try:
-            await self._sync()
-        except Exception:
-            log.exception("session %s: flushing the store failed", self._session.id)
-            self._unsent += [out.record for out in sends]
-            return []
-        return sends
-
     def _hand_offs(self, run_id: str, payload: Any, result: RunResult) -> list[Outgoing]:
         make = self._options.hand_offs
         return make(self._session, run_id, payload, result) if make is not None else []
-
-    async def _send(self, sends: Sequence[Outgoing]) -> None:
-        """Hand recorded sends to their sinks, in order, then append their marks."""
-        marks: list[Entry] = []
-        for out in sends:
-            _delivery, done = await outbound.send(out)
-            if done is not None:
-                marks.append(done)
-        await self._write_marks(marks)
 
     async def _flush_run(self, run: Run, records: Sequence[Entry]) -> None:
         """Append the run's staged messages and ledger entries, and ``records``.

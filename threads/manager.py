@@ -33,21 +33,19 @@ from threads.errors import (
     NotFoundError,
     NotRunError,
 )
-from threads.handoffs import child_completed
 from threads.history import strip_for_fork
 from threads.keys import SessionKey
+from threads.ledger import Ledger, already_sent
 from threads.messages import JSON, Message
-from threads.outbound import Outgoing
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
 from threads.session import Session, SessionOptions
-from threads.session_sink import CaptureSink, SessionSink, WakeSink
-from threads.sessions.agent_to_agent import next_step
-from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink, dedups
+from threads.session_sink import CaptureSink, SessionSink
+from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
 from threads.store.base import Loaded, SessionStore
-from threads.store.entries import MessageEntry, OutboundEntry, ParentRef
+from threads.store.entries import MessageEntry, ParentRef
 from threads.tree import unfinished_runs, unsettled_receipts
-from threads.turns import Agent, Run, RunResult, Turn
+from threads.turns import Agent, Run, Turn
 from threads.wake import (
     Accepted,
     Cause,
@@ -70,8 +68,6 @@ RESUME_BODY = (
     "The gateway restarted while your previous turn was running; that turn was interrupted "
     "and is recorded as canceled. Continue from where it stopped and answer the caller."
 )
-RESUME_SENT = "Already sent during the interrupted turn (do not send these again):"
-UNCERTAIN_KEPT = 100  # the uncertain sends health lists, newest last
 
 
 ChannelSinks = Callable[[Mapping[str, str]], Sink]
@@ -114,7 +110,7 @@ class ThreadManager:
             config.threads.max_exchange_depth, record=self._recovery.record_stopped
         )
         self.budget = Budget(config.threads.budget)
-        self.uncertain: list[dict[str, Any]] = []
+        self.ledger = Ledger(self)
 
     # -- lifetime
 
@@ -359,8 +355,8 @@ class ThreadManager:
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
             resume=self._resume,
-            hand_offs=self._hand_offs,
-            redeliver=self._redeliver,
+            hand_offs=self.ledger.hand_offs,
+            redeliver=self.ledger.redeliver,
             flush_store=self.config.store.fsync == "on_flush",
         )
 
@@ -438,15 +434,8 @@ class ThreadManager:
         original = self.load_wake(prompt.wake)
         if self.chains.refused(original):
             return None  # its chain was stopped: the interrupted turn stays ended
-        body = RESUME_BODY
-        sent = outbound.of_run(session.entries(), prompt.run_id)
-        if sent:
-            lines = [
-                f"- {outbound.describe(record)['to']}: {record.text!r} "
-                f"({'sent, not confirmed' if status == 'pending' else status})"
-                for record, status in sent
-            ]
-            body = "\n".join([RESUME_BODY, "", RESUME_SENT, *lines])
+        sent = already_sent(session, prompt.run_id)
+        body = f"{RESUME_BODY}\n\n{sent}" if sent else RESUME_BODY
         wake = Wake(
             source=WakeSource.RESUME,
             body=body,
@@ -460,50 +449,6 @@ class ThreadManager:
         key = session.header.meta.get("key", session.id)
         text = render_prompt(wake, thread=key, session_id=session.id, tz=self.tz)
         return Message.user(text), wake, wake_to_wire(wake)
-
-    # -- the outbound ledger
-
-    def _hand_offs(
-        self, session: Session, run_id: str, payload: Any, result: RunResult
-    ) -> list[Outgoing]:
-        """What the end of a turn of ``session`` hands to other sessions (see ``handoffs``)."""
-        key = SessionKey(session.header.meta.get("key", session.id))
-        completed = child_completed(self, key, run_id, payload, result)
-        return [
-            *([completed] if completed is not None else []),
-            *next_step(self, key, run_id, payload, result),
-        ]
-
-    def _redeliver(self, session: Session, record: OutboundEntry) -> Outgoing | None:
-        """A send a dead process recorded and never confirmed, to repeat; None when it may not be.
-
-        A hand-off is repeated (its target accepts one wake per origin), as is
-        a send to a sink that drops repeats; any other is listed as uncertain.
-        """
-        sink: Sink
-        if record.target:
-            wake = wake_from_wire(record.wake, record.text, self.resolve_sink)
-            fork_of = session if record.kind == f"{outbound.DISPATCH}fork" else None
-            sink = WakeSink(
-                target=SessionKey(record.target), wake=wake, manager=self, fork_of=fork_of
-            )
-        else:
-            sink = self.resolve_sink(record.to)
-        if dedups(sink):
-            return Outgoing(record=record, sink=sink)
-        key = session.header.meta.get("key", session.id)
-        log.warning(
-            "session %s: send %s (%s) was recorded but not confirmed before the gateway stopped; "
-            "it is not repeated (its receiver cannot drop a repeat): delivery uncertain",
-            key,
-            record.id,
-            record.kind,
-        )
-        self.uncertain = [
-            *self.uncertain[-(UNCERTAIN_KEPT - 1) :],
-            {"session_key": key, **outbound.describe(record, outbound.uncertain(record))},
-        ]
-        return None
 
     # -- operations
 

@@ -99,7 +99,7 @@ async def health(manager: ThreadManager) -> dict[str, Any]:
             "keys": len(await manager.store.keys()),
         },
         # Sends this start found unconfirmed and could not repeat: delivery uncertain.
-        "outbound": {"uncertain": list(manager.uncertain)},
+        "outbound": {"uncertain": list(manager.ledger.uncertain)},
         "process": process_figures(manager.started_at),
     }
     for name, source in manager.health_sources.items():

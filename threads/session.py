@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from threads import outbound
 from threads.clock import Clock, MonotonicClock
 from threads.driver import TurnDriver
 from threads.errors import (
@@ -413,15 +412,7 @@ class Session:
         start). A send whose id the session already recorded is not made
         again (None is returned): the ledger completes it if it is pending.
         """
-        if out.record.id in self._tree.by_id:
-            return None
-        async with self._lock:
-            await self._write(self._chain(out.record))
-            await self._sync()
-        _delivery, done = await outbound.send(out)
-        if done is not None:
-            await self._append(done)
-        return done
+        return await self._driver.send_out(out)
 
     async def custom(self, kind: str, data: JSON = None) -> None:
         """Append application state that never enters the model's context."""

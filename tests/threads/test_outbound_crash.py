@@ -32,7 +32,8 @@ from tests.threads.dying import DyingStore
 from tests.threads.sessions.conftest import USER, SessionScript, make_rig
 from tests.threads.store.conftest import Backend
 from threads.agent.tools import Tool, ToolContext, tool
-from threads.manager import RESUME_BODY, RESUME_SENT
+from threads.ledger import ALREADY_SENT
+from threads.manager import RESUME_BODY
 from threads.messages import ToolResultPart
 from threads.outbound import outgoing
 from threads.sinks import OutboundMessage
@@ -354,7 +355,7 @@ async def test_a_resumed_turn_is_told_what_it_already_sent_and_sends_it_no_more(
         assert live.inbox("user").messages == ["still working on it", "done"]
         resume = model.requests[-1].messages[-1].text()
         assert RESUME_BODY in resume
-        assert RESUME_SENT in resume
+        assert ALREADY_SENT in resume
         assert "still working on it" in resume
     finally:
         await bury(dead, dying)
