@@ -37,7 +37,7 @@ from threads.manager import RESUME_BODY
 from threads.messages import ToolResultPart
 from threads.outbound import outgoing
 from threads.sinks import OutboundMessage
-from threads.store.entries import Entry, MessageEntry, OutboundEntry, TurnEntry
+from threads.store.entries import Entry, MessageEntry, OutboundEntry, ReceiptEntry, TurnEntry
 from threads.testing.scripted import ScriptedModel, call, calls, dispatch, say
 from threads.tree import INTERRUPTED
 from threads.wake import Wake
@@ -442,4 +442,49 @@ async def test_an_exchange_step_due_at_a_crash_runs_once_after_the_restart(
     finally:
         dying.reap()
         await dead.manager.close()
+        await live.manager.close()
+
+
+# -- a child's reply to its parent
+
+
+def _reply_from_child(session: str, entries: Sequence[Entry]) -> bool:
+    return any(
+        isinstance(e, MessageEntry | ReceiptEntry)
+        and e.wake.get("caller", {}).get("session_key") == CHILD
+        for e in entries
+    )
+
+
+async def test_a_childs_reply_taken_just_before_a_crash_reaches_the_parent_once(
+    crash_backend: Backend,
+) -> None:
+    script = KeyedScript()
+    script.add(KEY, dispatch({"to": "subagent", "params": {"task_id": "dig"}, "body": "dig"}))
+    script.add(KEY, dispatch(("user", "the child found it")))
+    script.add(CHILD, dispatch(("caller:session", "found it")))
+    model = ScriptedModel(default=script)
+    dying = DyingStore(crash_backend.open())
+    dead = await make_runtime(dying, model)
+    # The parent took the reply; the child's turn had not ended (its send is unmarked).
+    dying.die_after(_reply_from_child)
+    await dead.manager.wake(KEY, dead.user_wake("dig for me"))
+    live = await restart(crash_backend, dead, dying, model)
+    try:
+        await idle(live, KEY, CHILD)
+        await idle(live, KEY, CHILD)
+        parent_id, child_id = await live.store.resolve(KEY), await live.store.resolve(CHILD)
+        assert parent_id is not None
+        assert child_id is not None
+        parent = await stored(live.store, parent_id)
+        replies = [p for p in prompts(parent) if p.wake.get("source") == "session"]
+        assert len(replies) == 1
+        assert replies[0].message.text().endswith("found it")
+        # The reply woke the parent: no child_completed on top of it.
+        assert "child_completed" not in wake_sources(parent)
+        child = await stored(live.store, child_id)
+        assert [t.stop_reason for t in turn_entries(child)] == ["dispatch"]
+        assert live.inbox(f"user of {KEY}").messages == ["the child found it"]
+    finally:
+        await bury(dead, dying)
         await live.manager.close()
