@@ -219,6 +219,7 @@ class Inbox:
     dedups: bool = False
     received: list[OutboundMessage] = field(default_factory=list)
     after_deliver: Callable[[OutboundMessage], None] | None = None
+    _shown: set[str] = field(default_factory=set, repr=False)
 
     @property
     def drops(self) -> bool:
@@ -231,9 +232,10 @@ class Inbox:
         return {"kind": "channel", "channel": "test", "chat": self.name}
 
     async def deliver(self, message: OutboundMessage) -> Delivery:
-        shown = {m.outbound_id for m in self.received if m.outbound_id}
+        repeat = bool(message.outbound_id) and message.outbound_id in self._shown
         self.received.append(message)
-        if not (self.dedups and message.outbound_id in shown):
+        self._shown.add(message.outbound_id)
+        if not (self.dedups and repeat):
             self.messages.append(message.text)
         self.arrived.set()
         if self.after_deliver is not None:
