@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from threads import outbound
+from threads.faults import fault
 from threads.inbox import Chain, Sync, Write
 from threads.outbound import Outgoing
 from threads.store.entries import Entry, OutboundEntry
@@ -105,7 +106,14 @@ class Deliveries:
         """Hand recorded sends to their sinks, in order, then append their marks."""
         marks: list[Entry] = []
         for out in sends:
-            _delivery, done = await outbound.send(out)
+            # A hand-off is recorded with the turn's end; a crash here is between the two.
+            if out.record.kind == "child_completed":
+                fault("mid_child_hand_off")
+            elif out.record.kind == "a2a":
+                fault("mid_announce")
+            delivery, done = await outbound.send(out)
+            if delivery is not None:
+                fault("after_delivery_before_record")
             if done is not None:
                 marks.append(done)
         await self._write_marks(marks)

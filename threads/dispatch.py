@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from threads import outbound
 from threads.agent.tools import ToolContext, ToolOutput, json_text, tool
 from threads.errors import InvalidKeyError
+from threads.faults import fault
 from threads.keys import TASK_ID, USER_CHANNELS, SessionKey, base_channel, endpoint_key
 from threads.outbound import Outgoing
 from threads.session_sink import WakeSink
@@ -437,6 +438,8 @@ async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]
         send = item.send
         entry: dict[str, Any] = {"to": send.to}
         result, done = await outbound.send(out)
+        if result is not None:
+            fault("after_delivery_before_record")
         if done is not None:
             run.ledger.append(done)
         if result is None:

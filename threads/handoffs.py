@@ -10,7 +10,8 @@ wakes the target, once (the target accepts one wake per origin).
 The ``child_completed`` rule (decision 0004): when a turn of a subagent or
 fork that its parent woke ends, the parent gets one, carrying the child's
 answer — unless the child replied with ``dispatch(to=caller:session)``
-(that reply woke the parent) or a soft stop ended it.
+(that reply woke the parent) or a soft stop ended it. A turn parked for an
+approval owes nothing yet: the run that resumes it does.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def child_completed(
     wake = payload if isinstance(payload, Wake) else None
     if parent is None or wake is None or not isinstance(wake.caller, SessionCaller):
         return None
-    if wake.caller.session_key != parent or result.stop_reason == "stopped":
-        return None
+    if wake.caller.session_key != parent or result.stop_reason in ("stopped", "parked"):
+        return None  # a soft stop ends silently; a parked turn has not ended its work
     if result.data.get("replied_to_caller_session"):
         return None  # the reply already woke the parent
     if result.error:

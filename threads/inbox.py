@@ -73,6 +73,7 @@ class Pending:
     arrived: float = field(default_factory=time.monotonic)
     cancel_reason: str = ""
     rollback: bool = False
+    held: bool = False
 
 
 Deferral = tuple[Pending, Pending]
@@ -326,6 +327,10 @@ class Inbox:
                 batch.append(self._queue.popleft())
         return batch
 
+    def requeue(self, batch: Sequence[Pending]) -> None:
+        """Put a taken batch back at the head (its prompts could not be written)."""
+        self._queue.extendleft(reversed(batch))
+
     def take_steers(self) -> list[Pending]:
         """Take every waiting steer, for a run to drain."""
         steers = list(self._steers)
@@ -382,7 +387,7 @@ class Inbox:
         """
         if not self._unfinished:
             return []
-        unfinished, self._unfinished = self._unfinished, []
+        unfinished = self._unfinished
         open_calls = self._tree.open_calls()
         dispatched = self._dispatched(unfinished, open_calls)
         entries: list[Entry] = [
@@ -435,6 +440,7 @@ class Inbox:
             resumes.append(pending)
         entries += handed
         await self._write(self._chain(*entries))
+        self._unfinished = []
         self._queue.extendleft(reversed(resumes))
         if handed:
             await self._sync()

@@ -142,8 +142,8 @@ def next_step(
     if wake is None or wake.meta.get(STEP) not in ("primary", "reply", "announce"):
         return []
     meta = wake.meta
-    if REQUESTER not in meta or TARGET not in meta:
-        return []
+    if REQUESTER not in meta or TARGET not in meta or result.stop_reason == "parked":
+        return []  # a parked step goes on when it is resumed
     step = _Step(manager=manager, run_id=run_id, wake=wake)
     reply = reply_of(result) if result.ok else ""
     if meta[STEP] == "announce":
