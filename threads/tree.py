@@ -21,6 +21,7 @@ from threads.store.entries import (
     InfoEntry,
     LeafEntry,
     MessageEntry,
+    OutboundEntry,
     ReceiptEntry,
     TurnEntry,
 )
@@ -45,6 +46,10 @@ class EntryTree:
         self.by_id = EntryIndex(self.entries)
         self.leaf = ""
         self.orphaned: list[str] = []
+        # Wake origin (an outbound record of another session) -> the run it became.
+        self.origins: dict[str, str] = {}
+        # Outbound records no mark has settled yet, by id (see threads.outbound).
+        self.unmarked: dict[str, OutboundEntry] = {}
         self._path_cache: list[int] | None = []
         self._context: ContextBuilder | None = ContextBuilder()
 
@@ -99,6 +104,15 @@ class EntryTree:
     def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
         at = len(self.entries)
         self.entries.append(entry)
+        if isinstance(entry, MessageEntry | ReceiptEntry):
+            origin = entry.wake.get("origin") if entry.wake else None
+            if isinstance(origin, str) and origin:
+                self.origins[origin] = entry.run_id
+        elif isinstance(entry, OutboundEntry):
+            if entry.record:
+                self.unmarked.pop(entry.record, None)
+            else:
+                self.unmarked[entry.id] = entry
         if not move_leaf:
             return
         if isinstance(entry, LeafEntry):
