@@ -40,6 +40,10 @@ class Inbound:
     The router's access check (:mod:`channels.access`) decides from these
     whether a group message starts a turn. ``agent`` names the agent the
     sender asked for (the API's ``model``); empty, the session's own runs.
+    ``press`` is the platform's id of a button press (an approval's Approve /
+    Always / Deny), which arrives as its command in ``text`` and is answered
+    with :meth:`AsksApproval.answer_press`; ``message_id`` is then the
+    message the button was under.
     """
 
     channel: str
@@ -55,6 +59,7 @@ class Inbound:
     mentioned: bool = False
     media: tuple[MediaRef, ...] = ()
     agent: str = ""
+    press: str = ""
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
@@ -99,6 +104,36 @@ class Answers(Protocol):
 
     def answer(self, message_id: str, turn: Turn) -> None:
         """``turn`` is the one the message ``message_id`` started."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalAsk:
+    """A question for a person: may this call run? Shown with Approve / Always / Deny.
+
+    ``text`` says what would run and why it asks (plain text, already
+    shortened); each button sends its command for ``request_id`` back
+    (:mod:`channels.approvals`).
+    """
+
+    request_id: str
+    text: str
+
+
+@runtime_checkable
+class AsksApproval(Protocol):
+    """A channel that shows approval questions with buttons, and answers their presses."""
+
+    async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:
+        """Post the question with its buttons in ``chat_id``; the message's id."""
+        ...
+
+    async def settle_approval(self, chat_id: str, message_id: str, text: str) -> None:
+        """Replace the question with how it was decided; its buttons go."""
+        ...
+
+    async def answer_press(self, inbound: Inbound, text: str) -> None:
+        """Answer a button press (``inbound.press``) to the person who pressed it."""
         ...
 
 

@@ -76,6 +76,8 @@ _Args: TypeAlias = list[bytes | str | int | float]
 P = ParamSpec("P")
 T = TypeVar("T")
 
+DEFAULT_PREFIX = "weft:"
+
 _NOT_FOUND, _LOCKED, _EXISTS, _STALE = -1, -2, -3, -4
 
 # Whether a lock's owner keeps others out: not when it is free or ours, and not when an
