@@ -1,7 +1,8 @@
 """The web chat: a page and a WebSocket per browser tab, over aiohttp.
 
 Each browser holds one chat (``web:<id>`` is its session key). The page sends
-``{"text": ...}``; the gateway pushes ``{"type": "reply", "text": ...}``, and
+``{"text": ...}``; the gateway pushes ``{"type": "reply", "text": ..., "id": ...}``
+(the id is the reply's outbound id, which the page shows once), and
 ``{"type": "error", "error": ...}`` for a message it did not take (the socket
 stays open). Replies for a chat with no open socket wait in a short backlog
 and are sent when the chat reconnects.
@@ -96,9 +97,15 @@ FAILED = (
 
 
 class WebChannel:
-    """The browser chat channel."""
+    """The browser chat channel.
+
+    Each reply carries its outbound id; the page shows an id once, so a reply
+    a restart sends again (the ledger could not tell it had arrived) is not
+    shown twice: the channel deduplicates.
+    """
 
     name = "web"
+    dedups = True
 
     def __init__(
         self,
@@ -130,7 +137,7 @@ class WebChannel:
         self._token = token
         self._handler: InboundHandler | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
-        self._backlog: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=BACKLOG))
+        self._backlog: dict[str, deque[dict[str, str]]] = defaultdict(lambda: deque(maxlen=BACKLOG))
         self._counter = 0
         self._root: web.Application | None = None
         assets = resources.files("channels")
@@ -304,8 +311,8 @@ class WebChannel:
         self._sockets[chat_id].add(ws)
         try:
             await ws.send_json({"type": "hello", "chat": chat_id})
-            for text in self._backlog.pop(chat_id, None) or ():
-                await ws.send_json({"type": "reply", "text": text})
+            for reply in self._backlog.pop(chat_id, None) or ():
+                await ws.send_json(reply)
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
                     continue
@@ -344,12 +351,17 @@ class WebChannel:
         return ""
 
     async def deliver(self, chat_id: str, message: OutboundMessage) -> Delivery:
+        reply = {"type": "reply", "text": message.text}
+        if message.outbound_id:
+            reply["id"] = message.outbound_id
         sockets = list(self._sockets.get(chat_id, ()))
         if not sockets:
-            self._backlog[chat_id].append(message.text)
+            backlog = self._backlog[chat_id]
+            if not message.outbound_id or all(r.get("id") != message.outbound_id for r in backlog):
+                backlog.append(reply)
             return Delivery(delivered_to=f"web:{chat_id} (queued until the page reconnects)")
         for ws in sockets:
-            await ws.send_json({"type": "reply", "text": message.text})
+            await ws.send_json(reply)
         return Delivery(delivered_to=f"web:{chat_id}")
 
     async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:

@@ -7,6 +7,8 @@ const status = document.getElementById('status');
 const form = document.getElementById('form');
 const input = document.getElementById('text');
 let ws;
+// Reply ids already shown: a reply the gateway sends again after a restart shows once.
+const shown = new Set();
 
 function add(text, cls) {
   const div = document.createElement('div');
@@ -25,7 +27,11 @@ function connect() {
   ws.onmessage = (ev) => {
     const m = JSON.parse(ev.data);
     if (m.type === 'hello') status.textContent = '· web:' + m.chat;
-    else if (m.type === 'reply') add(m.text, 'bot');
+    else if (m.type === 'reply') {
+      if (m.id && shown.has(m.id)) return;
+      if (m.id) shown.add(m.id);
+      add(m.text, 'bot');
+    }
     else if (m.type === 'error') add(m.error, 'err');
     else if (m.type === 'approval') showApproval(m);
     else if (m.type === 'approval_settled') settleApproval(m);

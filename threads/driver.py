@@ -23,6 +23,14 @@ not given up: a prompt stays at the head of the queue, a step or a turn end
 stays with its run, and each is tried again with the outage's backoff until
 the store takes it — the run is never run twice. Only a close past its
 deadline gives up; what was accepted is durable and runs at the next start.
+
+What a turn sends at its end — the final answer, a closing notice, the
+hand-offs its owner names (``child_completed``, an exchange's next step) —
+is recorded in the outbound ledger in that same append, and handed to its
+sinks only once the append is durable; each send's mark follows in one more
+append (:mod:`threads.outbound`, :mod:`threads.deliveries`). Sends a stopped
+writer recorded and never marked are completed when the session is next
+continued or sent to.
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from threads.approvals.boundary import park_entries, resume_ended
 from threads.approvals.door import ApprovalDoor
-from threads.errors import BusyError, ClosedError, NotRunError, UnavailableError
+from threads.deliveries import Deliveries
+from threads.errors import BusyError, ClosedError, DroppedError, NotRunError, UnavailableError
 from threads.faults import fault
 from threads.ids import new_entry_id
 from threads.inbox import (
@@ -46,12 +55,20 @@ from threads.inbox import (
     Deferral,
     Inbox,
     Pending,
+    Sync,
     Write,
     deferral_receipts,
     delivery_entries,
 )
 from threads.messages import JSON, Message
-from threads.store.entries import Entry, LeafEntry, MessageEntry, TurnEntry
+from threads.outbound import Outgoing
+from threads.store.entries import (
+    Entry,
+    LeafEntry,
+    MessageEntry,
+    OutboundEntry,
+    TurnEntry,
+)
 from threads.tree import EntryTree, interruption_results, still_open
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
 
@@ -91,7 +108,8 @@ class TurnDriver:
 
     ``tree`` is the session's entry tree (read here, never changed but by
     ``write``); ``lock`` is the session's lock, held around every write;
-    ``chain`` and ``write`` are the session's write path.
+    ``chain`` and ``write`` are the session's write path, and ``sync`` makes
+    what it wrote durable (a no-op unless the store flushes on demand).
     """
 
     def __init__(
@@ -102,6 +120,7 @@ class TurnDriver:
         lock: asyncio.Lock,
         chain: Chain,
         write: Write,
+        sync: Sync,
         options: SessionOptions,
     ) -> None:
         self._session = session
@@ -109,10 +128,16 @@ class TurnDriver:
         self._lock = lock
         self._chain = chain
         self._write = write
+        self._sync = sync
         self._options = options
         self._closing = False
         self._stop_queue = False
-        self._inbox = Inbox(session, tree=tree, chain=chain, write=write, options=options)
+        self._inbox = Inbox(
+            session, tree=tree, chain=chain, write=write, sync=sync, options=options
+        )
+        self._deliveries = Deliveries(
+            session, tree=tree, lock=lock, chain=chain, write=write, sync=sync, options=options
+        )
         self.approvals = ApprovalDoor(
             session,
             tree=tree,
@@ -144,6 +169,8 @@ class TurnDriver:
         if active is not None and active.begun:
             return "running"
         if active is not None or self._inbox.has_input() or self.approvals.awaiting:
+            return "pending"
+        if self._deliveries.completing:
             return "pending"
         return "idle"
 
@@ -178,12 +205,21 @@ class TurnDriver:
         wake: Mapping[str, JSON] | None,
         injected: Injected | None,
     ) -> Turn:
-        """Accept one message under the busy policy (:meth:`Session.send` says how)."""
+        """Accept one message under the busy policy (:meth:`Session.send` says how).
+
+        A wake whose ``origin`` (the sending session's outbound record) this
+        session already accepted is not taken again: its turn is decided at
+        once as dropped, naming the run the first copy became.
+        """
+        await self.complete_unsent()
         async with self._lock:
             if self._closing:
                 raise ClosedError(self._session.id)
-            await self._inbox.settle_unfinished()
+            self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             wake = dict(wake or {})
+            origin = wake.get("origin")
+            if isinstance(origin, str) and origin in self._tree.origins:
+                return _duplicate(origin, self._tree.origins[origin], policy)
             parked = self.approvals.awaiting
             idle = self._running is None and self._inbox.head is None and not parked
             if idle and policy is not Policy.COLLECT:
@@ -261,10 +297,19 @@ class TurnDriver:
             # Steers first, so a resume settled next runs ahead of their follow-ups.
             if self._inbox.has_steers() and self._steer_target() is None:
                 await self._inbox.defer_steers()
-            await self._inbox.settle_unfinished()
+            self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             self._kick()
             head = self._inbox.head
-            return head.turn if head else None
+        await self.complete_unsent()
+        return head.turn if head else None
+
+    async def complete_unsent(self) -> None:
+        """Complete the sends a stopped writer recorded and never marked (see ``Deliveries``)."""
+        await self._deliveries.complete_unsent()
+
+    async def send_out(self, out: Outgoing) -> OutboundEntry | None:
+        """A send outside any turn (see :meth:`Session.send_out`)."""
+        return await self._deliveries.send_out(out)
 
     async def clear_queue(self) -> int:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
@@ -475,11 +520,14 @@ class TurnDriver:
         await asyncio.shield(self._finish(active, result))
 
     async def _finish(self, active: _Active, result: RunResult | None) -> None:
-        """Write the run's unwritten messages and its turn entry; decide its turns.
+        """Write the run's unwritten messages, its sends and its turn entry; send; decide its turns.
 
         While the store cannot take the end it is tried again (the run is done
         and is not run again); a close past its deadline gives up on it, and
-        the next start records the turn as interrupted.
+        the next start records the turn as interrupted. The sends of the turn's
+        end are recorded in the append that ends the turn and handed to their
+        sinks once it is durable, before the turn is decided (a waiter sees
+        what was delivered); their marks follow.
         """
         run = active.run
         if result is None:
@@ -494,7 +542,9 @@ class TurnDriver:
         if parked:
             outcome = Outcome.PARKED
         async with self._lock:
-            end = self._end(active, result, canceled=canceled)
+            sends = [*run.outbox, *self._hand_offs(run.run_id, run.payload, result)]
+            run.outbox = []
+            end = self._end(active, result, canceled=canceled, sends=sends)
         try:
             await self._until_written(
                 partial(self._write_linked, end.entries, then=partial(self._ended, end)),
@@ -514,6 +564,10 @@ class TurnDriver:
             end.deferred = []
             self.end_unwritten = True
             self._running = None
+            sends = []  # not recorded, so not sent: the turn runs again once it can be
+        else:
+            sends = await self._deliveries.synced(sends)
+        await self._deliveries.send(sends)
         run.emit(RunFinish(result=result))
         if outcome is Outcome.PARKED:
             self.approvals.parked(run.payload, end.entries, self._options.on_park)
@@ -525,16 +579,18 @@ class TurnDriver:
             old.turn.next = new.turn
             old.turn.finish(Outcome.DEFERRED)
 
-    def _end(self, active: _Active, result: RunResult, *, canceled: bool) -> _End:
+    def _end(
+        self, active: _Active, result: RunResult, *, canceled: bool, sends: Sequence[Outgoing]
+    ) -> _End:
         """The turn's end, built once (lock held) and written until it lands.
 
-        The run's last messages and its turn entry; the steers no run drained,
-        as deferrals; and, when input waits, the next turn's prompt, riding in
-        the same append: one write, not two. Its prompt counts as written from
-        here (nothing drops it meanwhile); a write given up puts it all back.
-        A parked run's waiting calls stay without a result; its approval
-        requests and their audit ride with the turn entry, and nothing starts
-        after it until its boundary resolves.
+        The run's last messages, ledger and sends, and its turn entry; the
+        steers no run drained, as deferrals; and, when input waits, the next
+        turn's prompt, riding in the same append: one write, not two. Its
+        prompt counts as written from here (nothing drops it meanwhile); a
+        write given up puts it all back. A parked run's waiting calls stay
+        without a result; its approval requests and their audit ride with the
+        turn entry, and nothing starts after it until its boundary resolves.
         """
         run = active.run
         parked = result.parked if not canceled else ()
@@ -544,6 +600,9 @@ class TurnDriver:
             unanswered.pop(p.call.id, None)
         messages += interruption_results(unanswered)
         entries, leaf = _linked(self._tree.leaf, messages)
+        entries += run.ledger
+        run.ledger = []
+        entries += [out.record for out in sends]
         turn_entry = TurnEntry(
             id=new_entry_id(),
             parent=leaf,
@@ -597,10 +656,20 @@ class TurnDriver:
             return None
         return head
 
-    async def _flush_run(self, run: Run) -> None:
+    def _hand_offs(self, run_id: str, payload: Any, result: RunResult) -> list[Outgoing]:
+        make = self._options.hand_offs
+        return make(self._session, run_id, payload, result) if make is not None else []
+
+    async def _flush_run(self, run: Run, records: Sequence[Entry]) -> None:
+        """Append the run's staged messages and ledger entries, and ``records``.
+
+        With ``records`` (sends about to leave) the append is made durable
+        before this returns, whatever the store's fsync policy.
+        """
         async with self._lock:
             messages, run.staged = run.staged, []
-            entries = _linked(self._tree.leaf, messages)[0]
+            ledger, run.ledger = run.ledger, []
+            entries = [*_linked(self._tree.leaf, messages)[0], *ledger, *records]
         try:
             await self._until_written(
                 partial(self._write_linked, entries), f"a step of {run.run_id}"
@@ -608,7 +677,10 @@ class TurnDriver:
         except BaseException:
             if entries and entries[0].id not in self._tree.by_id:
                 run.staged = messages + run.staged  # the turn end writes them
+                run.ledger = ledger + run.ledger
             raise
+        if records:
+            await self._sync()
 
     async def _write_linked(
         self, entries: list[Entry], then: Callable[[], None] | None = None
@@ -653,6 +725,19 @@ def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:
         entries.append(entry)
         leaf = entry.id
     return entries, leaf
+
+
+def _duplicate(origin: str, run_id: str, policy: Policy) -> Turn:
+    """The turn of a wake this session already took: decided at once, as dropped."""
+    turn = Turn(new_entry_id(), run_id, policy)
+    turn.finish(
+        Outcome.DROPPED,
+        error=DroppedError(
+            f"wake {origin} was already accepted (as run {run_id or 'a steer'}); "
+            "a repeated delivery is not taken twice"
+        ),
+    )
+    return turn
 
 
 def _result_of(task: asyncio.Task[RunResult]) -> RunResult | None:
