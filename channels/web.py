@@ -359,7 +359,11 @@ class WebChannel:
             backlog = self._backlog[chat_id]
             if not message.outbound_id or all(r.get("id") != message.outbound_id for r in backlog):
                 backlog.append(reply)
-            return Delivery(delivered_to=f"web:{chat_id} (queued until the page reconnects)")
+            # Held in memory for a page that is not there: not delivered, as far as a
+            # crash is concerned (the ledger leaves it open, a restart sends it again).
+            return Delivery(
+                delivered_to=f"web:{chat_id} (queued until the page reconnects)", held=True
+            )
         for ws in sockets:
             await ws.send_json(reply)
         return Delivery(delivered_to=f"web:{chat_id}")

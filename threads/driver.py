@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from threads.approvals.boundary import park_entries, resume_ended
 from threads.approvals.door import ApprovalDoor
 from threads.deliveries import Deliveries
-from threads.errors import BusyError, ClosedError, DroppedError, NotRunError, UnavailableError
+from threads.errors import BusyError, ClosedError, NotRunError, UnavailableError
 from threads.faults import fault
 from threads.ids import new_entry_id
 from threads.inbox import (
@@ -217,9 +217,9 @@ class TurnDriver:
                 raise ClosedError(self._session.id)
             self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             wake = dict(wake or {})
-            origin = wake.get("origin")
-            if isinstance(origin, str) and origin in self._tree.origins:
-                return _duplicate(origin, self._tree.origins[origin], policy)
+            repeated = self._inbox.repeated(wake, policy)
+            if repeated is not None:
+                return repeated
             parked = self.approvals.awaiting
             idle = self._running is None and self._inbox.head is None and not parked
             if idle and policy is not Policy.COLLECT:
@@ -725,19 +725,6 @@ def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:
         entries.append(entry)
         leaf = entry.id
     return entries, leaf
-
-
-def _duplicate(origin: str, run_id: str, policy: Policy) -> Turn:
-    """The turn of a wake this session already took: decided at once, as dropped."""
-    turn = Turn(new_entry_id(), run_id, policy)
-    turn.finish(
-        Outcome.DROPPED,
-        error=DroppedError(
-            f"wake {origin} was already accepted (as run {run_id or 'a steer'}); "
-            "a repeated delivery is not taken twice"
-        ),
-    )
-    return turn
 
 
 def _result_of(task: asyncio.Task[RunResult]) -> RunResult | None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from threads import outbound
-from threads.errors import UnavailableError
+from threads.errors import DroppedError, UnavailableError
 from threads.ids import new_entry_id
 from threads.messages import JSON, Message, ToolResultPart
 from threads.store.entries import Entry, MessageEntry, OutboundEntry, ReceiptEntry, TurnEntry
@@ -188,6 +188,27 @@ class Inbox:
     def mint_run_id(self) -> str:
         self._counter += 1
         return f"{self._session.id}-t{self._counter}"
+
+    def repeated(self, wake: Mapping[str, JSON], policy: Policy) -> Turn | None:
+        """The turn of a wake whose ``origin`` this session took already, decided as dropped.
+
+        A hand-off completed twice (before and after a crash) carries the same
+        origin, the sending session's outbound record: it is taken once. None
+        for a wake not seen before.
+        """
+        origin = wake.get("origin")
+        if not isinstance(origin, str) or origin not in self._tree.origins:
+            return None
+        run_id = self._tree.origins[origin]
+        turn = Turn(new_entry_id(), run_id, policy)
+        turn.finish(
+            Outcome.DROPPED,
+            error=DroppedError(
+                f"wake {origin} was already accepted (as run {run_id or 'a steer'}); "
+                "a repeated delivery is not taken twice"
+            ),
+        )
+        return turn
 
     async def start_now(
         self, message: Message, policy: Policy, payload: Any, wake: Mapping[str, JSON]
