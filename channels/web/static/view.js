@@ -1,0 +1,162 @@
+// The conversation on screen. Everything people and models wrote is set as text
+// (textContent, DOM attributes), except an answer's HTML: the server renders it
+// from markdown with raw HTML off (docs/decisions/web-04), so it is the one
+// markup this page inserts.
+'use strict';
+
+/** An element: el('li', {class: 'x', text: 'y'}, ...children). */
+export function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === 'text') node.textContent = String(value);
+    else if (name === 'on') for (const [type, fn] of Object.entries(value)) node.addEventListener(type, fn);
+    else node.setAttribute(name, value === true ? '' : String(value));
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+const STATES = {sending: 'sending…', sent: 'sent ✓', failed: 'not sent'};
+
+export class ChatView {
+  constructor(log, {retry}) {
+    this.log = log;
+    this.retry = retry;
+    this.typingNode = null;
+    this.draftNode = null;
+    log.addEventListener('click', (ev) => {
+      const button = ev.target.closest('button.copy');
+      if (button) copyCode(button);
+    });
+  }
+
+  /** Keep the newest message in sight, unless the reader scrolled up to read. */
+  scroll(force = false) {
+    const near = this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 120;
+    if (force || near) this.log.scrollTop = this.log.scrollHeight;
+  }
+
+  /** Show the conversation as the server has it (every tab, every reconnect). */
+  replace(items, more) {
+    this.log.replaceChildren();
+    this.typingNode = this.draftNode = null;
+    if (more) this.log.append(el('p', {class: 'note', text: 'Earlier messages are not shown here.'}));
+    for (const item of items) {
+      if (item.role === 'user') this.user({id: item.id, text: item.text, files: item.files, state: item.id ? 'sent' : ''});
+      else if (item.role === 'bot') this.bot(item.html);
+      else if (item.role === 'tools') this.tools(item.calls);
+    }
+    this.scroll(true);
+  }
+
+  has(id) {
+    return Boolean(id) && this.log.querySelector(`.me[data-id="${CSS.escape(id)}"]`) !== null;
+  }
+
+  /** A message of the person here; ``files`` are {name, type, size, url}. */
+  user({id, text, files, state}) {
+    const node = el('div', {class: 'msg me', 'data-id': id || null, 'data-state': state || null});
+    if (text) node.append(el('div', {class: 'text', text}));
+    if (files && files.length) node.append(fileList(files));
+    if (state) node.append(el('span', {class: 'state'}));
+    this.log.append(node);
+    if (state) this.mark(id, state);
+    this.scroll(true);
+    return node;
+  }
+
+  /** The state of a message sent from this tab: sending, sent or failed (with why). */
+  mark(id, state, why = '') {
+    const node = this.log.querySelector(`.me[data-id="${CSS.escape(id)}"]`);
+    if (!node) return;
+    node.dataset.state = state;
+    let line = node.querySelector('.state');
+    if (!line) node.append(line = el('span', {class: 'state'}));
+    line.replaceChildren(state === 'failed' && why ? `not sent: ${why}` : STATES[state] || state);
+    if (state === 'failed') {
+      line.append(el('button', {type: 'button', class: 'retry', text: 'Retry', on: {click: () => this.retry(id)}}));
+    }
+  }
+
+  /** An answer: the draft of the running turn becomes it, if there is one. */
+  bot(html) {
+    this.unType();
+    let node = this.draftNode;
+    this.draftNode = null;
+    if (node) node.classList.remove('draft');
+    else this.log.append(node = el('div', {class: 'msg bot'}));
+    node.innerHTML = html;  // trusted: rendered on the server with raw HTML off
+    this.scroll();
+  }
+
+  typing() {
+    if (this.typingNode || this.draftNode) return;
+    this.typingNode = el('div', {class: 'msg typing', id: 'typing', 'aria-label': 'typing'},
+      el('span', {text: 'typing'}), el('span', {class: 'dots'}));
+    this.log.append(this.typingNode);
+    this.scroll();
+  }
+
+  unType() {
+    if (this.typingNode) this.typingNode.remove();
+    this.typingNode = null;
+  }
+
+  /** The answer so far, redrawn as it is written. */
+  draft(html) {
+    this.unType();
+    if (!this.draftNode) {
+      this.draftNode = el('div', {class: 'msg bot draft'});
+      this.log.append(this.draftNode);
+    }
+    this.draftNode.innerHTML = html;  // trusted: rendered on the server with raw HTML off
+    this.scroll();
+  }
+
+  /** The turn ended: a draft no answer took over goes. */
+  end() {
+    this.unType();
+    if (this.draftNode) this.draftNode.remove();
+    this.draftNode = null;
+  }
+
+  tools(calls) {
+    const summary = calls.length === 1 ? `Used ${calls[0].name}` : `Used ${calls.length} tools`;
+    this.log.append(el('details', {class: 'tools'}, el('summary', {text: summary}),
+      el('ul', {}, ...calls.map((c) => el('li', {class: c.error ? 'error' : null, text: c.summary})))));
+  }
+
+  error(text) {
+    this.log.append(el('div', {class: 'msg err', text}));
+    this.scroll(true);
+  }
+}
+
+function fileList(files) {
+  return el('ul', {class: 'files'}, ...files.map((f) => {
+    const url = f.url || f.preview || '';
+    if (url && /^image\//.test(f.type)) {
+      return el('li', {}, el('a', {href: url, target: '_blank', title: f.name}, el('img', {src: url, alt: f.name})));
+    }
+    const label = `📄 ${f.name}`;
+    return el('li', {}, url ? el('a', {href: url, download: f.name, text: label}) : el('span', {text: label}));
+  }));
+}
+
+async function copyCode(button) {
+  const code = button.parentElement.querySelector('pre').textContent;
+  try {
+    await navigator.clipboard.writeText(code);
+  } catch (err) {
+    // Over plain http off loopback there is no clipboard API: select and copy.
+    const area = el('textarea', {class: 'sr'});
+    area.value = code;
+    document.body.append(area);
+    area.select();
+    document.execCommand('copy');
+    area.remove();
+  }
+  button.textContent = 'Copied';
+  setTimeout(() => { button.textContent = 'Copy'; }, 1500);
+}
