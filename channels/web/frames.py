@@ -23,7 +23,7 @@ import orjson
 
 from channels.errors import InboundError
 
-MAX_TEXT = 16_000
+MAX_TEXT = 32_000
 MAX_FILES = 10
 _MESSAGE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,63}")

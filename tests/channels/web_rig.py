@@ -15,6 +15,7 @@ from channels.web import WebChannel
 from config import GatewayConfig
 from gateway.app import Gateway
 from tests.gateway.conftest import make_config
+from threads.agent.tools import Tool
 from threads.llm.base import ModelClient
 from threads.store.base import SessionStore
 from threads.testing.scripted import ScriptedModel
@@ -59,10 +60,13 @@ async def chat_gateway(
     *,
     model: ModelClient | None = None,
     store: SessionStore | None = None,
+    tools: Sequence[Tool[Any]] = (),
 ) -> AsyncIterator[ChatRig]:
     """The gateway of ``config``; ``model`` answers as ``scripted`` when given."""
     clients = {"scripted": model} if model is not None else None
-    async with Gateway(config, model_clients=clients, store=store, control=False) as gateway:
+    async with Gateway(
+        config, model_clients=clients, store=store, tools=tools, control=False
+    ) as gateway:
         yield ChatRig(gateway, model if isinstance(model, ScriptedModel) else None)
 
 

@@ -30,6 +30,7 @@ export class Composer {
     this.send = send;
     this.files = [];
     this.maxBytes = 0;
+    this.maxText = Infinity;
     text.addEventListener('keydown', (ev) => {
       if (ev.key === 'Enter' && !ev.shiftKey && !ev.ctrlKey && !ev.altKey && !ev.metaKey && !ev.isComposing) {
         ev.preventDefault();
@@ -54,8 +55,9 @@ export class Composer {
     });
   }
 
-  /** What the server takes: ``fileBytes`` for one message's files together (0: none). */
-  limits({file_bytes: fileBytes}) {
+  /** What the server takes: ``text`` characters, ``file_bytes`` for one message's files (0: none). */
+  limits({text: maxText, file_bytes: fileBytes}) {
+    this.maxText = maxText || Infinity;
     this.maxBytes = fileBytes || 0;
     this.attach.hidden = this.maxBytes === 0;
   }
@@ -100,6 +102,10 @@ export class Composer {
   async submit() {
     const text = this.text.value;
     if (!text.trim() && this.files.length === 0) return;
+    if (text.length > this.maxText) {
+      this.notice(`The message is ${text.length} characters; the limit is ${this.maxText}. Nothing was sent.`);
+      return;
+    }
     const files = this.files;
     let encoded;
     try {
