@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from aiohttp import hdrs, web
 
 from channels.errors import ChannelError
-from config.section import is_loopback, normal_origin
+from config.section import is_loopback, normal_origin, same_origin
 
 KEY_BYTES = 32
 COOKIE_MAX_AGE = 400 * 24 * 3600  # the longest a browser keeps a cookie
@@ -131,7 +131,7 @@ class Guard:
             listed = normal_origin(origin) in self._origins
         except ValueError:  # "null", from a sandboxed frame or a file
             listed = False
-        if listed or _same_origin(origin, request.host):
+        if listed or same_origin(origin, request.host):
             return
         raise web.HTTPForbidden(
             text=f"origin {origin[:100]!r} may not open this web chat: "
@@ -239,22 +239,3 @@ def _hostname(host: str) -> str:
         return urlsplit(f"//{host}").hostname or ""
     except ValueError:
         return ""
-
-
-def _same_origin(origin: str, host: str) -> bool:
-    """Whether ``Origin`` names the host and port the request was sent to (its ``Host``).
-
-    A ``Host`` without a port means the default port of the origin's scheme.
-    """
-    seen = urlsplit(origin)
-    sent = urlsplit(f"//{host}")
-    try:
-        default = {"http": 80, "https": 443}[seen.scheme]
-        return (
-            seen.hostname is not None
-            and seen.hostname == sent.hostname
-            and (seen.port or default) == (sent.port or default)
-            and seen.path == ""
-        )
-    except (KeyError, ValueError):
-        return False
