@@ -261,6 +261,9 @@ class WebChannel:
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
                     await self._take(ws, chat, msg.data)
+        except ConnectionResetError:
+            # The tab went away mid-answer; what it sent stays accepted (or not) as it was.
+            log.info("web:%s: a tab left while it was being answered", chat)
         finally:
             self._sockets[chat].discard(ws)
             if not self._sockets[chat]:
@@ -396,7 +399,7 @@ class WebChannel:
             message_id=message_id,
             media=tuple(_media_ref(part) for part in parts),
         )
-        renews = incoming.text.strip().lower() in RENEW
+        renews = _command(incoming.text) in RENEW
         if renews:
             self._held[chat] = []
         refusal = ""
@@ -415,12 +418,19 @@ class WebChannel:
     # -- messages out
 
     async def deliver(self, chat_id: str, message: OutboundMessage) -> Delivery:
-        frame = {
+        """Show ``message`` in every tab of the chat (or keep it until one connects).
+
+        The running turn's answer takes the place of its streamed draft; the
+        answer to a command (addressed to the message that asked) stands apart.
+        """
+        frame: dict[str, Any] = {
             "type": "reply",
             "text": message.text,
             "html": self._renderer.render(message.text),
         }
-        if self.feedback.following(chat_id):
+        if message.reply_to:
+            frame["apart"] = True
+        elif self.feedback.following(chat_id):
             self._answered.add(chat_id)  # the streamed draft became this answer
         held = self._held.get(chat_id)
         if held is not None:
@@ -469,6 +479,12 @@ class WebChannel:
 def is_chat_path(path: str) -> bool:
     """The paths the web chat serves (its guard and headers apply to these)."""
     return path in ("/", "/ws") or path.startswith((f"/{STATIC}/", "/files/"))
+
+
+def _command(text: str) -> str:
+    """The command a message starts with (``/new@bot please`` → ``/new``), or ""."""
+    words = text.split(maxsplit=1)
+    return words[0].split("@", 1)[0].lower() if words and words[0].startswith("/") else ""
 
 
 def _media_ref(part: FilePart) -> MediaRef:

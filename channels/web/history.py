@@ -14,7 +14,7 @@ notes to itself are not part of the conversation and are left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from channels.web.files import page_url
@@ -57,7 +57,7 @@ def message_ids(entries: Iterable[Entry]) -> set[str]:
     for entry in entries:
         wake = entry.wake if isinstance(entry, MessageEntry | ReceiptEntry) else None
         meta = wake.get("meta") if wake else None
-        if isinstance(meta, dict) and isinstance(meta.get("message_id"), str):
+        if isinstance(meta, Mapping) and isinstance(meta.get("message_id"), str):
             found.add(meta["message_id"])
     return found
 
@@ -114,8 +114,8 @@ def _user(message: Message, wake: Any) -> list[Item]:
         "text": body,
         "files": [file_item(p) for p in message.content if isinstance(p, FilePart)],
     }
-    meta = wake.get("meta") if isinstance(wake, dict) else None
-    if isinstance(meta, dict) and isinstance(meta.get("message_id"), str):
+    meta = wake.get("meta") if isinstance(wake, Mapping) else None
+    if isinstance(meta, Mapping) and isinstance(meta.get("message_id"), str):
         item["id"] = meta["message_id"]
     return [item]
 

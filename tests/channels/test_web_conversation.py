@@ -134,6 +134,30 @@ async def test_a_turn_shows_typing_then_its_answer_as_written_then_the_answer(
     assert [f["type"] for f in rest].index("reply") < len(rest) - 1
 
 
+async def test_a_commands_answer_mid_turn_stands_apart_from_the_streamed_answer(
+    tmp_path: Path,
+) -> None:
+    gate = asyncio.Event()
+    async with FakeOpenAIServer() as server:
+        server.script(Reply(text="slow and steady", chunks=["slow ", "and steady"], gate=gate))
+        config = chat_config(tmp_path, base_url=server.base_url)
+        async with (
+            chat_gateway(config) as rig,
+            browser() as http,
+            open_chat(http, rig.web) as (ws, _),
+        ):
+            await say(ws, "go", id="m-1")
+            await frames_until(ws, kind("draft"))
+            await say(ws, "/status", id="m-2")
+            status = (await frames_until(ws, kind("reply")))[-1]
+            assert status["apart"] is True
+            gate.set()
+            rest = await frames_until(ws, kind("end"))
+    (answer,) = [f for f in rest if f["type"] == "reply"]
+    assert answer["text"] == "slow and steady"
+    assert "apart" not in answer
+
+
 def _fields(reply: Reply) -> dict[str, object]:
     return {name: getattr(reply, name) for name in reply.__slots__}
 

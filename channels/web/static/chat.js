@@ -36,10 +36,13 @@ function newId() {
 /** Keep unacknowledged messages over a reload of this tab (files too, when they fit). */
 function save() {
   const pending = [...outbox.values()].filter((m) => m.state === 'sending');
-  try {
-    sessionStorage.setItem(OUTBOX, JSON.stringify(pending));
-  } catch (err) {
-    sessionStorage.setItem(OUTBOX, JSON.stringify(pending.map((m) => ({...m, files: []}))));
+  for (const kept of [pending, pending.map((m) => ({...m, files: []}))]) {
+    try {
+      sessionStorage.setItem(OUTBOX, JSON.stringify(kept));
+      return;
+    } catch (err) {
+      // Over the storage quota: keep the texts without their files.
+    }
   }
 }
 
@@ -122,7 +125,7 @@ const handlers = {
   user(frame) { if (!view.has(frame.id)) view.user({...frame, state: 'sent'}); },
   typing() { view.typing(); },
   draft(frame) { view.draft(frame.html); },
-  reply(frame) { view.bot(frame.html); },
+  reply(frame) { view.bot(frame.html, Boolean(frame.apart)); },
   end() { view.end(); },
   error(frame) { view.error(frame.error); },
 };

@@ -79,13 +79,20 @@ export class ChatView {
     }
   }
 
-  /** An answer: the draft of the running turn becomes it, if there is one. */
-  bot(html) {
-    this.unType();
-    let node = this.draftNode;
-    this.draftNode = null;
-    if (node) node.classList.remove('draft');
-    else this.log.append(node = el('div', {class: 'msg bot'}));
+  /** An answer: the draft of the running turn becomes it, unless it stands ``apart``
+   * (a command's answer), which goes before the turn's draft. */
+  bot(html, apart = false) {
+    let node = apart ? null : this.draftNode;
+    if (node) {
+      this.draftNode = null;
+      node.classList.remove('draft');
+    } else {
+      node = el('div', {class: 'msg bot'});
+      const running = this.draftNode || this.typingNode;
+      if (apart && running) running.before(node);
+      else this.log.append(node);
+    }
+    if (!apart) this.unType();
     node.innerHTML = html;  // trusted: rendered on the server with raw HTML off
     this.scroll();
   }
