@@ -10,8 +10,9 @@ one conversation. What the socket carries, server to page:
 - ``ack`` / ``failed`` for each message the page sent (by its id), once the
   gateway holds it durably or has refused it in one line; ``user`` tells
   the chat's other tabs what was said;
-- ``typing``, then ``draft`` (the answer so far, as HTML) while a turn runs,
-  ``reply`` for each answer (markdown and its HTML), ``end`` when the turn ends.
+- ``typing``, then ``draft`` (the answer so far, as HTML) and ``tool`` (each
+  tool as it starts and ends) while a turn runs, ``reply`` for each answer
+  (markdown and its HTML), ``end`` when the turn ends.
 
 and page to server, one ``message`` frame per message
 (:mod:`channels.web.frames`). A message the page sends again after a
@@ -43,11 +44,12 @@ from channels.web.history import chat_history, file_item, message_ids
 from channels.web.refusals import CLOSING, NOT_SAVED, refusal_of
 from config.channels import HttpConfig, WebConfig
 from config.section import is_loopback, read_secret
+from threads.history import one_line
 from threads.messages import FilePart
 from threads.sessions.catalog import Catalog
 from threads.sessions.errors import UnknownSessionError
 from threads.sinks import Delivery, OutboundMessage
-from threads.turns import Turn
+from threads.turns import ToolFinish, ToolStart, Turn
 
 log = logging.getLogger(__name__)
 
@@ -470,6 +472,15 @@ class WebChannel:
     async def draft(self, chat_id: str, text: str) -> None:
         if chat_id not in self._answered:
             await self._broadcast(chat_id, {"type": "draft", "html": self._renderer.render(text)})
+
+    async def tool(self, chat_id: str, event: ToolStart | ToolFinish) -> None:
+        if event.name == "dispatch":
+            return  # a dispatch is the answer itself, shown as one
+        frame: dict[str, Any] = {"type": "tool", "id": event.call_id, "name": event.name}
+        if isinstance(event, ToolFinish):
+            frame["summary"] = f"{event.name} → {one_line(event.content, 80)}"
+            frame["error"] = event.is_error
+        await self._broadcast(chat_id, frame)
 
     async def end_draft(self, chat_id: str) -> None:
         self._answered.discard(chat_id)

@@ -134,6 +134,26 @@ async def test_a_turn_shows_typing_then_its_answer_as_written_then_the_answer(
     assert [f["type"] for f in rest].index("reply") < len(rest) - 1
 
 
+async def test_each_tool_is_shown_as_it_starts_and_ends_but_dispatch_is_the_answer(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel(call("health", call_id="c-1"), dispatch(("caller:user", "fine")))
+    async with (
+        chat_gateway(chat_config(tmp_path), model=model) as rig,
+        browser() as http,
+        open_chat(http, rig.web) as (ws, _),
+    ):
+        await say(ws, "how are you?", id="m-1")
+        frames = await frames_until(ws, kind("end"))
+    tools = [f for f in frames if f["type"] == "tool"]
+    assert tools[0] == {"type": "tool", "id": "c-1", "name": "health"}
+    assert tools[1]["id"] == "c-1"
+    assert tools[1]["summary"].startswith("health → {")
+    assert tools[1]["error"] is False
+    assert len(tools) == 2
+    assert [f["text"] for f in frames if f["type"] == "reply"] == ["fine"]
+
+
 async def test_a_commands_answer_mid_turn_stands_apart_from_the_streamed_answer(
     tmp_path: Path,
 ) -> None:

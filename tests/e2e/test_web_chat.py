@@ -107,7 +107,9 @@ async def test_a_round_trip_shows_typing_streams_the_answer_and_renders_its_mark
             await expect(page.locator(".me .state")).to_have_text("sent ✓")
             # The tool holds the turn: no word of the answer yet, and the page says so.
             await expect(page.locator("#typing")).to_be_visible()
+            await expect(page.locator("details.tools summary")).to_have_text("Using hold…")
             Holding.release.set()
+            await expect(page.locator("details.tools summary")).to_have_text("Used hold")
             # The answer's first words show, rendered, before it is complete.
             await expect(page.locator(".bot.draft h2")).to_have_text("Result")
             await expect(page.locator(".bot.draft strong")).to_have_text("done")

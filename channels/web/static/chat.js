@@ -125,6 +125,7 @@ const handlers = {
   user(frame) { if (!view.has(frame.id)) view.user({...frame, state: 'sent'}); },
   typing() { view.typing(); },
   draft(frame) { view.draft(frame.html); },
+  tool(frame) { view.tool(frame); },
   reply(frame) { view.bot(frame.html, Boolean(frame.apart)); },
   end() { view.end(); },
   error(frame) { view.error(frame.error); },

@@ -25,6 +25,7 @@ export class ChatView {
     this.retry = retry;
     this.typingNode = null;
     this.draftNode = null;
+    this.toolsNode = null;
     log.addEventListener('click', (ev) => {
       const button = ev.target.closest('button.copy');
       if (button) copyCode(button);
@@ -40,7 +41,7 @@ export class ChatView {
   /** Show the conversation as the server has it (every tab, every reconnect). */
   replace(items, more) {
     this.log.replaceChildren();
-    this.typingNode = this.draftNode = null;
+    this.typingNode = this.draftNode = this.toolsNode = null;
     if (more) this.log.append(el('p', {class: 'note', text: 'Earlier messages are not shown here.'}));
     for (const item of items) {
       if (item.role === 'user') this.user({id: item.id, text: item.text, files: item.files, state: item.id ? 'sent' : ''});
@@ -121,23 +122,48 @@ export class ChatView {
     this.scroll();
   }
 
-  /** The turn ended: a draft no answer took over goes. */
+  /** The turn ended: a draft no answer took over goes; its tools stay, folded. */
   end() {
     this.unType();
     if (this.draftNode) this.draftNode.remove();
-    this.draftNode = null;
+    this.draftNode = this.toolsNode = null;
   }
 
+  /** The tools of the conversation so far, folded. */
   tools(calls) {
-    const summary = calls.length === 1 ? `Used ${calls[0].name}` : `Used ${calls.length} tools`;
-    this.log.append(el('details', {class: 'tools'}, el('summary', {text: summary}),
+    this.log.append(el('details', {class: 'tools'}, el('summary', {text: toolsLabel(calls.map((c) => c.name))}),
       el('ul', {}, ...calls.map((c) => el('li', {class: c.error ? 'error' : null, text: c.summary})))));
+  }
+
+  /** A tool of the running turn: listed as it starts, with its result once it ends. */
+  tool({id, name, summary, error}) {
+    if (!this.toolsNode) {
+      this.toolsNode = el('details', {class: 'tools'}, el('summary'), el('ul'));
+      const running = this.draftNode || this.typingNode;
+      if (running) running.before(this.toolsNode);
+      else this.log.append(this.toolsNode);
+    }
+    const list = this.toolsNode.querySelector('ul');
+    let item = [...list.children].find((li) => li.dataset.id === id);
+    if (!item) list.append(item = el('li', {'data-id': id, 'data-name': name}));
+    item.textContent = summary || `${name}…`;
+    item.dataset.done = summary ? 'yes' : '';
+    if (error) item.classList.add('error');
+    const items = [...list.children];
+    const busy = items.find((li) => !li.dataset.done);
+    this.toolsNode.querySelector('summary').textContent =
+      busy ? `Using ${busy.dataset.name}…` : toolsLabel(items.map((li) => li.dataset.name));
+    this.scroll();
   }
 
   error(text) {
     this.log.append(el('div', {class: 'msg err', text}));
     this.scroll(true);
   }
+}
+
+function toolsLabel(names) {
+  return names.length === 1 ? `Used ${names[0]}` : `Used ${names.length} tools`;
 }
 
 function fileList(files) {
