@@ -53,6 +53,29 @@ async def test_a_page_that_connects_is_shown_the_conversation_so_far(tmp_path: P
     assert history["more"] is False
 
 
+async def test_a_message_waiting_behind_a_running_turn_is_part_of_the_conversation(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel()
+    model.gate = asyncio.Event()
+    async with (
+        chat_gateway(chat_config(tmp_path), model=model) as rig,
+        browser() as http,
+        open_chat(http, rig.web) as (ws, _),
+    ):
+        await say(ws, "first", id="m-1")
+        await model.called.wait()
+        await say(ws, "second, while the first runs", id="m-2")
+        await frames_until(ws, kind("ack", id="m-2"))
+        async with open_chat(http, rig.web) as (other, _):
+            history = await receive(other, "history")
+        model.gate.set()
+    assert [(i["role"], i.get("id")) for i in history["items"]] == [
+        ("user", "m-1"),
+        ("user", "m-2"),
+    ]
+
+
 async def test_the_history_shows_the_last_items_and_says_there_are_more(tmp_path: Path) -> None:
     config = chat_config(tmp_path, channels={"cli": {"enabled": False}, "web": {"history": 3}})
     async with chat_gateway(config, model=ScriptedModel()) as rig, browser() as http:
