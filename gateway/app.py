@@ -458,7 +458,7 @@ class Gateway:
             # The page shows the conversation from the session; models see its pictures.
             self.web.catalog = Catalog.of(self.manager)
             if self.web.files is not None:
-                self.media.register_channel(self.web.name, self.web.files.fetch)
+                self.web.files.serve_to(self.media)
         for telegram in build_telegram(self.config, COMMANDS):
             if telegram.name in given:
                 continue

@@ -19,6 +19,7 @@ This HTML is the one thing the page inserts as markup (decision web-04).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from markdown_it import MarkdownIt
@@ -109,13 +110,26 @@ def code_html(code: str, language: str) -> str:
 
 
 class WebRenderer:
-    """Renders answers for the web chat; one per channel (building the parser costs ~0.1 ms)."""
+    """Renders answers for the web chat; one per channel (building the parser costs ~0.1 ms).
 
-    def __init__(self) -> None:
+    The last few renderings are kept: a streamed answer's last draft is
+    usually the answer itself, and a reconnect renders the history again.
+    """
+
+    def __init__(self, *, keep: int = 64) -> None:
         self._md = MarkdownIt(
             "commonmark", {"html": False, "breaks": True}, renderer_cls=_ChatHtml
         ).enable(["table", "strikethrough"])
+        self._keep = keep
+        self._kept: OrderedDict[str, str] = OrderedDict()
 
     def render(self, markdown: str) -> str:
         """``markdown`` as HTML the page may insert as it is."""
-        return str(self._md.render(markdown, {}))
+        html = self._kept.get(markdown)
+        if html is None:
+            html = self._kept[markdown] = str(self._md.render(markdown, {}))
+            if len(self._kept) > self._keep:
+                self._kept.popitem(last=False)
+        else:
+            self._kept.move_to_end(markdown)
+        return html

@@ -60,6 +60,8 @@ HISTORY = 50
 MAX_FILE_BYTES = 8 * 1024 * 1024
 #: How often a streamed answer is redrawn, in seconds.
 DRAFT_EVERY = 0.1
+#: A turn shows typing and its draft once it has run this long.
+QUIET = 0.15
 #: Commands that start a fresh conversation: every tab then shows a clean view.
 RENEW = frozenset({"/new", "/reset"})
 STATIC = "chat"
@@ -121,6 +123,7 @@ class WebChannel:
         self.history = history
         self.catalog: Catalog | None = None
         self.feedback = Feedback(self, typing_after=0.0, edit_every=DRAFT_EVERY)
+        self._soon: set[asyncio.TimerHandle] = set()
         self._renderer = WebRenderer()
         self._handler: InboundHandler | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
@@ -128,6 +131,7 @@ class WebChannel:
         self._accepted: OrderedDict[tuple[str, str], asyncio.Future[str]] = OrderedDict()
         self._held: dict[str, list[dict[str, Any]]] = {}
         self._answered: set[str] = set()
+        self._showing: set[str] = set()
         self._root: web.Application | None = None
         self._assets = _load_assets()
 
@@ -204,6 +208,9 @@ class WebChannel:
 
     async def stop(self) -> None:
         self._handler = None
+        for handle in self._soon:
+            handle.cancel()
+        self._soon.clear()
         await self.feedback.close()
         for sockets in list(self._sockets.values()):
             for ws in list(sockets):
@@ -462,15 +469,29 @@ class WebChannel:
     # -- a running turn (channels.feedback)
 
     def follow(self, chat_id: str, turn: Turn) -> None:
-        """Show typing, then the answer as it is written, while ``turn`` runs."""
-        self.feedback.follow(chat_id, turn)
+        """Show typing, then the answer as it is written, while ``turn`` runs in an open tab.
+
+        Only a turn still running after :data:`QUIET` is shown: a quicker answer
+        is its own indicator, and costs no frames.
+        """
+        handle: asyncio.TimerHandle
+
+        def show() -> None:
+            self._soon.discard(handle)
+            if chat_id in self._sockets:
+                self.feedback.follow(chat_id, turn)
+
+        handle = asyncio.get_running_loop().call_later(QUIET, show)
+        self._soon.add(handle)
 
     async def typing(self, chat_id: str) -> None:
         if chat_id not in self._answered:
+            self._showing.add(chat_id)
             await self._broadcast(chat_id, {"type": "typing"})
 
     async def draft(self, chat_id: str, text: str) -> None:
         if chat_id not in self._answered:
+            self._showing.add(chat_id)
             await self._broadcast(chat_id, {"type": "draft", "html": self._renderer.render(text)})
 
     async def tool(self, chat_id: str, event: ToolStart | ToolFinish) -> None:
@@ -480,11 +501,14 @@ class WebChannel:
         if isinstance(event, ToolFinish):
             frame["summary"] = f"{event.name} → {one_line(event.content, 80)}"
             frame["error"] = event.is_error
+        self._showing.add(chat_id)
         await self._broadcast(chat_id, frame)
 
     async def end_draft(self, chat_id: str) -> None:
         self._answered.discard(chat_id)
-        await self._broadcast(chat_id, {"type": "end"})
+        if chat_id in self._showing:
+            self._showing.discard(chat_id)
+            await self._broadcast(chat_id, {"type": "end"})
 
 
 def is_chat_path(path: str) -> bool:

@@ -4,15 +4,18 @@ A file is written once under ``<data_dir>/media/web/<chat>/`` (0600, named by
 its content hash, synced before the message that carries it is accepted) and
 recorded in the transcript as a :class:`~threads.messages.FilePart` with a
 ``web://web/<chat>/<file>`` URL: the transcript holds the reference, never the
-bytes. The gateway registers :meth:`ChatFiles.fetch` with
+bytes. :meth:`ChatFiles.serve_to` registers :meth:`ChatFiles.fetch` with
 :class:`~threads.media.Media`, so a model that accepts images sees the
-picture; the page shows it from ``/files/<file>``, which answers only the
-chat that sent it (docs/decisions/web-07).
+picture — once there is a file to see: until then the model's messages are
+not searched for pictures on every call. The page shows a file from
+``/files/<file>``, which answers only the chat that sent it
+(docs/decisions/web-07).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import mimetypes
 import os
@@ -20,6 +23,7 @@ import re
 from pathlib import Path
 
 from channels.web.frames import Upload
+from threads.media import Media
 from threads.messages import FilePart
 from threads.store.private import make_private_dir, read_private, write_private
 
@@ -35,12 +39,27 @@ class ChatFiles:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self._media: Media | None = None
+        self._served = False
+
+    def serve_to(self, media: Media) -> None:
+        """Let models see these files through ``media``: now if any is kept, else from the first."""
+        self._media = media
+        with contextlib.suppress(OSError), os.scandir(self.directory) as entries:
+            if next(entries, None) is not None:
+                self._serve()
+
+    def _serve(self) -> None:
+        if self._media is not None and not self._served:
+            self._media.register(ORIGIN, self.fetch)
+            self._served = True
 
     async def keep(self, chat: str, upload: Upload) -> FilePart:
         """Store ``upload`` durably (once per content) and return the file part naming it."""
         extension = _extension(upload.media_type)
         file = hashlib.sha256(upload.data).hexdigest()[:32] + extension
         await asyncio.to_thread(self._write, chat, file, upload.data)
+        self._serve()
         return FilePart(
             url=f"{ORIGIN}/{chat}/{file}",
             media_type=upload.media_type,

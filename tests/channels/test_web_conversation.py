@@ -161,12 +161,15 @@ async def test_each_tool_is_shown_as_it_starts_and_ends_but_dispatch_is_the_answ
     tmp_path: Path,
 ) -> None:
     model = ScriptedModel(call("health", call_id="c-1"), dispatch(("caller:user", "fine")))
+    model.gate = asyncio.Event()  # a turn long enough to be shown
     async with (
         chat_gateway(chat_config(tmp_path), model=model) as rig,
         browser() as http,
         open_chat(http, rig.web) as (ws, _),
     ):
         await say(ws, "how are you?", id="m-1")
+        await frames_until(ws, kind("typing"))
+        model.gate.set()
         frames = await frames_until(ws, kind("end"))
     tools = [f for f in frames if f["type"] == "tool"]
     assert tools[0] == {"type": "tool", "id": "c-1", "name": "health"}
