@@ -1,7 +1,9 @@
 """The web chat: a page people enjoy, over one WebSocket per tab.
 
 - :mod:`.channel` — the channel: the socket's frames, acknowledgements,
-  streaming, replies, history on connect;
+  replies, history on connect;
+- :mod:`.tabs` — each chat's open tabs, and replies waiting for one;
+- :mod:`.live` — a running turn as the tabs see it: typing, tools, drafts;
 - :mod:`.guard` — who may open it (signed chat cookie, Origin, Host, token)
   and the headers every response carries;
 - :mod:`.frames` — what the page sends, checked;

@@ -10,9 +10,10 @@ one conversation. What the socket carries, server to page:
 - ``ack`` / ``failed`` for each message the page sent (by its id), once the
   gateway holds it durably or has refused it in one line; ``user`` tells
   the chat's other tabs what was said;
-- ``typing``, then ``draft`` (the answer so far, as HTML) and ``tool`` (each
-  tool as it starts and ends) while a turn runs, ``reply`` for each answer
-  (markdown and its HTML), ``end`` when the turn ends.
+- ``reply`` for each answer (markdown and its HTML; ``apart`` when it
+  answers a command and so does not replace the running turn's draft), and
+  while a turn runs ``typing``, ``tool``, ``draft`` and ``end``
+  (:mod:`channels.web.live`).
 
 and page to server, one ``message`` frame per message
 (:mod:`channels.web.frames`). A message the page sends again after a
@@ -25,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections import OrderedDict, defaultdict, deque
+from collections import OrderedDict
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -35,33 +36,28 @@ from aiohttp import WSMsgType, hdrs, web
 
 from channels.base import Inbound, InboundHandler, MediaRef
 from channels.errors import ChannelError
-from channels.feedback import Feedback
 from channels.render.web import WebRenderer
 from channels.web.files import ChatFiles, served_type
 from channels.web.frames import MAX_TEXT, FrameError, Incoming, read_frame
 from channels.web.guard import SECURITY_HEADERS, Guard, load_key
 from channels.web.history import chat_history, file_item, message_ids
+from channels.web.live import LiveTurns
 from channels.web.refusals import CLOSING, NOT_SAVED, refusal_of
+from channels.web.tabs import Frame, Tabs
 from config.channels import HttpConfig, WebConfig
 from config.section import is_loopback, read_secret
-from threads.history import one_line
 from threads.messages import FilePart
 from threads.sessions.catalog import Catalog
 from threads.sessions.errors import UnknownSessionError
 from threads.sinks import Delivery, OutboundMessage
-from threads.turns import ToolFinish, ToolStart, Turn
+from threads.turns import Turn
 
 log = logging.getLogger(__name__)
 
-BACKLOG = 100
 #: Page ids of accepted messages remembered per process, to answer a resend at once.
 REMEMBERED = 4096
 HISTORY = 50
 MAX_FILE_BYTES = 8 * 1024 * 1024
-#: How often a streamed answer is redrawn, in seconds.
-DRAFT_EVERY = 0.1
-#: A turn shows typing and its draft once it has run this long.
-QUIET = 0.15
 #: Commands that start a fresh conversation: every tab then shows a clean view.
 RENEW = frozenset({"/new", "/reset"})
 STATIC = "chat"
@@ -122,16 +118,12 @@ class WebChannel:
         self.max_file_bytes = max_file_bytes if files is not None else 0
         self.history = history
         self.catalog: Catalog | None = None
-        self.feedback = Feedback(self, typing_after=0.0, edit_every=DRAFT_EVERY)
-        self._soon: set[asyncio.TimerHandle] = set()
         self._renderer = WebRenderer()
+        self._tabs = Tabs()
+        self._live = LiveTurns(self._tabs, self._renderer.render)
         self._handler: InboundHandler | None = None
-        self._sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
-        self._backlog: dict[str, deque[dict[str, Any]]] = defaultdict(lambda: deque(maxlen=BACKLOG))
         self._accepted: OrderedDict[tuple[str, str], asyncio.Future[str]] = OrderedDict()
-        self._held: dict[str, list[dict[str, Any]]] = {}
-        self._answered: set[str] = set()
-        self._showing: set[str] = set()
+        self._held: dict[str, list[Frame]] = {}
         self._root: web.Application | None = None
         self._assets = _load_assets()
 
@@ -208,13 +200,9 @@ class WebChannel:
 
     async def stop(self) -> None:
         self._handler = None
-        for handle in self._soon:
-            handle.cancel()
-        self._soon.clear()
-        await self.feedback.close()
-        for sockets in list(self._sockets.values()):
-            for ws in list(sockets):
-                await ws.close()
+        await self._live.close()
+        for ws in list(self._tabs.every()):
+            await ws.close()
 
     # -- what is served
 
@@ -262,7 +250,7 @@ class WebChannel:
         ws = web.WebSocketResponse(heartbeat=30, max_msg_size=limit)
         chat = self.guard.chat_of(request) or self.guard.give_chat(ws, request)
         await ws.prepare(request)
-        self._sockets[chat].add(ws)
+        self._tabs.add(chat, ws)
         try:
             limits = {"text": MAX_TEXT, "file_bytes": self.max_file_bytes}
             await ws.send_json({"type": "hello", "chat": chat, "limits": limits})
@@ -274,9 +262,7 @@ class WebChannel:
             # The tab went away mid-answer; what it sent stays accepted (or not) as it was.
             log.info("web:%s: a tab left while it was being answered", chat)
         finally:
-            self._sockets[chat].discard(ws)
-            if not self._sockets[chat]:
-                del self._sockets[chat]
+            self._tabs.remove(chat, ws)
         return ws
 
     async def _catch_up(self, ws: web.WebSocketResponse, chat: str) -> None:
@@ -289,7 +275,7 @@ class WebChannel:
             if history
             else set()
         )
-        for frame in self._backlog.pop(chat, None) or ():
+        for frame in self._tabs.waiting(chat):
             if frame["text"] not in shown:
                 await ws.send_json(frame)
 
@@ -341,7 +327,7 @@ class WebChannel:
                 "text": incoming.text,
                 "files": [file_item(p) for p in parts],
             }
-            await self._broadcast(chat, said, besides=ws)
+            await self._tabs.send(chat, said, besides=ws)
 
     async def _once(self, chat: str, incoming: Incoming) -> tuple[str, list[FilePart] | None]:
         """Accept a message unless it was accepted before: (refusal line, its files if new).
@@ -419,9 +405,9 @@ class WebChannel:
         finally:
             held = self._held.pop(chat, []) if renews else []
         if renews and not refusal:
-            await self._broadcast(chat, {"type": "history", "items": [], "more": False})
+            await self._tabs.send(chat, {"type": "history", "items": [], "more": False})
         for frame in held:
-            await self._broadcast(chat, frame)
+            await self._tabs.send(chat, frame)
         return refusal, parts
 
     # -- messages out
@@ -439,76 +425,23 @@ class WebChannel:
         }
         if message.reply_to:
             frame["apart"] = True
-        elif self.feedback.following(chat_id):
-            self._answered.add(chat_id)  # the streamed draft became this answer
+        else:
+            self._live.answered(chat_id)
         held = self._held.get(chat_id)
         if held is not None:
             # A /new in hand: its answer shows after the view is cleared.
             held.append(frame)
             return Delivery(delivered_to=f"web:{chat_id}")
-        if not await self._broadcast(chat_id, frame):
-            self._backlog[chat_id].append(frame)
+        if not await self._tabs.send(chat_id, frame):
+            self._tabs.keep(chat_id, frame)
             return Delivery(delivered_to=f"web:{chat_id} (queued until the page reconnects)")
         return Delivery(delivered_to=f"web:{chat_id}")
 
-    async def _broadcast(
-        self, chat: str, frame: dict[str, Any], *, besides: web.WebSocketResponse | None = None
-    ) -> int:
-        """Send ``frame`` to every open tab of ``chat`` (but ``besides``); how many took it."""
-        sent = 0
-        for ws in list(self._sockets.get(chat, ())):
-            if ws is besides or ws.closed:
-                continue
-            try:
-                await ws.send_json(frame)
-            except ConnectionResetError:
-                continue  # the tab is going away; its socket's loop forgets it
-            sent += 1
-        return sent
-
-    # -- a running turn (channels.feedback)
+    # -- a running turn
 
     def follow(self, chat_id: str, turn: Turn) -> None:
-        """Show typing, then the answer as it is written, while ``turn`` runs in an open tab.
-
-        Only a turn still running after :data:`QUIET` is shown: a quicker answer
-        is its own indicator, and costs no frames.
-        """
-        handle: asyncio.TimerHandle
-
-        def show() -> None:
-            self._soon.discard(handle)
-            if chat_id in self._sockets:
-                self.feedback.follow(chat_id, turn)
-
-        handle = asyncio.get_running_loop().call_later(QUIET, show)
-        self._soon.add(handle)
-
-    async def typing(self, chat_id: str) -> None:
-        if chat_id not in self._answered:
-            self._showing.add(chat_id)
-            await self._broadcast(chat_id, {"type": "typing"})
-
-    async def draft(self, chat_id: str, text: str) -> None:
-        if chat_id not in self._answered:
-            self._showing.add(chat_id)
-            await self._broadcast(chat_id, {"type": "draft", "html": self._renderer.render(text)})
-
-    async def tool(self, chat_id: str, event: ToolStart | ToolFinish) -> None:
-        if event.name == "dispatch":
-            return  # a dispatch is the answer itself, shown as one
-        frame: dict[str, Any] = {"type": "tool", "id": event.call_id, "name": event.name}
-        if isinstance(event, ToolFinish):
-            frame["summary"] = f"{event.name} → {one_line(event.content, 80)}"
-            frame["error"] = event.is_error
-        self._showing.add(chat_id)
-        await self._broadcast(chat_id, frame)
-
-    async def end_draft(self, chat_id: str) -> None:
-        self._answered.discard(chat_id)
-        if chat_id in self._showing:
-            self._showing.discard(chat_id)
-            await self._broadcast(chat_id, {"type": "end"})
+        """Show typing, tools and the answer as it is written while ``turn`` runs (:mod:`.live`)."""
+        self._live.follow(chat_id, turn)
 
 
 def is_chat_path(path: str) -> bool:
