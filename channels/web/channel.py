@@ -10,10 +10,13 @@ one conversation. What the socket carries, server to page:
 - ``ack`` / ``failed`` for each message the page sent (by its id), once the
   gateway holds it durably or has refused it in one line; ``user`` tells
   the chat's other tabs what was said;
-- ``reply`` for each answer (markdown and its HTML; ``apart`` when it
-  answers a command and so does not replace the running turn's draft), and
-  while a turn runs ``typing``, ``tool``, ``draft`` and ``end``
-  (:mod:`channels.web.live`).
+- ``reply`` for each answer (markdown and its HTML; its outbound ``id``,
+  which the page shows once, so a send the ledger repeats after a restart is
+  not shown twice; ``apart`` when it answers a command and so does not
+  replace the running turn's draft), and while a turn runs ``typing``,
+  ``tool``, ``draft`` and ``end`` (:mod:`channels.web.live`);
+- approval questions with their buttons, and how each was decided
+  (:mod:`channels.web.questions`).
 
 and page to server, one ``message`` frame per message
 (:mod:`channels.web.frames`). A message the page sends again after a
@@ -34,7 +37,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, hdrs, web
 
-from channels.base import Inbound, InboundHandler, MediaRef
+from channels.base import ApprovalAsk, Inbound, InboundHandler, MediaRef
 from channels.errors import ChannelError
 from channels.render.web import WebRenderer
 from channels.web.files import ChatFiles, served_type
@@ -42,6 +45,7 @@ from channels.web.frames import MAX_TEXT, FrameError, Incoming, read_frame
 from channels.web.guard import SECURITY_HEADERS, Guard, load_key
 from channels.web.history import chat_history, file_item, message_ids
 from channels.web.live import LiveTurns
+from channels.web.questions import Questions
 from channels.web.refusals import CLOSING, NOT_SAVED, refusal_of
 from channels.web.tabs import Frame, Tabs
 from config.channels import HttpConfig, WebConfig
@@ -74,9 +78,14 @@ _TYPES = {
 
 
 class WebChannel:
-    """The browser chat channel."""
+    """The browser chat channel.
+
+    It deduplicates: each reply carries its outbound id and the page shows an
+    id once (the history's answers carry theirs too).
+    """
 
     name = "web"
+    dedups = True
 
     def __init__(
         self,
@@ -121,6 +130,7 @@ class WebChannel:
         self._renderer = WebRenderer()
         self._tabs = Tabs()
         self._live = LiveTurns(self._tabs, self._renderer.render)
+        self._questions = Questions(self._tabs)
         self._handler: InboundHandler | None = None
         self._accepted: OrderedDict[tuple[str, str], asyncio.Future[str]] = OrderedDict()
         self._held: dict[str, list[Frame]] = {}
@@ -266,18 +276,19 @@ class WebChannel:
         return ws
 
     async def _catch_up(self, ws: web.WebSocketResponse, chat: str) -> None:
-        """The conversation so far, then the replies that waited for a tab (not already in it)."""
+        """The conversation so far, the replies that waited for a tab (not already in it),
+        then the questions still open."""
         history = await self._history(chat)
+        shown: set[str] = set()
         if history is not None:
             await ws.send_json(history)
-        shown = (
-            {item["text"] for item in history["items"] if item["role"] == "bot"}
-            if history
-            else set()
-        )
+            answers = [item for item in history["items"] if item["role"] == "bot"]
+            shown = {item.get("id") or item["text"] for item in answers}
         for frame in self._tabs.waiting(chat):
-            if frame["text"] not in shown:
+            if frame.get("id", frame["text"]) not in shown:
                 await ws.send_json(frame)
+        for question in self._questions.open(chat):
+            await ws.send_json(question)
 
     async def _history(self, chat: str) -> dict[str, Any] | None:
         """The ``history`` frame of the chat's current session; None when it cannot be read."""
@@ -310,8 +321,10 @@ class WebChannel:
                 await ws.send_json({"type": "error", "error": str(exc)})
             return
         if not incoming.id:
-            # The first page's frame: no id, so no acknowledgement; refusals still say why.
-            refusal, _ = await self._accept(chat, incoming, f"w-{secrets.token_hex(8)}")
+            # A press (it names its question), or the first page's frame: no acknowledgement;
+            # refusals still say why.
+            message_id = incoming.press.rpartition(":")[2] or f"w-{secrets.token_hex(8)}"
+            refusal, _ = await self._accept(chat, incoming, message_id)
             if refusal:
                 await ws.send_json({"type": "error", "error": refusal})
             return
@@ -393,6 +406,7 @@ class WebChannel:
             text=incoming.text,
             message_id=message_id,
             media=tuple(_media_ref(part) for part in parts),
+            press=incoming.press,
         )
         renews = _command(incoming.text) in RENEW
         if renews:
@@ -418,11 +432,13 @@ class WebChannel:
         The running turn's answer takes the place of its streamed draft; the
         answer to a command (addressed to the message that asked) stands apart.
         """
-        frame: dict[str, Any] = {
+        frame: Frame = {
             "type": "reply",
             "text": message.text,
             "html": self._renderer.render(message.text),
         }
+        if message.outbound_id:
+            frame["id"] = message.outbound_id
         if message.reply_to:
             frame["apart"] = True
         else:
@@ -437,11 +453,22 @@ class WebChannel:
             return Delivery(delivered_to=f"web:{chat_id} (queued until the page reconnects)")
         return Delivery(delivered_to=f"web:{chat_id}")
 
-    # -- a running turn
+    # -- a running turn, and the questions it asks
 
     def follow(self, chat_id: str, turn: Turn) -> None:
         """Show typing, tools and the answer as it is written while ``turn`` runs (:mod:`.live`)."""
         self._live.follow(chat_id, turn)
+
+    async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:
+        """The question with its buttons, in every tab until decided (:mod:`.questions`)."""
+        return await self._questions.ask(chat_id, ask)
+
+    async def settle_approval(self, chat_id: str, message_id: str, text: str) -> None:
+        await self._questions.settle(chat_id, message_id, text)
+
+    async def answer_press(self, inbound: Inbound, text: str) -> None:
+        """The answer to a press, apart from the turn it resumes."""
+        await self.deliver(inbound.chat_id, OutboundMessage(text=text, reply_to=inbound.message_id))
 
 
 def is_chat_path(path: str) -> bool:

@@ -8,7 +8,9 @@
 the message again after a reconnect (``resend``), so the gateway can tell a
 resend from a new message (docs/decisions/web-05). A bare ``{"text": "…"}``
 (no id) is still taken, without acknowledgement, as the first version of the
-page sent it. Every refusal is one plain line naming what was wrong.
+page sent it. A press of an approval's button is ``{"press": "<its data>"}``
+and arrives as the command it stands for (:mod:`channels.approvals`). Every
+refusal is one plain line naming what was wrong.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from channels.approvals import press_command
 from channels.errors import InboundError
 
 MAX_TEXT = 32_000
@@ -47,6 +50,7 @@ class Incoming:
     text: str
     files: tuple[Upload, ...] = ()
     resend: bool = False
+    press: str = ""
 
 
 class FrameError(InboundError):
@@ -68,6 +72,12 @@ def read_frame(data: str, *, max_file_bytes: int) -> Incoming:
         raise FrameError('a web chat message must be JSON like {"text": "hi"}') from None
     if not isinstance(obj, dict):
         raise FrameError('a web chat message must be JSON like {"text": "hi"}')
+    press = obj.get("press")
+    if isinstance(press, str):
+        command = press_command(press)
+        if command is None:
+            raise FrameError("that button does nothing any more")
+        return Incoming(id="", text=command, press=press)
     message_id = obj.get("id", "")
     if not isinstance(message_id, str) or (message_id and not _MESSAGE_ID.fullmatch(message_id)):
         raise FrameError("the message id must be 1 to 64 letters, digits, '-' or '_'")

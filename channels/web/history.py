@@ -5,7 +5,10 @@ last messages of the chat's current session, in order (docs/decisions/web-06):
 
 - the person's messages (the text they typed, without the wake header, and
   the files they sent), queued ones included;
-- what reached them: a final text answer, or a ``dispatch`` send to the user;
+- what was sent to them: each send the outbound ledger recorded for the
+  chat (answers, ``dispatch`` sends, notices), with its id, unless a policy
+  blocked it or it failed; for turns from before the ledger, the final text
+  answer or the ``dispatch`` sends to the user;
 - the tool calls in between, one line each, grouped so the page can fold them.
 
 Wakes from elsewhere (cron, other sessions, a child's report) and the model's
@@ -21,7 +24,14 @@ from channels.web.files import page_url
 from threads.history import tool_summary
 from threads.llm.echo import split_wake
 from threads.messages import FilePart, Message, ToolCallPart, ToolResultPart
-from threads.store.entries import Entry, MessageEntry, ReceiptEntry
+from threads.store.entries import (
+    OUTBOUND_BLOCKED,
+    OUTBOUND_FAILED,
+    Entry,
+    MessageEntry,
+    OutboundEntry,
+    ReceiptEntry,
+)
 from threads.tree import unsettled_receipts
 
 Item = dict[str, Any]
@@ -41,12 +51,23 @@ def chat_history(
     """
     items: list[Item] = []
     results = {p.call_id: p for e in path if isinstance(e, MessageEntry) for p in _results(e)}
+    recorded = {e.run_id for e in path if isinstance(e, OutboundEntry) and not e.record}
+    refused = {
+        e.record
+        for e in path
+        if isinstance(e, OutboundEntry) and e.status in (OUTBOUND_BLOCKED, OUTBOUND_FAILED)
+    }
+    run = ""
     for entry in path:
         if isinstance(entry, MessageEntry):
-            items.extend(_items(entry.message, entry.wake, results, render))
+            run = entry.run_id or run
+            answers = run not in recorded  # a turn from before the ledger
+            items.extend(_items(entry.message, entry.wake, results, render, answers=answers))
+        elif isinstance(entry, OutboundEntry) and _to_the_person(entry, refused):
+            items.append(_bot(entry.text, render, entry.id))
     for receipt in unsettled_receipts(entries):
         if receipt.msg is not None:
-            items.extend(_items(receipt.msg, receipt.wake, results, render))
+            items.extend(_items(receipt.msg, receipt.wake, results, render, answers=False))
     items = _grouped(items)
     return items[-limit:] if limit else [], len(items) > limit
 
@@ -76,9 +97,24 @@ def _results(entry: MessageEntry) -> list[ToolResultPart]:
     return entry.message.tool_results() if entry.message.role == "tool" else []
 
 
+def _to_the_person(entry: OutboundEntry, refused: set[str]) -> bool:
+    return (
+        not entry.record
+        and entry.id not in refused
+        and entry.to.get("kind") == "channel"
+        and entry.to.get("channel") == "web"
+    )
+
+
 def _items(
-    message: Message, wake: Any, results: dict[str, ToolResultPart], render: Render
+    message: Message,
+    wake: Any,
+    results: dict[str, ToolResultPart],
+    render: Render,
+    *,
+    answers: bool,
 ) -> list[Item]:
+    """The items of one message; its answers too when ``answers`` (no record holds them)."""
     if message.role == "user":
         return _user(message, wake)
     if message.role != "assistant":
@@ -86,12 +122,12 @@ def _items(
     calls = message.tool_calls()
     if not calls:
         text = message.text()
-        return [_bot(text, render)] if text.strip() else []
+        return [_bot(text, render)] if answers and text.strip() else []
     out: list[Item] = []
     for call in calls:
         result = results.get(call.id)
         if call.name == "dispatch":
-            if result is None or not result.is_error:
+            if answers and (result is None or not result.is_error):
                 out.extend(_bot(body, render) for body in _sends_to_user(call))
         else:
             out.append(
@@ -120,8 +156,11 @@ def _user(message: Message, wake: Any) -> list[Item]:
     return [item]
 
 
-def _bot(text: str, render: Render) -> Item:
-    return {"role": "bot", "text": text, "html": render(text)}
+def _bot(text: str, render: Render, ident: str = "") -> Item:
+    item: Item = {"role": "bot", "text": text, "html": render(text)}
+    if ident:
+        item["id"] = ident  # the send's outbound id: the page shows an id once
+    return item
 
 
 def _sends_to_user(call: ToolCallPart) -> list[str]:

@@ -53,8 +53,15 @@ class Tabs:
         return sent
 
     def keep(self, chat: str, frame: Frame) -> None:
-        """Keep ``frame`` for the chat's next tab (the last :data:`BACKLOG` are kept)."""
-        self._backlog[chat].append(frame)
+        """Keep ``frame`` for the chat's next tab (the last :data:`BACKLOG` are kept).
+
+        A frame with the ``id`` of one already kept (a send repeated after a
+        restart) is kept once.
+        """
+        backlog = self._backlog[chat]
+        ident = frame.get("id")
+        if not ident or all(kept.get("id") != ident for kept in backlog):
+            backlog.append(frame)
 
     def waiting(self, chat: str) -> list[Frame]:
         """The frames kept for ``chat``, now taken."""

@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import hdrs
 
+from channels.base import ApprovalAsk
 from tests.channels.conftest import browser, open_chat, receive
 from tests.channels.web_rig import chat_config, chat_gateway, frames_until, kind, say
 from threads.messages import FilePart
@@ -34,9 +35,9 @@ async def test_a_page_that_connects_is_shown_the_conversation_so_far(tmp_path: P
             first = await receive(ws, "history")
             assert first == {"type": "history", "items": [], "more": False}
             await say(ws, "how are things?\nline two", id="m-1")
-            await receive(ws, "reply")
+            sent = [await receive(ws, "reply")]
             await say(ws, "and now?", id="m-2")
-            await receive(ws, "reply")
+            sent.append(await receive(ws, "reply"))
             await rig.gateway.wait_idle()
         async with open_chat(http, rig.web) as (ws, _):
             history = await receive(ws, "history")
@@ -47,6 +48,8 @@ async def test_a_page_that_connects_is_shown_the_conversation_so_far(tmp_path: P
     assert tools["calls"][0]["summary"].startswith("health() → ")
     assert bot["role"] == "bot"
     assert bot["text"] == "## Done\n\nAll **well**"
+    # An answer in the history carries the id it was sent under: the page shows an id once.
+    assert [bot["id"], bot2["id"]] == [f["id"] for f in sent]
     assert "<h2>Done</h2>" in bot["html"]
     assert user2["id"] == "m-2"
     assert bot2["text"] == "second answer"
@@ -86,7 +89,12 @@ async def test_the_history_shows_the_last_items_and_says_there_are_more(tmp_path
             await rig.gateway.wait_idle()
         async with open_chat(http, rig.web) as (ws, _):
             history = await receive(ws, "history")
-    assert [i.get("id") for i in history["items"]] == [None, "m-2", None]
+    assert [(i["role"], i["id"].startswith("m-")) for i in history["items"]] == [
+        ("bot", False),
+        ("user", True),
+        ("bot", False),
+    ]
+    assert history["items"][1]["id"] == "m-2"
     assert history["more"] is True
 
 
@@ -264,3 +272,28 @@ async def test_a_file_is_kept_for_its_chat_shown_to_it_alone(tmp_path: Path) -> 
             await stranger.get(rig.web.url)  # a chat of its own
             async with stranger.get(png) as response:
                 assert response.status == 404
+
+
+async def test_an_open_approval_question_is_shown_to_every_tab_that_connects_until_decided(
+    tmp_path: Path,
+) -> None:
+    async with chat_gateway(chat_config(tmp_path), model=ScriptedModel()) as rig, browser() as http:
+        async with open_chat(http, rig.web) as (_, chat):
+            pass
+        ask = ApprovalAsk(request_id="r-1", text="May the agent run deploy?")
+        assert await rig.web.ask_approval(chat, ask) == "r-1"
+        async with open_chat(http, rig.web) as (ws, _):
+            frames = await frames_until(ws, kind("approval"))
+            assert [f["type"] for f in frames] == ["history", "approval"]
+            assert frames[-1]["text"] == "May the agent run deploy?"
+            assert [label for _, label in frames[-1]["buttons"]] == ["Approve", "Always", "Deny"]
+            await rig.web.settle_approval(chat, "r-1", "Approved.")
+            settled = await receive(ws, "approval_settled")
+            assert settled == {"type": "approval_settled", "id": "r-1", "text": "Approved."}
+            await say(ws, "after", id="m-1")
+            await receive(ws, "reply")
+        async with open_chat(http, rig.web) as (ws, _):
+            frames = await frames_until(ws, kind("history"))
+            await say(ws, "again", id="m-2")
+            frames += await frames_until(ws, kind("reply"))
+    assert "approval" not in [f["type"] for f in frames]

@@ -15,7 +15,7 @@ const bannerText = $('banner-text');
 const OUTBOX = 'gateway-chat-outbox';
 const DELAYS = [500, 1000, 2000, 4000, 8000];
 
-const view = new ChatView($('log'), {retry: (id) => retry(id)});
+const view = new ChatView($('log'), {retry: (id) => retry(id), press: (data) => press(data)});
 const composer = new Composer(
   {form: $('composer'), text: $('text'), file: $('file'), attach: $('attach'), list: $('attachments'), notice: $('notice')},
   {send: (text, files) => submit(text, files)},
@@ -23,6 +23,8 @@ const composer = new Composer(
 
 // Messages not yet acknowledged, oldest first: {id, text, files, state, tries}.
 const outbox = new Map();
+// The outbound ids of the answers shown: one the gateway sends again after a restart shows once.
+const shown = new Set();
 let socket = null;
 let live = false;
 let attempt = 0;
@@ -81,6 +83,14 @@ function submit(text, files) {
   transmit(message);
 }
 
+function press(data) {
+  if (!live) {
+    composer.notice('Not connected: press the button again once the chat is back.');
+    return;
+  }
+  socket.send(JSON.stringify({press: data}));
+}
+
 function retry(id) {
   const message = outbox.get(id);
   if (!message) return;
@@ -113,10 +123,12 @@ const handlers = {
     attempt = 0;
     banner.hidden = true;
     setStatus('live', 'connected');
+    status.title = `web:${frame.chat}`;
     composer.limits(frame.limits || {});
     for (const message of outbox.values()) transmit(message);
   },
   history(frame) {
+    for (const item of frame.items || []) if (item.id && item.role === 'bot') shown.add(item.id);
     view.replace(frame.items || [], frame.more);
     showOutbox();
   },
@@ -126,7 +138,13 @@ const handlers = {
   typing() { view.typing(); },
   draft(frame) { view.draft(frame.html); },
   tool(frame) { view.tool(frame); },
-  reply(frame) { view.bot(frame.html, Boolean(frame.apart)); },
+  reply(frame) {
+    if (frame.id && shown.has(frame.id)) return;
+    if (frame.id) shown.add(frame.id);
+    view.bot(frame.html, Boolean(frame.apart));
+  },
+  approval(frame) { view.approval(frame); },
+  approval_settled(frame) { view.settle(frame.id, frame.text); },
   end() { view.end(); },
   error(frame) { view.error(frame.error); },
 };

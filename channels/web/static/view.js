@@ -20,9 +20,10 @@ export function el(tag, attrs, ...children) {
 const STATES = {sending: 'sending…', sent: 'sent ✓', failed: 'not sent'};
 
 export class ChatView {
-  constructor(log, {retry}) {
+  constructor(log, {retry, press}) {
     this.log = log;
     this.retry = retry;
+    this.press = press;
     this.typingNode = null;
     this.draftNode = null;
     this.toolsNode = null;
@@ -154,6 +155,27 @@ export class ChatView {
     this.toolsNode.querySelector('summary').textContent =
       busy ? `Using ${busy.dataset.name}…` : toolsLabel(items.map((li) => li.dataset.name));
     this.scroll();
+  }
+
+  /** An approval question: its text, and a button per choice that sends the button's data. */
+  approval({id, text, buttons}) {
+    let node = this.approvalNode(id);
+    if (!node) this.log.append(node = el('div', {class: 'msg bot approval', 'data-approval': id}));
+    node.replaceChildren(el('div', {class: 'text', text}), el('div', {class: 'buttons'},
+      ...buttons.map(([data, label]) => el('button', {type: 'button', text: label, on: {click: () => this.press(data)}}))));
+    this.scroll();
+  }
+
+  /** A decided question: how it went takes the place of its buttons. */
+  settle(id, text) {
+    const node = this.approvalNode(id);
+    if (!node) return;
+    node.textContent = text;
+    node.classList.add('settled');
+  }
+
+  approvalNode(id) {
+    return [...this.log.querySelectorAll('.approval')].find((n) => n.dataset.approval === id);
   }
 
   error(text) {
