@@ -38,8 +38,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 
-from threads.store.keyfile import fsync_dir
-from threads.store.private import open_private
+from threads.store.private import fsync_dir, open_private
 
 log = logging.getLogger(__name__)
 
