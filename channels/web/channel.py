@@ -450,7 +450,11 @@ class WebChannel:
             return Delivery(delivered_to=f"web:{chat_id}")
         if not await self._tabs.send(chat_id, frame):
             self._tabs.keep(chat_id, frame)
-            return Delivery(delivered_to=f"web:{chat_id} (queued until the page reconnects)")
+            # Kept in memory for a page that is not there: not delivered as far as a
+            # crash is concerned (the ledger leaves it open; a restart sends it again).
+            return Delivery(
+                delivered_to=f"web:{chat_id} (queued until the page reconnects)", held=True
+            )
         return Delivery(delivered_to=f"web:{chat_id}")
 
     # -- a running turn, and the questions it asks
