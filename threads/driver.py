@@ -50,7 +50,16 @@ from threads.deliveries import Deliveries
 from threads.errors import BusyError, ClosedError, NotRunError, UnavailableError
 from threads.faults import fault
 from threads.ids import new_entry_id
-from threads.inbox import Chain, Deferral, Inbox, Pending, Sync, Write, deferral_receipts
+from threads.inbox import (
+    Chain,
+    Deferral,
+    Inbox,
+    Pending,
+    Sync,
+    Write,
+    deferral_receipts,
+    delivery_entries,
+)
 from threads.messages import JSON, Message
 from threads.outbound import Outgoing
 from threads.store.entries import (
@@ -58,7 +67,6 @@ from threads.store.entries import (
     LeafEntry,
     MessageEntry,
     OutboundEntry,
-    ReceiptEntry,
     TurnEntry,
 )
 from threads.tree import EntryTree, interruption_results, still_open
@@ -70,6 +78,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True, kw_only=True)
+class _End:
+    """A turn's end as it is written: its entries, and what its landing settles in memory."""
+
+    entries: list[Entry]
+    steers: list[Pending]
+    deferred: list[Deferral]
+    upcoming: Pending | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -436,8 +454,7 @@ class TurnDriver:
         try:
             await self._write(prompts)
         except UnavailableError as exc:
-            self._inbox.requeue(batch)
-            self._held(batch, exc, f"the prompt of {head.turn.run_id}")
+            self._inbox.hold_back(batch, exc)
             raise
         except Exception as exc:
             log.exception(
@@ -527,11 +544,11 @@ class TurnDriver:
         async with self._lock:
             sends = [*run.outbox, *self._hand_offs(run.run_id, run.payload, result)]
             run.outbox = []
-            ending = self._ending(active, result, canceled=canceled, sends=sends)
-        deferred: list[Deferral] = []
+            end = self._end(active, result, canceled=canceled, sends=sends)
         try:
-            deferred = await self._until_written(
-                partial(self._end, ending, parked=bool(parked)), f"the end of turn {run.run_id}"
+            await self._until_written(
+                partial(self._write_linked, end.entries, then=partial(self._ended, end)),
+                f"the end of turn {run.run_id}",
             )
         except Exception as exc:
             log.exception(
@@ -541,6 +558,10 @@ class TurnDriver:
             result = dataclasses.replace(
                 result, stop_reason="error", error=f"turn end not persisted: {exc}"
             )
+            self._inbox.return_steers(end.steers)
+            if end.upcoming is not None:
+                end.upcoming.started = False
+            end.deferred = []
             self.end_unwritten = True
             self._running = None
             sends = []  # not recorded, so not sent: the turn runs again once it can be
@@ -549,23 +570,27 @@ class TurnDriver:
         await self._deliveries.send(sends)
         run.emit(RunFinish(result=result))
         if outcome is Outcome.PARKED:
-            self.approvals.parked(run.payload, ending, self._options.on_park)
+            self.approvals.parked(run.payload, end.entries, self._options.on_park)
         if not active.pendings:
             run.turn.finish(outcome, result)  # a resume's turn
         for pending in active.pendings:
             pending.turn.finish(outcome, result)
-        for old, new in deferred:
+        for old, new in end.deferred:
             old.turn.next = new.turn
             old.turn.finish(Outcome.DEFERRED)
 
-    def _ending(
+    def _end(
         self, active: _Active, result: RunResult, *, canceled: bool, sends: Sequence[Outgoing]
-    ) -> list[Entry]:
-        """The run's last messages, ledger and sends, and its turn entry (lock held).
+    ) -> _End:
+        """The turn's end, built once (lock held) and written until it lands.
 
-        Built once, written until landed. A parked run's waiting calls stay
+        The run's last messages, ledger and sends, and its turn entry; the
+        steers no run drained, as deferrals; and, when input waits, the next
+        turn's prompt, riding in the same append: one write, not two. Its
+        prompt counts as written from here (nothing drops it meanwhile); a
+        write given up puts it all back. A parked run's waiting calls stay
         without a result; its approval requests and their audit ride with the
-        turn entry.
+        turn entry, and nothing starts after it until its boundary resolves.
         """
         run = active.run
         parked = result.parked if not canceled else ()
@@ -598,23 +623,9 @@ class TurnDriver:
         if active.rollback:
             prompt = self._tree.by_id.get(active.prompt_id)
             entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
-        return entries
-
-    async def _end(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
-        """Write the turn's end with the steers it leaves and the next prompt.
-
-        Steers no run drained become deferrals; when input waits, the next
-        turn's prompt rides in the same append: one write, not two. On a
-        failure nothing of it is kept in memory and the steers are put back.
-        """
-        async with self._lock:
-            return await self._end_locked(ending, parked=parked)
-
-    async def _end_locked(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
         steers = self._inbox.take_steers()
         deferred = self._inbox.plan_deferrals(steers)
-        linked = self._chain(*ending, *deferral_receipts(deferred))
-        # A parked turn holds the session: nothing starts until its boundary resolves.
+        linked = self._chain(*entries, *deferral_receipts(deferred))
         upcoming = None if parked else self._upcoming(deferred)
         if upcoming is not None:
             last = linked[-1]
@@ -627,17 +638,14 @@ class TurnDriver:
                     wake=upcoming.wake,
                 )
             )
-        try:
-            await self._write(linked)
-        except BaseException:
-            self._inbox.return_steers(steers)
-            raise
-        fault("after_turn_end")
-        if upcoming is not None:
             upcoming.started = True
-        self._inbox.queue_deferred(deferred)
+        return _End(entries=linked, steers=steers, deferred=deferred, upcoming=upcoming)
+
+    def _ended(self, end: _End) -> None:
+        """The turn's end landed (lock held): its deferrals queue, and no turn runs."""
+        fault("after_turn_end")
+        self._inbox.queue_deferred(end.deferred)
         self._running = None
-        return deferred
 
     def _upcoming(self, deferred: list[Deferral]) -> Pending | None:
         """The input that will run next, when its prompt can be written now (lock held)."""
@@ -674,77 +682,39 @@ class TurnDriver:
         if records:
             await self._sync()
 
-    async def _write_linked(self, entries: list[Entry]) -> None:
+    async def _write_linked(
+        self, entries: list[Entry], then: Callable[[], None] | None = None
+    ) -> None:
+        """Write ``entries`` linked onto the leaf; ``then`` runs under the same lock once they landed."""
         async with self._lock:
             await self._write(self._chain(*entries))
+            if then is not None:
+                then()
 
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:
             messages, run.staged = run.staged, []
-            entries = _linked(self._tree.leaf, messages)[0]
+            steers = self._inbox.take_steers()
+            entries = _linked(self._tree.leaf, messages)[0] + delivery_entries(steers, run.run_id)
         try:
-            steers = await self._until_written(
-                partial(self._drain_steers, run, entries), f"a step of {run.run_id}"
+            await self._until_written(
+                partial(self._write_linked, entries), f"a step of {run.run_id}"
             )
         except BaseException:
             if entries and entries[0].id not in self._tree.by_id:
                 run.staged = messages + run.staged
+                self._inbox.return_steers(steers)
             raise
         for steer in steers:
             steer.turn.run_id = run.run_id
             steer.turn.finish(Outcome.DELIVERED)
         return [steer.injected or steer.message for steer in steers]
 
-    async def _drain_steers(self, run: Run, staged: list[Entry]) -> list[Pending]:
-        """Write the run's staged messages and every waiting steer into it; the steers."""
-        async with self._lock:
-            steers = self._inbox.take_steers()
-            entries = list(staged)
-            for steer in steers:
-                entries.append(
-                    ReceiptEntry(
-                        id=new_entry_id(),
-                        status="delivered",
-                        receipt=steer.receipt_id,
-                        run_id=run.run_id,
-                    )
-                )
-                entries.append(
-                    MessageEntry(id=new_entry_id(), message=steer.injected or steer.message)
-                )
-            try:
-                await self._write(self._chain(*entries))
-            except BaseException:
-                self._inbox.return_steers(steers)
-                raise
-        return steers
-
     async def _until_written(self, write: Callable[[], Awaitable[T]], what: str) -> T:
-        """``write()``, tried again with the outage's backoff while the store cannot take it."""
-        tries = 0
-        while True:
-            try:
-                return await write()
-            except UnavailableError as exc:
-                if self._give_up.is_set():
-                    raise
-                tries += 1
-                if tries == 1:
-                    log.warning(
-                        "session %s: %s waits for the store: %s", self._session.id, what, exc
-                    )
-            await self._options.outage.pause(tries, self._give_up)
-
-    def _held(self, batch: Sequence[Pending], error: UnavailableError, what: str) -> None:
-        """Accepted input whose turn waits for the store: logged, and told once per input."""
-        fresh = [pending for pending in batch if not pending.held]
-        if not fresh:
-            return
-        for pending in fresh:
-            pending.held = True
-        log.warning("session %s: %s waits for the store: %s", self._session.id, what, error)
-        if self._options.on_held is not None:
-            self._options.on_held(self._session, [pending.payload for pending in fresh])
+        """``write()``, again while the store cannot take it, until a close gives up."""
+        return await self._options.outage.retry(
+            write, what=f"session {self._session.id}: {what}", give_up=self._give_up
+        )
 
 
 def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:
