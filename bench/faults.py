@@ -123,6 +123,18 @@ async def start(config: Path, fault: str, store: Store) -> GatewayRun | None:
     raise RuntimeError(f"{store.kind}: gateway run did not start in {START_TRIES} tries")
 
 
+async def connected(chats: list[WebChat], run: GatewayRun) -> bool:
+    """Connect every chat to ``run``; False when an armed run died at its fault meanwhile."""
+    try:
+        for chat in chats:
+            await chat.connect(run.web_url)
+    except (aiohttp.ClientError, ConnectionError) as exc:
+        if run.fault and await run.wait() == -signal.SIGKILL:
+            return False
+        raise RuntimeError(f"the chats could not reconnect: {exc}") from exc
+    return True
+
+
 async def one_store(kind: str, args: argparse.Namespace, model: FakeOpenAIServer) -> dict[str, int]:
     rng = random.Random(f"{args.seed}-{kind}")
     root = Path(tempfile.mkdtemp(prefix=f"faults-{kind}-"))
@@ -141,8 +153,11 @@ async def one_store(kind: str, args: argparse.Namespace, model: FakeOpenAIServer
                     store.fired[f"{fault.partition(':')[0]} (starting)"] += 1
                     store.kills += 1
                     continue
-                for chat in chats:
-                    await chat.connect(run.web_url)
+                if not await connected(chats, run):
+                    # A resumed turn reached the fault point before the chats were back.
+                    store.fired[f"{fault.partition(':')[0]} (reconnecting)"] += 1
+                    store.kills += 1
+                    continue
                 if not armed:
                     await settle(run, chats)
                     await run.stop()
