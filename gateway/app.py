@@ -61,8 +61,9 @@ from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
 from threads.media import Media
 from threads.ops import check_session_tool, health_tool
+from threads.pool.recovery import recover_delegations
+from threads.pool.tools import delegate_task_tool
 from threads.sessions.access import SubagentToolFilter
-from threads.sessions.delegation import settle_unsettled
 from threads.sessions.policy import SendPolicy, key_of_endpoint, send_command
 from threads.sessions.tools import SESSION_TOOLS
 from threads.sinks import DropSink, OutboundMessage, Sink
@@ -98,7 +99,14 @@ def default_tools(config: GatewayConfig) -> list[Tool[Any]]:
     The standard ones, and the opt-in built-ins (files, web, commands) an agent
     gets only by naming them.
     """
-    return [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS, *builtin_tools(config)]
+    return [
+        dispatch_tool,
+        check_session_tool,
+        health_tool,
+        *SESSION_TOOLS,
+        delegate_task_tool,
+        *builtin_tools(config),
+    ]
 
 
 class Gateway:
@@ -269,6 +277,9 @@ class Gateway:
                 raise StartupError(str(exc)) from None
             self._lifetimes.push(f"{channel.name} channel", channel.stop)
 
+        # Delegations a stopped gateway left unsettled are settled or resumed before
+        # any turn continues: a delegating call whose turn died is answered first.
+        await recover_delegations(self._manager)
         # With the channels up, input left unsettled by the last run continues, and
         # running turns are drained at close while the channels can still deliver.
         try:
@@ -281,8 +292,6 @@ class Gateway:
         Supervisor(self._manager).start()
         if config.cron.enabled:
             await self._start_cron(tools)
-        # Delegations a stopped gateway left open are settled and announced.
-        self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
         if self.pairing is not None:
             # Approvals and denials made while no gateway ran are told now.
             self._manager.spawn(self.pairing.deliver_notices(), name="pairing notices")

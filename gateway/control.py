@@ -13,6 +13,8 @@ an optional ``id`` echoed in the answer:
   answers what the stop did (``ended``, ``winding_down``, ``dropped``, ``text``)
 * ``send_policy`` ``{"key", "setting"}`` — a session's send policy override
   (allow | deny | inherit); answers the policy now in force
+* ``cancel_delegation`` ``{"key"}`` — cancel the delegation running (or waiting
+  for a slot) in child session ``key``; answers its parent and state
 * ``pairing_list`` — every access-controlled channel's pending requests and
   paired users (``{"channels": {name: {"pending": […], "paired": […]}}}``)
 * ``pairing_approve`` / ``pairing_deny`` ``{"channel", "code"}`` — answers the
@@ -80,6 +82,7 @@ class ControlServer:
             "check_session": self._check_session,
             "stop_session": self._stop_session,
             "send_policy": self._send_policy,
+            "cancel_delegation": self._cancel_delegation,
             "pairing_list": self._pairing_list,
             "pairing_approve": self._pairing_approve,
             "pairing_deny": self._pairing_deny,
@@ -219,6 +222,19 @@ class ControlServer:
         key, setting = str(request["key"]), str(request["setting"])
         decision = await policy.set(key, setting)
         return {"ok": True, "key": key, "policy": decision.action, "reason": decision.reason}
+
+    async def _cancel_delegation(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        key = str(request["key"])
+        delegation = await self.gateway.manager.pool.cancel(key, "canceled by an operator")
+        return {
+            "ok": True,
+            "key": key,
+            "parent": str(delegation.parent_key),
+            "receipt": delegation.receipt,
+            "state": delegation.state,
+        }
 
     def _pairing(self) -> PairingService:
         pairing = self.gateway.pairing

@@ -3,12 +3,14 @@
     list [--kinds main,group] [--active-minutes N] [--limit N] [--archived] [--json]
     history KEY|ID [--limit N] [--include-tools] [--json]
     send-policy KEY allow|deny|inherit
+    cancel CHILD_KEY
 
 ``list`` and ``history`` read the session store directly, whether or not a
 gateway runs (store readers never lock). ``send-policy`` writes: with a
 gateway running it goes through the control socket, so the running gateway
 applies it at once; with none it writes the session in the store
-(docs/decisions/sessions-06-sessions-cli.md).
+(docs/decisions/sessions-06-sessions-cli.md). ``cancel`` stops a child's
+delegation in the running gateway, which records it ``canceled``.
 
 Keys are accepted in every shape the session tools accept (``main``,
 ``agent:<agentId>:<channel>:group:<id>``, a session id ``s_…``; see
@@ -184,6 +186,37 @@ def send_policy(
     except (ControlError, ThreadsError, ValueError, LookupError) as exc:
         fail(str(exc))
     typer.echo(f"send policy for {answer['key']}: {answer['policy']} ({answer['reason']})")
+
+
+@app.command()
+def cancel(
+    key: Annotated[str, typer.Argument(help="the child session's key (agent:…:subagent:…)")],
+    config: ConfigOption = None,
+) -> None:
+    """Cancel a delegation: stop its child (or its wait for a slot); its parent records it canceled."""
+    settings = load(config)
+
+    async def go() -> dict[str, Any]:
+        client = await ControlClient.connect(settings.data_dir / "gateway.sock")
+        if client is None:
+            raise ControlError(
+                "no gateway is running here, and a delegation runs only inside one: "
+                "there is nothing to cancel (start it with `gateway run`)"
+            )
+        try:
+            return await client.call("cancel_delegation", key=key)
+        finally:
+            await client.close()
+
+    try:
+        answer = asyncio.run(go())
+    except (ControlError, ThreadsError) as exc:
+        fail(str(exc))
+    was = "waiting for a slot" if answer["state"] == "accepted" else "running"
+    typer.echo(
+        f"canceled the delegation to {answer['key']} ({was}); "
+        f"{answer['parent']} records it canceled"
+    )
 
 
 # --- helpers ----------------------------------------------------------------------------

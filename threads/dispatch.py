@@ -397,13 +397,22 @@ async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]
                     chain=cause.chain,
                     depth=cause.depth,
                 )
-                accepted = await manager.wake(item.target, child_wake)
                 note = "resumed" if exists else "created"
-                if send.to == "session" and exists:
-                    note = "woken"
+                if send.to == "session":
+                    accepted = await manager.wake(item.target, child_wake)
+                    entry["run_id"] = accepted.run_id
+                    note = "woken" if exists else note
+                else:
+                    # A child of this session: a delegation, through the pool.
+                    turn = await manager.pool.delegate_wake(
+                        ctx.run.session, key, item.target, child_wake, run=ctx.run.run_id
+                    )
+                    if turn is not None:
+                        entry["run_id"] = turn.run_id
+                    else:
+                        note += f", queued: at most {manager.pool.size} children run at once"
                 entry["delivered_to"] = f"session {item.target}"
                 entry["session_key"] = str(item.target)
-                entry["run_id"] = accepted.run_id
                 entry["note"] = note
                 notes.append(f"{item.target}: {note}")
         except ExchangeRefusedError as exc:

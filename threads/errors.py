@@ -22,6 +22,8 @@ Every error raised here derives from :class:`ThreadsError`::
     ├── ThreadNotLoadedError (LookupError)  no thread in memory for a key (stop-session)
     ├── NoTurnRunningError             a loaded thread that runs no turn (stop-session)
     ├── ManagerClosedError             a wake for a manager that is shutting down
+    ├── NoDelegationError (LookupError)  no unsettled delegation to a child (cancel)
+    ├── NotDelegatingError (LookupError) a call that delegates to no such child, or is answered
     ├── ExchangeRefusedError           a wake one session caused that may not run
     │   ├── ExchangeLimitError             past threads.max_exchange_depth
     │   └── ChainStoppedError              its chain was stopped (a stop, a budget)
@@ -244,3 +246,23 @@ class ChainStoppedError(ExchangeRefusedError):
         self.key = key
         self.reason = reason
         super().__init__(f"not delivered to {key}: this exchange was stopped ({reason})")
+
+
+class NoDelegationError(ThreadsError, LookupError):
+    """No unsettled delegation to the child: it settled already, or never was."""
+
+    def __init__(self, child: str) -> None:
+        self.child = child
+        super().__init__(
+            f"no delegation to {child} is in flight: it settled already, or {child} is no "
+            "delegated child (gateway sessions list shows the sessions)"
+        )
+
+
+class NotDelegatingError(ThreadsError, LookupError):
+    """A resolution for a call that delegates to no such child, or that has its result."""
+
+    def __init__(self, session: str, call: str, why: str) -> None:
+        self.session = session
+        self.call = call
+        super().__init__(f"call {call} of session {session} cannot be resolved: {why}")

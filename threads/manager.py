@@ -29,6 +29,7 @@ from threads.errors import (
 from threads.history import strip_for_fork
 from threads.keys import SessionKey
 from threads.messages import JSON, Message
+from threads.pool.pool import Pool
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
 from threads.session import Session, SessionOptions
@@ -102,6 +103,7 @@ class ThreadManager:
             config.threads.max_exchange_depth, record=self._recovery.record_stopped
         )
         self.budget = Budget(config.threads.budget)
+        self.pool = Pool(self)
 
     # -- lifetime
 
@@ -296,7 +298,7 @@ class ThreadManager:
     async def _start_thread(
         self, key: SessionKey, *, create: bool, agent: str | None, loaded: Loaded | None = None
     ) -> Thread | None:
-        options = self.session_options()
+        options = self.session_options(key)
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
         if loaded is not None:
@@ -336,9 +338,10 @@ class ThreadManager:
             default_sink=default_sink,
         )
 
-    def session_options(self) -> SessionOptions:
+    def session_options(self, key: str | None = None) -> SessionOptions:
+        """How the manager's sessions run; ``key`` names the thread they run for."""
         return SessionOptions(
-            gate=self._turn_gate,
+            gate=partial(self._turn_gate, key),
             max_queue=self.config.threads.inbox_size,
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
@@ -346,7 +349,11 @@ class ThreadManager:
         )
 
     @contextlib.asynccontextmanager
-    async def _turn_gate(self) -> AsyncIterator[None]:
+    async def _turn_gate(self, key: str | None) -> AsyncIterator[None]:
+        """A turn slot; a sync delegation's child runs on the slot its waiting parent holds."""
+        if key is not None and self.pool.lends(key):
+            yield
+            return
         async with self._gate:
             self._turns_in_flight += 1
             try:
@@ -444,7 +451,7 @@ class ThreadManager:
             self.agent,
             meta={"key": str(key), "agent": name},
             parent=ParentRef(session=parent.id, entry=parent.leaf),
-            options=self.session_options(),
+            options=self.session_options(key),
         )
         history = strip_for_fork(parent.context())
         if history:
@@ -480,7 +487,7 @@ class ThreadManager:
             self.store,
             self.agent,
             meta={"key": key, "agent": agent},
-            options=self.session_options(),
+            options=self.session_options(key),
         )
         await self.store.point(session_key, session.id)
         await session.close()

@@ -33,6 +33,7 @@ from threads.errors import (
 )
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, Usage
+from threads.pool.ledger import resolution
 from threads.store.base import Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
     BranchSummaryEntry,
@@ -51,7 +52,13 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
-from threads.tree import EntryTree, unfinished_runs, unsettled_receipts
+from threads.tree import (
+    EntryTree,
+    SessionUsage,
+    unfinished_runs,
+    unsettled_receipts,
+    usage_of,
+)
 from threads.turns import Agent, Policy, Run, Turn
 
 Gate = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
@@ -245,12 +252,9 @@ class Session:
     def meta(self) -> dict[str, str]:
         return self._tree.meta(dict(self.header.meta))
 
-    def usage(self) -> Usage:
-        total = Usage()
-        for entry in self._tree.entries:
-            if isinstance(entry, TurnEntry):
-                total = total + entry.usage
-        return total
+    def usage(self) -> SessionUsage:
+        """The cost ledger: turns, summaries and delegated children, each in its bucket."""
+        return usage_of(self._tree.entries)
 
     def queue(self) -> list[tuple[str, Message, Policy]]:
         """What is accepted and not yet given to a model: steers first, then sends."""
@@ -357,6 +361,7 @@ class Session:
         receipt: str = "",
         child: str = "",
         prompt: str = "",
+        call: str = "",
         stop: str = "",
         usage: Usage | None = None,
     ) -> PoolReceiptEntry:
@@ -371,12 +376,27 @@ class Session:
             receipt=receipt,
             child=child,
             prompt=prompt,
+            call=call,
             stop=stop,
             usage=usage or Usage(),
         )
         (written,) = await self._append(entry)
         assert isinstance(written, PoolReceiptEntry)
         return written
+
+    async def resolve_delegation(
+        self, call_id: str, child: str, content: str, *, is_error: bool = False
+    ) -> None:
+        """Answer delegating call ``call_id`` with its child's outcome (``threads.pool.ledger``).
+
+        For a call whose turn is gone (a restart) and that still has no result;
+        :class:`NotDelegatingError` (nothing written) for any other call.
+        """
+        async with self._lock:
+            entries = resolution(
+                self._tree, call_id=call_id, child=child, content=content, is_error=is_error
+            )
+            await self._write(self._chain(*entries))
 
     async def custom(self, kind: str, data: JSON = None) -> None:
         """Append application state that never enters the model's context."""

@@ -7,11 +7,13 @@ it every entry it loads or writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 from threads.errors import CorruptError, NoEntryError
 from threads.ids import valid_id
-from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart
+from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart, Usage
 from threads.store.entries import (
+    POOL_SETTLED,
     BranchSummaryEntry,
     CompactionEntry,
     CustomMessageEntry,
@@ -19,6 +21,7 @@ from threads.store.entries import (
     InfoEntry,
     LeafEntry,
     MessageEntry,
+    PoolReceiptEntry,
     ReceiptEntry,
     TurnEntry,
 )
@@ -170,6 +173,38 @@ class EntryTree:
         if self._context is None:
             self._context = context_builder(self.path())
         return self._context
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionUsage:
+    """A session's cost ledger, one bucket per kind of spending, never mixed (seed 003 Usage).
+
+    ``turns`` sums every turn entry (abandoned branches too: the tokens were
+    spent); ``summaries`` every compaction's summarizer; ``delegated`` every
+    settled pool receipt: the whole cost of the children this session
+    delegated to.
+    """
+
+    turns: Usage = field(default_factory=Usage)
+    summaries: Usage = field(default_factory=Usage)
+    delegated: Usage = field(default_factory=Usage)
+
+    @property
+    def total(self) -> Usage:
+        return self.turns + self.summaries + self.delegated
+
+
+def usage_of(entries: Iterable[Entry]) -> SessionUsage:
+    """The cost ledger over ``entries`` (a whole session, not only the leaf's path)."""
+    turns = summaries = delegated = Usage()
+    for entry in entries:
+        if isinstance(entry, TurnEntry):
+            turns = turns + entry.usage
+        elif isinstance(entry, CompactionEntry):
+            summaries = summaries + entry.summarizer_usage
+        elif isinstance(entry, PoolReceiptEntry) and entry.status in POOL_SETTLED:
+            delegated = delegated + entry.usage
+    return SessionUsage(turns=turns, summaries=summaries, delegated=delegated)
 
 
 def summary_message(text: str) -> Message:
