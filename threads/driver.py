@@ -18,17 +18,16 @@ same append as the end of the turn before it: one durable write, not two.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from threads.errors import BusyError, ClosedError, NotRunError
+from threads.errors import BusyError, ClosedError, NotPersistedError, NotRunError
 from threads.ids import new_entry_id
 from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
-from threads.messages import JSON, Message
+from threads.messages import JSON, Message, Usage
 from threads.store.entries import Entry, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
 from threads.tree import EntryTree, interruption_results, still_open
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
@@ -50,6 +49,8 @@ class _Active:
     begun: bool = False
     cancel_reason: str = ""
     rollback: bool = False
+    # Steers drained into the run: (their queued receipt, the run's steps when drained).
+    delivered: list[tuple[str, int]] = field(default_factory=list)
 
 
 class TurnDriver:
@@ -355,7 +356,7 @@ class TurnDriver:
             payload=head.payload,
             policy=head.policy,
         )
-        run.bind(self._flush_run, self._drain_run)
+        run.bind(self._flush_run, self._drain_run, self._rerun_run)
         active = _Active(
             run=run,
             pendings=batch,
@@ -398,9 +399,16 @@ class TurnDriver:
         outcome = Outcome.CANCELED if canceled else Outcome.ANSWERED
         if result.stop_reason == "error":
             outcome = Outcome.FAILED
+        error: BaseException | None = None
         async with self._lock:
             messages, run.staged = run.staged, []
-            messages += interruption_results(still_open(self._tree.open_calls(), messages))
+            waiting = {call.id for call in result.pending}
+            unanswered = {
+                call: name
+                for call, name in still_open(self._tree.open_calls(), messages).items()
+                if call not in waiting
+            }
+            messages += interruption_results(unanswered)
             entries, leaf = _linked(self._tree.leaf, messages)
             turn_entry = TurnEntry(
                 id=new_entry_id(),
@@ -410,11 +418,15 @@ class TurnDriver:
                 usage=result.usage,
                 steps=result.steps,
                 err=result.error,
+                pending=result.pending,
                 canceled=canceled,
                 policy=run.policy.value,
                 last_input=result.last_input,
+                late_steps=run.late_steps,
             )
             entries.append(turn_entry)
+            if not result.ok:
+                entries.extend(_unanswered_steers(active, run))
             if active.rollback:
                 prompt = self._tree.by_id.get(active.prompt_id)
                 entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
@@ -442,9 +454,11 @@ class TurnDriver:
                 log.exception(
                     "session %s: the end of turn %s was not written", self._session.id, run.run_id
                 )
-                outcome = Outcome.FAILED
-                result = dataclasses.replace(
-                    result, stop_reason="error", error=f"turn end not persisted: {exc}"
+                outcome = Outcome.NOT_PERSISTED
+                error = NotPersistedError(
+                    f"turn {run.run_id} of session {self._session.id} ran, but its end was not "
+                    f"written ({exc}): the session holds no record of how it ended",
+                    result,
                 )
                 self._inbox.return_steers(steers)
                 deferred = []
@@ -452,7 +466,7 @@ class TurnDriver:
             self._running = None
         run.emit(RunFinish(result=result))
         for pending in active.pendings:
-            pending.turn.finish(outcome, result)
+            pending.turn.finish(outcome, result, error)
         for old, new in deferred:
             old.turn.next = new.turn
             old.turn.finish(Outcome.DEFERRED)
@@ -467,9 +481,49 @@ class TurnDriver:
         return head
 
     async def _flush_run(self, run: Run) -> None:
+        """Make the staged step durable; a batch the store refuses is held for a later write."""
         async with self._lock:
             messages, run.staged = run.staged, []
-            await self._write(_linked(self._tree.leaf, messages)[0])
+            try:
+                await self._write(_linked(self._tree.leaf, messages)[0])
+            except Exception as exc:
+                # Held, not lost: the next step's write or the turn's end carries it.
+                run.staged[:0] = messages
+                run.late_steps += 1
+                log.warning(
+                    "session %s: a step of %s was not written (%s); it is held and written "
+                    "with the next one",
+                    self._session.id,
+                    run.run_id,
+                    exc,
+                )
+
+    async def _rerun_run(self, run: Run, error: str, usage: Usage) -> None:
+        """Close the attempt's ledger (its turn entry names the re-run) and go on as the re-run."""
+        async with self._lock:
+            rerun_id = self._inbox.mint_run_id()
+            messages, run.staged = run.staged, []
+            entries, leaf = _linked(self._tree.leaf, messages)
+            entries.append(
+                TurnEntry(
+                    id=new_entry_id(),
+                    parent=leaf,
+                    run_id=run.run_id,
+                    stop_reason="error",
+                    usage=usage,
+                    steps=run.steps,
+                    err=error,
+                    policy=run.policy.value,
+                    rerun=rerun_id,
+                    late_steps=run.late_steps,
+                )
+            )
+            await self._write(entries)
+            active = self._running
+            for pending in active.pendings if active is not None else ():
+                pending.turn.run_id = rerun_id
+            run.run_id = rerun_id
+            run.late_steps = 0
 
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:
@@ -494,10 +548,32 @@ class TurnDriver:
             except BaseException:
                 self._inbox.return_steers(steers)
                 raise
+        active = self._running
         for steer in steers:
             steer.turn.run_id = run.run_id
             steer.turn.finish(Outcome.DELIVERED)
+            if active is not None and active.run is run:
+                active.delivered.append((steer.receipt_id, run.steps))
         return delivered
+
+
+def _unanswered_steers(active: _Active, run: Run) -> list[Entry]:
+    """Marks for the steers a failed run took and never answered (no model step after them).
+
+    The ``delivered`` receipt was written with the message; the mark is a
+    second ``delivered`` receipt for the same steer, carrying ``unanswered``.
+    """
+    return [
+        ReceiptEntry(
+            id=new_entry_id(),
+            status="delivered",
+            receipt=receipt,
+            run_id=run.run_id,
+            unanswered=True,
+        )
+        for receipt, steps in active.delivered
+        if run.steps <= steps
+    ]
 
 
 def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:

@@ -29,13 +29,19 @@ Every error raised here derives from :class:`ThreadsError`::
     │   └── ChainStoppedError              its chain was stopped (a stop, a budget)
     └── TurnError                      how a turn ended when it did not answer
         ├── DroppedError               removed from the queue before it ran
-        └── NotRunError                never started
+        ├── NotRunError                never started
+        └── NotPersistedError          ran, and its end could not be written
 
 Messages name the thing (the session id, the line, the entry) and, where it
 helps, what to do next.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from threads.turns import RunResult
 
 
 class ThreadsError(Exception):
@@ -188,6 +194,18 @@ class DroppedError(TurnError):
 
 class NotRunError(TurnError):
     """The turn never started: its prompt could not be written or the session closed."""
+
+
+class NotPersistedError(TurnError):
+    """The turn ran but the store refused its end: the session has no record of how it ended.
+
+    ``result`` is what the run produced (the model answered; the store did not
+    keep it). Messages its steps wrote as they joined the run are stored.
+    """
+
+    def __init__(self, message: str, result: RunResult) -> None:
+        self.result = result
+        super().__init__(message)
 
 
 class ThreadNotLoadedError(ThreadsError, LookupError):

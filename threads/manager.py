@@ -24,6 +24,7 @@ from threads.chains import Chains
 from threads.errors import (
     ManagerClosedError,
     NotFoundError,
+    NotPersistedError,
     NotRunError,
 )
 from threads.history import strip_for_fork
@@ -55,6 +56,11 @@ log = logging.getLogger(__name__)
 NOT_STARTED = (
     "(Sorry — your message was received but its turn could not start: the gateway could not "
     "write to its store. It is kept and runs once the store is back.)"
+)
+
+NOT_SAVED = (
+    "(Note — the gateway could not save the end of this turn to its store: what was said "
+    "stands, but the conversation's record of it may be incomplete.)"
 )
 
 RESUME_BODY = (
@@ -368,9 +374,13 @@ class ThreadManager:
             observer(thread, wake, turn)
 
     def _not_started(self, wake: Wake, turn: Turn) -> None:
-        """A user's accepted message whose turn could not start is told so (the agent never ran)."""
-        if isinstance(turn.error, NotRunError) and not self._closed:
+        """A user whose turn could not start, or whose turn's end was not saved, is told so."""
+        if self._closed:
+            return
+        if isinstance(turn.error, NotRunError):
             self.spawn(_tell(wake, NOT_STARTED), name="tell a turn did not start")
+        elif isinstance(turn.error, NotPersistedError):
+            self.spawn(_tell(wake, NOT_SAVED), name="tell a turn's end was not saved")
 
     # -- sinks and restored wakes
 

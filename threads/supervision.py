@@ -70,7 +70,8 @@ class Supervisor:
         turn.add_done_callback(lambda done: self._completed(thread.key, parent, done, cause))
 
     def _completed(self, child: SessionKey, parent: SessionKey, turn: Turn, cause: Cause) -> None:
-        if turn.outcome not in (Outcome.ANSWERED, Outcome.FAILED, Outcome.CANCELED):
+        ended = (Outcome.ANSWERED, Outcome.FAILED, Outcome.CANCELED, Outcome.NOT_PERSISTED)
+        if turn.outcome not in ended:
             return  # a steer delivered or deferred: the turn that ran it reports
         result = turn.result
         if result is not None and result.stop_reason == "stopped":

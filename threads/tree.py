@@ -6,6 +6,7 @@ it every entry it loads or writes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -151,14 +152,17 @@ class EntryTree:
         return merged
 
     def highest_turn(self) -> int:
-        """The highest ``-t<n>`` recorded in any run id (the run-id counter's recovery)."""
+        """The highest ``-t<n>`` recorded in any run id (the run-id counter's recovery).
+
+        A re-run's id counts from the moment the attempt's turn entry names it.
+        """
         highest = 0
         for entry in self.entries:
-            run_id = getattr(entry, "run_id", "")
-            if run_id:
-                _, _, n = run_id.rpartition("-t")
-                if n.isdigit():
-                    highest = max(highest, int(n))
+            for run_id in (getattr(entry, "run_id", ""), getattr(entry, "rerun", "")):
+                if run_id:
+                    _, _, n = run_id.rpartition("-t")
+                    if n.isdigit():
+                        highest = max(highest, int(n))
         return highest
 
     def context(self) -> list[Message]:
@@ -366,8 +370,23 @@ def unsettled_receipts(entries: Sequence[Entry]) -> list[ReceiptEntry]:
 
 
 def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
-    """Prompt entries whose turn has no turn entry: a writer died mid-turn."""
-    finished = {e.run_id for e in entries if isinstance(e, TurnEntry)}
-    return [
-        e for e in entries if isinstance(e, MessageEntry) and e.run_id and e.run_id not in finished
-    ]
+    """Prompt entries whose turn has no turn entry: a writer died mid-turn.
+
+    A turn that re-ran (an overflow) is unfinished when its re-run has no
+    turn entry: its prompt is returned under the re-run's id.
+    """
+    turns = [e for e in entries if isinstance(e, TurnEntry)]
+    finished = {t.run_id for t in turns}
+    reruns = {t.run_id: t.rerun for t in turns if t.rerun}
+    out = []
+    for entry in entries:
+        if not isinstance(entry, MessageEntry) or not entry.run_id:
+            continue
+        run_id = entry.run_id
+        while run_id in reruns and run_id in finished:
+            run_id = reruns[run_id]
+        if run_id not in finished:
+            out.append(
+                entry if run_id == entry.run_id else dataclasses.replace(entry, run_id=run_id)
+            )
+    return out

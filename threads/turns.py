@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from threads.errors import ClosedError, DroppedError
-from threads.messages import Message, Usage
+from threads.messages import Message, ToolCallPart, Usage
 
 if TYPE_CHECKING:
     from threads.session import Session
@@ -44,6 +44,7 @@ class Outcome(StrEnum):
     DROPPED = "dropped"
     FAILED = "failed"
     CANCELED = "canceled"
+    NOT_PERSISTED = "not_persisted"  # the run ended, and its end could not be written
 
 
 # -- run events, streamed by Turn.events()
@@ -106,6 +107,7 @@ class RunResult:
     error: str = ""
     last_input: int = 0
     data: Mapping[str, Any] = field(default_factory=dict)
+    pending: tuple[ToolCallPart, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -145,7 +147,9 @@ class Turn:
         ``error`` and ``stop_reason`` say how it ended (``outcome`` names it).
         Raises :class:`DroppedError` for a dropped message,
         :class:`ClosedError` when the session closed before it ran,
-        :class:`NotRunError` when its prompt could not be written, and
+        :class:`NotRunError` when its prompt could not be written,
+        :class:`NotPersistedError` when it ran and its end could not be
+        written (the run's result rides on the error, and on ``result``), and
         :class:`TimeoutError` when ``timeout`` passes first (the turn goes on).
         """
         if timeout is None:
@@ -215,7 +219,9 @@ class Run:
     ``stage`` holds step messages; ``flush`` makes them durable; ``drain``
     flushes, then delivers steered messages into the run (durably) and returns
     them. Messages staged and not flushed when the run ends land with the turn
-    entry, in one batch.
+    entry, in one batch. A flush the store refuses is held and written late
+    (``late_steps`` counts them). ``rerun`` closes the run's ledger as a
+    failed attempt and goes on under a new run id (the overflow re-run).
     """
 
     def __init__(
@@ -240,16 +246,20 @@ class Run:
         self.tool_history: list[str] = []
         self.staged: list[Message] = []
         self.stop_requested = False
+        self.late_steps = 0
         self._flush: Callable[[Run], Awaitable[None]] | None = None
         self._drain: Callable[[Run], Awaitable[list[Message]]] | None = None
+        self._rerun: Callable[[Run, str, Usage], Awaitable[None]] | None = None
 
     def bind(
         self,
         flush: Callable[[Run], Awaitable[None]],
         drain: Callable[[Run], Awaitable[list[Message]]],
+        rerun: Callable[[Run, str, Usage], Awaitable[None]] | None = None,
     ) -> None:
         self._flush = flush
         self._drain = drain
+        self._rerun = rerun
 
     def stage(self, *messages: Message) -> None:
         self.staged.extend(messages)
@@ -263,6 +273,15 @@ class Run:
         if self._drain is None:
             return []
         return await self._drain(self)
+
+    async def rerun(self, error: str, usage: Usage) -> None:
+        """Record this attempt as ended by ``error`` (its ``usage`` spent) and go on as a new run.
+
+        The attempt's turn entry names the new run id (``rerun``) before the
+        new run does anything; ``run_id`` and the turn's become the new one.
+        """
+        if self._rerun is not None:
+            await self._rerun(self, error, usage)
 
     def has_steers(self) -> bool:
         return self.session.has_steers()

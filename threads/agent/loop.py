@@ -205,10 +205,13 @@ class AgentLoop:
             )
             try:
                 response = await client.complete(request, on_delta)
-            except ContextOverflowError:
+            except ContextOverflowError as exc:
                 if overflowed or not await self._compact(run, client, model, settings, "overflow"):
                     raise
                 overflowed = True
+                # The attempt is recorded as failed on the overflow, naming its re-run.
+                await run.rerun(f"{type(exc).__name__}: {exc}", usage)
+                usage = Usage()
                 messages = run.session.context()
                 request = dataclasses.replace(request, messages=messages)
                 response = await client.complete(request, on_delta)

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from threads.errors import NoDelegationError, TurnError
+from threads.errors import NoDelegationError, NotPersistedError, TurnError
 from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.pool.outcomes import Outcome, outcome_of
@@ -262,6 +262,9 @@ class Pool:
                 capped = cap or f"timed out: aborted after {timeout:g} s"
                 self._interrupt(delegation.child, capped)
                 result = await settle(turn, None)
+        except NotPersistedError as exc:
+            log.info("delegation to %s: the child's turn end was not written", delegation.child)
+            result = exc.result
         except TurnError as exc:
             log.info("delegation to %s: the child's run did not run: %s", delegation.child, exc)
             result = None
