@@ -80,6 +80,11 @@ class ProviderConfig(Section):
     max_retries: int = Field(default=4, ge=0, le=20)
     retry_budget_seconds: float = Field(default=60.0, ge=0, le=3600)
     headers: dict[str, str] = Field(default_factory=dict)
+    # How each request names the session and turn it serves: X-Weft-* headers
+    # (every provider ignores headers it does not know), "body" (a `metadata`
+    # object, for providers and proxies that keep it; Anthropic gets user_id
+    # only), or "off".
+    run_metadata: Literal["headers", "body", "off"] = "headers"
 
 
 class ModelSettings(Section):

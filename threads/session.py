@@ -31,6 +31,7 @@ from threads.errors import (
     ReservedKeyError,
     StaleError,
 )
+from threads.identity import PUBLIC_ID, is_reserved, new_public_id
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, Usage
 from threads.pool.ledger import resolution
@@ -144,14 +145,23 @@ class Session:
         parent: ParentRef | None = None,
         lineage: Lineage | None = None,
         options: SessionOptions | None = None,
+        public_id: str | None = None,
     ) -> Session:
-        """Create a new session; it holds its writer lease from the start."""
+        """Create a new session; it holds its writer lease from the start.
+
+        ``public_id`` is its public handle (``weft.public_id`` in the header):
+        a fresh one when not given, none when "".
+        """
+        header_meta = dict(meta or {})
+        public = new_public_id() if public_id is None else public_id
+        if public:
+            header_meta[PUBLIC_ID] = public
         header = Header(
             id=session_id or new_session_id(),
             created=datetime.now(UTC),
             parent=parent,
             lineage=lineage,
-            meta=dict(meta or {}),
+            meta=header_meta,
         )
         await store.create(header)
         session = cls(store, header, agent, EntryTree(header.id), view=0, options=options)
@@ -348,7 +358,7 @@ class Session:
         """Append an info entry; ``weft.`` keys are refused; nothing to record writes nothing."""
         meta = dict(meta or {})
         for key in meta:
-            if key.startswith("weft."):
+            if is_reserved(key):
                 raise ReservedKeyError(key)
         if not title and not meta:
             return

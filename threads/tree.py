@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from threads.errors import CorruptError, NoEntryError
+from threads.identity import merged_meta
 from threads.ids import valid_id
 from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart, Usage
 from threads.store.entries import (
@@ -145,11 +146,8 @@ class EntryTree:
         return ""
 
     def meta(self, header_meta: dict[str, str]) -> dict[str, str]:
-        merged = dict(header_meta)
-        for entry in self.entries:
-            if isinstance(entry, InfoEntry):
-                merged.update(entry.meta)
-        return merged
+        """The header's metadata overlaid by the info entries' (reserved keys stand)."""
+        return merged_meta(header_meta, self.entries)
 
     def highest_turn(self) -> int:
         """The highest ``-t<n>`` recorded in any run id (the run-id counter's recovery).

@@ -21,6 +21,7 @@ from threads.agent.compaction import CompactionError, compact, over_threshold
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolOutput, ToolRegistry
 from threads.budget import Overseer
+from threads.identity import run_metadata
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient, ModelRequest
 from threads.llm.errors import (
@@ -165,6 +166,8 @@ class AgentLoop:
             specs = [t.spec for t in tools.values()]
         ctx = ToolContext(run=run, key=key, agent=agent_name, services=self.services)
         system = self.system_prompt(agent_name)
+        session = run.session
+        metadata = run_metadata(session.header, run.run_id)
         messages = list(run.messages)
         usage = Usage()
         last_input = 0
@@ -202,6 +205,7 @@ class AgentLoop:
                 tools=specs,
                 max_output_tokens=settings.max_output_tokens,
                 stream=settings.stream,
+                metadata=metadata,
             )
             try:
                 response = await client.complete(request, on_delta)
@@ -212,8 +216,9 @@ class AgentLoop:
                 # The attempt is recorded as failed on the overflow, naming its re-run.
                 await run.rerun(f"{type(exc).__name__}: {exc}", usage)
                 usage = Usage()
+                metadata = run_metadata(session.header, run.run_id)
                 messages = run.session.context()
-                request = dataclasses.replace(request, messages=messages)
+                request = dataclasses.replace(request, messages=messages, metadata=metadata)
                 response = await client.complete(request, on_delta)
             usage = usage + response.usage
             if overseer is not None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from config.models import GatewayConfig
 from threads.errors import NotFoundError
+from threads.identity import PUBLIC_ID
 from threads.keys import SessionKey
 from threads.messages import JSON, Message, message_to_wire
 from threads.session import Session
@@ -207,6 +208,7 @@ class Catalog:
             "deliveryContext": {"channel": last_channel, "to": last_to} if last_channel else None,
             "transcriptPath": self.transcript_path(view.id),
             "agent": agent,
+            "publicId": view.meta.get(PUBLIC_ID),
         }
         if m.SPAWNED_BY in view.meta:
             row["spawnedBy"] = view.meta[m.SPAWNED_BY]
