@@ -8,7 +8,6 @@ printed) and may be given inline, through the environment, or as a file path
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -24,16 +23,15 @@ from pydantic import (
 )
 
 from config.channels import AdminConfig, ChannelsConfig, HttpConfig
+from config.compaction import CompactionConfig
 from config.paths import DEFAULT_SESSIONS_URL, place_store_paths
 from config.redaction import redact_url
-from config.section import NAME, Section, given, is_loopback
+from config.section import NAME, ModelRef, Section, given, is_loopback
 from config.tools import McpConfig, ToolsConfig
 
 BusyPolicy = Literal["queue", "reject", "steer", "interrupt", "rollback", "collect"]
 Visibility = Literal["spawned", "all"]
 SendAction = Literal["allow", "deny"]
-
-_MODEL_REF = re.compile(r"^(echo|[A-Za-z0-9_.-]+/[^\s]+)$")
 
 
 def _check_zone(value: str) -> str:
@@ -46,14 +44,7 @@ def _check_zone(value: str) -> str:
     return value
 
 
-def _check_model_ref(value: str) -> str:
-    if not _MODEL_REF.match(value):
-        raise ValueError(f"{value!r} is not 'provider/model' (e.g. 'openai/gpt-4o-mini') or 'echo'")
-    return value
-
-
 TimeZoneName = Annotated[str, AfterValidator(_check_zone)]
-ModelRef = Annotated[str, AfterValidator(_check_model_ref)]
 
 
 def _no_credentials(value: str) -> str:
@@ -307,6 +298,7 @@ class GatewayConfig(Section):
     agents: dict[str, AgentConfig] = Field(default_factory=_default_agents)
     agent_defaults: AgentDefaults = Field(default_factory=AgentDefaults)
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
     cron: CronConfig = Field(default_factory=CronConfig)
     session: SessionConfig = Field(default_factory=SessionConfig)

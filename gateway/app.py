@@ -52,6 +52,7 @@ from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import Router, endpoint_of
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
+from threads.agent.pin_tool import pin_message_tool
 from threads.agent.tools import Tool, ToolRegistry
 from threads.dispatch import dispatch_tool
 from threads.errors import UnreachableError, UnsafePathError
@@ -83,10 +84,19 @@ log = logging.getLogger(__name__)
 
 
 def check_models(config: GatewayConfig, models: Models) -> None:
-    """Resolve every agent's model now, so a bad provider setting stops the start-up."""
-    for name, agent in config.agents.items():
-        ref = agent.model or config.models.default
-        where = f"agents.{name}.model" if agent.model else "models.default"
+    """Resolve every agent's and summarizer's model now: a bad provider stops the start-up."""
+    refs = [
+        (
+            f"agents.{name}.model" if agent.model else "models.default",
+            agent.model or config.models.default,
+        )
+        for name, agent in config.agents.items()
+    ]
+    refs += [
+        (f"compaction.summary_models[{i}]", ref)
+        for i, ref in enumerate(config.compaction.summary_models)
+    ]
+    for where, ref in refs:
         try:
             models.resolve(ref)
         except (ModelError, UnknownModelError) as exc:
@@ -105,6 +115,7 @@ def default_tools(config: GatewayConfig) -> list[Tool[Any]]:
         health_tool,
         *SESSION_TOOLS,
         delegate_task_tool,
+        pin_message_tool,
         *builtin_tools(config),
     ]
 
@@ -268,7 +279,10 @@ class Gateway:
         self._router.access = self.access
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
-        self._router.commands["/compact"] = compact_command(self._manager, agent.compact_session)
+        self._router.commands["/compact"] = compact_command(
+            self._manager,
+            lambda session, focus: agent.compact_session(session, instructions=focus),
+        )
         await self._start_http()
         for channel in self.channels.values():
             try:

@@ -37,7 +37,7 @@ from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
 from gateway.errors import ControlError, GatewayError, GatewayGoneError
 from gateway.pairing_cli import app as pairing_app
-from gateway.sessions_cli import app as sessions_app
+from gateway.session_edits_cli import app as sessions_app
 from gateway.terminal import StopSignals, first_of, input_lines
 
 if TYPE_CHECKING:

@@ -5,6 +5,7 @@
     tail KEY|ID [--lines N] [--json]
     send-policy KEY allow|deny|inherit
     cancel CHILD_KEY
+    pin | compact | uncompact | branch    (gateway.session_edits_cli)
 
 ``list``, ``history`` and ``tail`` read the session store directly, whether
 or not a gateway runs (store readers never lock); ``tail`` follows the

@@ -7,7 +7,7 @@ it every entry it loads or writes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from threads.errors import CorruptError, NoEntryError
@@ -218,29 +218,77 @@ def summary_message(text: str) -> Message:
 def context_builder(path: Sequence[Entry]) -> ContextBuilder:
     """The context of a root→leaf path, in a builder that later entries extend.
 
-    The latest compaction's summary stands in place of what it covers (then the
-    entries it pinned, then everything from its first kept entry on); branch
-    summaries sit where they were written; bookkeeping kinds never appear;
-    repair runs as the context grows, so every tool call has a result.
+    The latest summary compaction's summary stands in place of what it covers
+    (then the entries it pinned, then everything from its first kept entry
+    on); every trim recorded after it is replayed (the stubs its record
+    names, nothing else); branch summaries sit where they were written;
+    bookkeeping kinds never appear; repair runs as the context grows, so
+    every tool call has a result.
     """
     builder = ContextBuilder()
     start = 0
+    governing = -1
     for index in range(len(path) - 1, -1, -1):
         entry = path[index]
         if isinstance(entry, CompactionEntry) and entry.summary:
-            builder.add(summary_message(entry.summary))
-            pinned = set(entry.pinned)
-            kept_from = next((i for i, e in enumerate(path) if e.id == entry.first_kept), index + 1)
-            for e in path[:kept_from]:
-                if e.id in pinned and (m := message_of(e)) is not None:
-                    builder.add(m)
-            start = kept_from
+            governing = index
             break
+    stubs = _trim_stubs(path[governing + 1 :])
+    if governing >= 0:
+        compaction = path[governing]
+        assert isinstance(compaction, CompactionEntry)
+        builder.add(summary_message(compaction.summary))
+        pinned = set(compaction.pinned)
+        kept_from = next(
+            (i for i, e in enumerate(path) if e.id == compaction.first_kept), governing + 1
+        )
+        for e in path[:kept_from]:
+            if e.id in pinned and (m := message_of(e)) is not None:
+                builder.add(_stubbed(m, stubs))
+        start = kept_from
     for entry in path[start:]:
         message = message_of(entry)
         if message is not None:
-            builder.add(message)
+            builder.add(_stubbed(message, stubs) if stubs else message)
     return builder
+
+
+def _trim_stubs(entries: Sequence[Entry]) -> dict[str, str]:
+    """The stubs the trims among ``entries`` recorded: call id → the text shown instead."""
+    stubs: dict[str, str] = {}
+    for entry in entries:
+        if isinstance(entry, CompactionEntry) and entry.trim:
+            stubs.update(_stubs_of(entry.trim))
+    return stubs
+
+
+def _stubs_of(record: Mapping[str, object]) -> dict[str, str]:
+    found = record.get("stubs")
+    if not isinstance(found, list):
+        return {}
+    return {
+        str(s["call_id"]): str(s.get("content", ""))
+        for s in found
+        if isinstance(s, dict) and "call_id" in s
+    }
+
+
+def _stubbed(message: Message, stubs: dict[str, str]) -> Message:
+    if message.role != "tool" or not stubs:
+        return message
+    parts = tuple(
+        dataclasses.replace(p, content=stubs[p.call_id], is_error=False)
+        if isinstance(p, ToolResultPart) and p.call_id in stubs
+        else p
+        for p in message.content
+    )
+    return message if parts == message.content else Message(role="tool", content=parts)
+
+
+def replay_trims(messages: Sequence[Message], record: Mapping[str, object]) -> list[Message]:
+    """``messages`` with a trim record's stubs in place of the results it names."""
+    stubs = _stubs_of(record)
+    return [_stubbed(m, stubs) for m in messages]
 
 
 def message_of(entry: Entry) -> Message | None:

@@ -120,6 +120,13 @@ class Agent(Protocol):
     async def run(self, run: Run) -> RunResult: ...
 
 
+class NoRuns:
+    """The agent of a session opened to edit it (a CLI's write), never to run a turn."""
+
+    async def run(self, run: Run) -> RunResult:
+        raise RuntimeError(f"session {run.session.id} was opened to be edited, not to run turns")
+
+
 class Turn:
     """The handle of one accepted send. Safe to await from any task."""
 
