@@ -56,6 +56,8 @@ from threads.store.entries import (
 from threads.tree import (
     EntryTree,
     SessionUsage,
+    chain_after,
+    reparent,
     unfinished_runs,
     unsettled_receipts,
     usage_of,
@@ -504,7 +506,7 @@ class Session:
             parent=ParentRef(session=self.id, entry=entry_id),
             options=options or self._options,
         )
-        copied = _reparent(path)
+        copied = reparent(path)
         settle: list[Entry] = [
             ReceiptEntry(id=new_entry_id(), status="dropped", receipt=r.id)
             for r in unsettled_receipts(copied)
@@ -520,7 +522,7 @@ class Session:
             for p in unfinished_runs(copied)
         ]
         async with fork._lock:
-            batch = copied + _chain_after(copied, settle)
+            batch = copied + chain_after(copied, settle)
             await fork._write(batch)
             fork._driver.adopt_copy()
         return fork
@@ -601,23 +603,3 @@ class Session:
         if not self._sealed:
             self._sealed = True
             await self._release()
-
-
-def _chain_after(base: Sequence[Entry], entries: Sequence[Entry]) -> list[Entry]:
-    """``entries`` linked one after another onto the last of ``base``."""
-    leaf = base[-1].id if base else ""
-    out: list[Entry] = []
-    for entry in entries:
-        out.append(dataclasses.replace(entry, parent=leaf))
-        leaf = entry.id
-    return out
-
-
-def _reparent(path: list[Entry]) -> list[Entry]:
-    """The copied path of a fork: the same ids, each linked to the one before."""
-    out: list[Entry] = []
-    parent = ""
-    for entry in path:
-        out.append(entry if entry.parent == parent else dataclasses.replace(entry, parent=parent))
-        parent = entry.id
-    return out

@@ -436,3 +436,23 @@ def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
                 entry if run_id == entry.run_id else dataclasses.replace(entry, run_id=run_id)
             )
     return out
+
+
+def chain_after(base: Sequence[Entry], entries: Sequence[Entry]) -> list[Entry]:
+    """``entries`` linked one after another onto the last of ``base``."""
+    leaf = base[-1].id if base else ""
+    out: list[Entry] = []
+    for entry in entries:
+        out.append(dataclasses.replace(entry, parent=leaf))
+        leaf = entry.id
+    return out
+
+
+def reparent(path: list[Entry]) -> list[Entry]:
+    """The copied path of a fork: the same ids, each linked to the one before."""
+    out: list[Entry] = []
+    parent = ""
+    for entry in path:
+        out.append(entry if entry.parent == parent else dataclasses.replace(entry, parent=parent))
+        parent = entry.id
+    return out
