@@ -24,6 +24,7 @@ from pydantic import (
 
 from config.channels import AdminConfig, ChannelsConfig, HttpConfig
 from config.compaction import CompactionConfig
+from config.heartbeat import HeartbeatConfig
 from config.paths import DEFAULT_SESSIONS_URL, place_store_paths
 from config.redaction import redact_url
 from config.section import NAME, ModelRef, Section, given, is_loopback
@@ -301,6 +302,7 @@ class GatewayConfig(Section):
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
     cron: CronConfig = Field(default_factory=CronConfig)
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)

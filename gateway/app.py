@@ -32,8 +32,9 @@ from channels.pairing import PairingService
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
-from cron.base import Clock
+from cron.base import Clock, WallClock
 from cron.errors import StoreError as CronStoreError
+from cron.heartbeat import Heartbeats
 from cron.manager_waker import ManagerWaker
 from gateway.channel_setup import (
     build_discord,
@@ -161,6 +162,7 @@ class Gateway:
         self._router: Router | None = None
         self.control_path: Path | None = None
         self.cron: CronService | None = None
+        self.heartbeats: Heartbeats | None = None
         self.pairing: PairingService | None = None
         self.access: dict[str, Access] = {}
         self.mcp: McpHub | None = None
@@ -306,6 +308,8 @@ class Gateway:
         Supervisor(self._manager).start()
         if config.cron.enabled:
             await self._start_cron(tools)
+        if config.heartbeat.enabled:
+            await self._start_heartbeats()
         if self.pairing is not None:
             # Approvals and denials made while no gateway ran are told now.
             self._manager.spawn(self.pairing.deliver_notices(), name="pairing notices")
@@ -358,6 +362,24 @@ class Gateway:
             make_data_dirs(self.config)
         except (OSError, UnsafePathError) as exc:
             raise StartupError(f"data_dir: {exc}") from None
+
+    async def _start_heartbeats(self) -> None:
+        """Heartbeats on the state store, waking threads through the manager."""
+        try:
+            state = await open_state_store(self.config.state_store_url())
+        except StateStoreError as exc:
+            raise StartupError(f"{self._state_setting()}: {exc}") from None
+        self._lifetimes.push("heartbeat state store", state.close)
+        beats = Heartbeats(
+            state,
+            ManagerWaker(self.manager),
+            self.config.heartbeat,
+            clock=self._cron_clock or WallClock(),
+            zone=self.config.timezone,
+        )
+        beats.start()
+        self._lifetimes.push("heartbeats", beats.stop)
+        self.heartbeats = beats
 
     async def _start_cron(self, tools: ToolRegistry) -> None:
         """Cron on the state store, waking threads through the manager; its tools for agents."""

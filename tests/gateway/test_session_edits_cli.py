@@ -122,9 +122,7 @@ async def test_branch_with_a_summary_given_or_made_by_the_model(
     assert made.endswith("The warehouse had no record.\n")
     summaries = [e for e in await entries(config) if isinstance(e, BranchSummaryEntry)]
     assert [s.summary for s in summaries] == ["dead end", "The warehouse had no record."]
-    both = await asyncio.to_thread(
-        cli, "branch", "cli", ask.id, "--summary", "x", "--summarize"
-    )
+    both = await asyncio.to_thread(cli, "branch", "cli", ask.id, "--summary", "x", "--summarize")
     assert both.exit_code == 2
 
 

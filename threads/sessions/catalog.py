@@ -35,6 +35,7 @@ from threads.store.entries import (
 )
 from threads.store.jsonl import JsonlStore
 from threads.tree import EntryTree
+from threads.wake import WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -64,7 +65,15 @@ class SessionView:
 
     @property
     def updated(self) -> datetime:
-        return self.entries[-1].created if self.entries else self.header.created
+        """When the session last did something: a heartbeat's run and what it wrote do not count."""
+        group: list[Entry] = []
+        for entry in reversed(self.entries):
+            group.append(entry)
+            if isinstance(entry, MessageEntry) and entry.run_id:
+                if entry.wake.get("source") != WakeSource.HEARTBEAT.value:
+                    return group[0].created
+                group = []
+        return group[0].created if group else self.header.created
 
 
 def _no_live(key: str) -> Session | None:
