@@ -12,7 +12,7 @@ import pytest
 
 from gateway.session_tail import follow
 from tests.gateway.terminal_driver import STOP_WITHIN, Background, gateway_env
-from tests.threads.store.conftest import Backend
+from tests.threads.store.conftest import Backend, backend
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message, ToolCallPart, ToolResultPart, Usage
 from threads.store.entries import (
@@ -26,7 +26,7 @@ from threads.store.entries import (
 from threads.store.jsonl import JsonlStore
 from threads.wake import UserCaller, Wake, WakeSource, render_prompt
 
-pytest_plugins = ["tests.threads.store.conftest"]
+__all__ = ["backend"]  # the store tests' fixture: every backend, Redis when it runs
 
 
 def prompt(text: str) -> Message:
