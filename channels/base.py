@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from threads.sinks import Delivery, OutboundMessage
+from threads.sinks import Delivery, OutboundMessage, dedups
 from threads.turns import Turn
 
 ChatType = Literal["direct", "group", "channel"]
@@ -40,6 +40,10 @@ class Inbound:
     The router's access check (:mod:`channels.access`) decides from these
     whether a group message starts a turn. ``agent`` names the agent the
     sender asked for (the API's ``model``); empty, the session's own runs.
+    ``press`` is the platform's id of a button press (an approval's Approve /
+    Always / Deny), which arrives as its command in ``text`` and is answered
+    with :meth:`AsksApproval.answer_press`; ``message_id`` is then the
+    message the button was under.
     """
 
     channel: str
@@ -55,6 +59,7 @@ class Inbound:
     mentioned: bool = False
     media: tuple[MediaRef, ...] = ()
     agent: str = ""
+    press: str = ""
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
@@ -103,6 +108,36 @@ class Answers(Protocol):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalAsk:
+    """A question for a person: may this call run? Shown with Approve / Always / Deny.
+
+    ``text`` says what would run and why it asks (plain text, already
+    shortened); each button sends its command for ``request_id`` back
+    (:mod:`channels.approvals`).
+    """
+
+    request_id: str
+    text: str
+
+
+@runtime_checkable
+class AsksApproval(Protocol):
+    """A channel that shows approval questions with buttons, and answers their presses."""
+
+    async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:
+        """Post the question with its buttons in ``chat_id``; the message's id."""
+        ...
+
+    async def settle_approval(self, chat_id: str, message_id: str, text: str) -> None:
+        """Replace the question with how it was decided; its buttons go."""
+        ...
+
+    async def answer_press(self, inbound: Inbound, text: str) -> None:
+        """Answer a button press (``inbound.press``) to the person who pressed it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChannelSink:
     """Replies to a chat on a channel; in a group, the first one answers ``reply_to``."""
 
@@ -114,6 +149,11 @@ class ChannelSink:
     @property
     def drops(self) -> bool:
         return False
+
+    @property
+    def dedups(self) -> bool:
+        """The channel's: only a channel that drops a repeated outbound id may get one."""
+        return dedups(self.channel)
 
     def describe(self) -> str:
         return f"Caller is the {self.channel.name} user — reply with dispatch(to=caller:user)"

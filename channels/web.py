@@ -1,10 +1,18 @@
 """The web chat: a page and a WebSocket per browser tab, over aiohttp.
 
 Each browser holds one chat (``web:<id>`` is its session key). The page sends
-``{"text": ...}``; the gateway pushes ``{"type": "reply", "text": ...}``, and
+``{"text": ...}``; the gateway pushes ``{"type": "reply", "text": ..., "id": ...}``
+(the id is the reply's outbound id, which the page shows once), and
 ``{"type": "error", "error": ...}`` for a message it did not take (the socket
 stays open). Replies for a chat with no open socket wait in a short backlog
 and are sent when the chat reconnects.
+
+An approval question is ``{"type": "approval", "id", "text", "buttons"}``
+(each button ``[data, label]``); a press comes back as ``{"press": data}``
+and is handled as the command it stands for (:mod:`channels.approvals`).
+Once decided, ``{"type": "approval_settled", "id", "text"}`` replaces the
+question's buttons. A question for a chat with no open page is sent as text
+naming the commands instead.
 
 What keeps other people out (docs/decisions/web-01 to web-03):
 
@@ -42,7 +50,8 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import WSMsgType, hdrs, web
 
-from channels.base import Inbound, InboundHandler
+from channels.approvals import BUTTONS, button_data, commands_hint, press_command
+from channels.base import ApprovalAsk, Inbound, InboundHandler
 from channels.errors import ChannelError, InboundError
 from config.channels import HttpConfig, WebConfig
 from config.section import is_loopback, normal_origin, read_secret
@@ -52,6 +61,7 @@ from threads.errors import (
     InvalidKeyError,
     ManagerClosedError,
     NewerFormatError,
+    QuarantinedError,
     StoreError,
 )
 from threads.sinks import Delivery, OutboundMessage
@@ -87,9 +97,15 @@ FAILED = (
 
 
 class WebChannel:
-    """The browser chat channel."""
+    """The browser chat channel.
+
+    Each reply carries its outbound id; the page shows an id once, so a reply
+    a restart sends again (the ledger could not tell it had arrived) is not
+    shown twice: the channel deduplicates.
+    """
 
     name = "web"
+    dedups = True
 
     def __init__(
         self,
@@ -121,7 +137,7 @@ class WebChannel:
         self._token = token
         self._handler: InboundHandler | None = None
         self._sockets: dict[str, set[web.WebSocketResponse]] = defaultdict(set)
-        self._backlog: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=BACKLOG))
+        self._backlog: dict[str, deque[dict[str, str]]] = defaultdict(lambda: deque(maxlen=BACKLOG))
         self._counter = 0
         self._root: web.Application | None = None
         assets = resources.files("channels")
@@ -295,17 +311,17 @@ class WebChannel:
         self._sockets[chat_id].add(ws)
         try:
             await ws.send_json({"type": "hello", "chat": chat_id})
-            for text in self._backlog.pop(chat_id, None) or ():
-                await ws.send_json({"type": "reply", "text": text})
+            for reply in self._backlog.pop(chat_id, None) or ():
+                await ws.send_json(reply)
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
                     continue
                 try:
-                    text = _text_of(msg.data)
+                    text, press = _text_of(msg.data)
                 except InboundError as exc:
                     await ws.send_json({"type": "error", "error": str(exc)})
                     continue
-                refusal = await self._receive(chat_id, text)
+                refusal = await self._receive(chat_id, text, press)
                 if refusal:
                     await ws.send_json({"type": "error", "error": refusal})
         finally:
@@ -314,7 +330,7 @@ class WebChannel:
                 del self._sockets[chat_id]
         return ws
 
-    async def _receive(self, chat_id: str, text: str) -> str:
+    async def _receive(self, chat_id: str, text: str, press: str = "") -> str:
         """Hand the message on; "" when it was taken, else the line that tells why not."""
         if self._handler is None:
             return CLOSING
@@ -324,7 +340,9 @@ class WebChannel:
             chat_id=chat_id,
             user_id=chat_id,
             text=text,
-            message_id=str(self._counter),
+            # A press names its question, which the page knows by its request id.
+            message_id=press.rpartition(":")[2] if press else str(self._counter),
+            press=press,
         )
         try:
             await self._handler(inbound)
@@ -333,20 +351,47 @@ class WebChannel:
         return ""
 
     async def deliver(self, chat_id: str, message: OutboundMessage) -> Delivery:
+        reply = {"type": "reply", "text": message.text}
+        if message.outbound_id:
+            reply["id"] = message.outbound_id
         sockets = list(self._sockets.get(chat_id, ()))
         if not sockets:
-            self._backlog[chat_id].append(message.text)
+            backlog = self._backlog[chat_id]
+            if not message.outbound_id or all(r.get("id") != message.outbound_id for r in backlog):
+                backlog.append(reply)
             return Delivery(delivered_to=f"web:{chat_id} (queued until the page reconnects)")
         for ws in sockets:
-            await ws.send_json({"type": "reply", "text": message.text})
+            await ws.send_json(reply)
         return Delivery(delivered_to=f"web:{chat_id}")
+
+    async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:
+        """The question with its buttons on the open page; as text naming the commands if none is."""
+        sockets = list(self._sockets.get(chat_id, ()))
+        if not sockets:
+            hint = commands_hint(ask.request_id)
+            await self.deliver(chat_id, OutboundMessage(text=f"{ask.text}\n{hint}"))
+            return ask.request_id
+        buttons = [[button_data(choice, ask.request_id), label] for choice, label in BUTTONS]
+        question = {"type": "approval", "id": ask.request_id, "text": ask.text, "buttons": buttons}
+        for ws in sockets:
+            await ws.send_json(question)
+        return ask.request_id
+
+    async def settle_approval(self, chat_id: str, message_id: str, text: str) -> None:
+        """The question's buttons give way to how it was decided."""
+        for ws in list(self._sockets.get(chat_id, ())):
+            await ws.send_json({"type": "approval_settled", "id": message_id, "text": text})
+
+    async def answer_press(self, inbound: Inbound, text: str) -> None:
+        """The answer to a press, shown in the chat like any reply."""
+        await self.deliver(inbound.chat_id, OutboundMessage(text=text))
 
 
 def refusal_of(exc: Exception, chat: str) -> str:
     """The line the person reads for a message the gateway did not take; the cause is logged."""
     known: list[tuple[type[Exception] | tuple[type[Exception], ...], str]] = [
         (BusyError, BUSY),
-        ((CorruptError, NewerFormatError), UNREADABLE),
+        ((QuarantinedError, CorruptError, NewerFormatError), UNREADABLE),
         (ManagerClosedError, CLOSING),
         (InvalidKeyError, BAD_CHAT),
         ((StoreError, OSError), NOT_SAVED),
@@ -472,14 +517,21 @@ def _same_origin(origin: str, host: str) -> bool:
         return False
 
 
-def _text_of(data: str) -> str:
+def _text_of(data: str) -> tuple[str, str]:
+    """A message's text, and the button data when it is a press (its text is the command)."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise InboundError('a web chat message must be JSON like {"text": "hi"}') from None
+    press = obj.get("press") if isinstance(obj, dict) else None
+    if isinstance(press, str):
+        command = press_command(press)
+        if command is None:
+            raise InboundError("that button does nothing any more")
+        return command, press
     text = obj.get("text") if isinstance(obj, dict) else None
     if not isinstance(text, str) or not text.strip():
         raise InboundError("the message has no 'text'")
     if len(text) > MAX_TEXT:
         raise InboundError(f"the message is {len(text)} characters; the limit is {MAX_TEXT}")
-    return text
+    return text, ""

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from config.approvals import ApprovalRule, ApprovalsConfig
 from config.channels import AdminConfig, ChannelsConfig, HttpConfig
 from config.compaction import CompactionConfig
 from config.heartbeat import HeartbeatConfig
@@ -133,6 +134,8 @@ class AgentConfig(Section):
     # Tools (patterns, as in tools) this agent runs without asking a person even
     # when they require approval.
     auto_approve: list[str] = Field(default_factory=list)
+    # This agent's approval rules, tried before [approvals] rules (config.approvals).
+    approval_rules: list[ApprovalRule] = Field(default_factory=list)
 
 
 class SubagentDefaults(Section):
@@ -293,6 +296,9 @@ class GatewayConfig(Section):
 
     timezone: TimeZoneName = "UTC"
     data_dir: Path = Path("./data")
+    # The name this gateway's locks carry in a shared store; empty: one generated once
+    # and kept in <data_dir>/state/node.json. Give each process of a cluster its own.
+    node_id: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,64}$")
     default_agent: str = "default"
     store: StoreConfig = Field(default_factory=StoreConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
@@ -306,6 +312,7 @@ class GatewayConfig(Section):
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
 

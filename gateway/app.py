@@ -32,10 +32,11 @@ from channels.pairing import PairingService
 from channels.web import WebChannel
 from config.models import GatewayConfig
 from cron import CronService, connect_store
-from cron.base import Clock, WallClock
+from cron.base import Clock
 from cron.errors import StoreError as CronStoreError
 from cron.heartbeat import Heartbeats
 from cron.manager_waker import ManagerWaker
+from gateway.approvals import ApprovalDesk
 from gateway.channel_setup import (
     build_discord,
     build_telegram,
@@ -51,17 +52,23 @@ from gateway.lifetimes import Lifetimes
 from gateway.metrics import Metrics, TimedModels
 from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import Router, endpoint_of
+from threads import faults
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
 from threads.agent.pin_tool import pin_message_tool
 from threads.agent.tools import Tool, ToolRegistry
+from threads.approvals.gate import DurableApprovals
+from threads.approvals.grants import GrantBook
+from threads.approvals.service import ApprovalService
+from threads.clock import MonotonicClock, WallClock
 from threads.dispatch import dispatch_tool
-from threads.errors import UnreachableError, UnsafePathError
+from threads.errors import NodeBusyError, UnreachableError, UnsafePathError
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
 from threads.media import Media
+from threads.node import NodeIdentity, claim_node
 from threads.ops import check_session_tool, health_tool
 from threads.pool.recovery import recover_delegations
 from threads.pool.tools import delegate_task_tool
@@ -74,7 +81,6 @@ from threads.store import check_reachable, open_store
 from threads.store.base import SessionStore, StoreOptions
 from threads.supervision import Supervisor
 from threads.tools import builtin_tools
-from threads.tools.approval import ConfigApprovals
 from threads.tools.images import ORIGIN as TOOL_MEDIA
 from threads.tools.images import ImageStore
 
@@ -124,8 +130,8 @@ def default_tools(config: GatewayConfig) -> list[Tool[Any]]:
 class Gateway:
     """The whole gateway: store, threads, channels and control, with one lifetime.
 
-    ``cron_clock`` is where cron takes its time from: the wall clock unless a
-    test brings a clock of its own.
+    ``cron_clock`` is where cron takes its time from, ``approval_clock`` what
+    approval requests lapse on: the wall clock unless a test brings its own.
     """
 
     def __init__(
@@ -138,6 +144,7 @@ class Gateway:
         tools: Sequence[Tool[Any]] = (),
         control: bool = True,
         cron_clock: Clock | None = None,
+        approval_clock: WallClock | None = None,
     ) -> None:
         self.config = config
         self._model_clients = dict(model_clients or {})
@@ -146,6 +153,7 @@ class Gateway:
         self._extra_tools = list(tools)
         self._control_enabled = control
         self._cron_clock = cron_clock
+        self._approval_clock = approval_clock or MonotonicClock()
         self._lifetimes = Lifetimes()
         self.channels: dict[str, Channel] = {}
         self.cli: CliChannel | None = None
@@ -166,6 +174,9 @@ class Gateway:
         self.pairing: PairingService | None = None
         self.access: dict[str, Access] = {}
         self.mcp: McpHub | None = None
+        self.state: StateStore | None = None
+        self.approvals: ApprovalService | None = None
+        self.node: NodeIdentity | None = None
 
     @property
     def store(self) -> SessionStore:
@@ -203,11 +214,18 @@ class Gateway:
 
     async def _start(self) -> None:
         config = self.config
+        if faults.problem():
+            raise StartupError(faults.problem())
+        if faults.armed():
+            log.warning("fault point %s is armed: this process kills itself there", faults.armed())
         self._prepare_directories()
+        self.node = self._claim_node()
         if self._given_store is not None:
             self._store = self._given_store
         else:
-            options = StoreOptions(salvage=config.store.salvage, fsync=config.store.fsync)
+            options = StoreOptions(
+                salvage=config.store.salvage, fsync=config.store.fsync, node=self.node
+            )
             self._store = open_store(config.store.url, options)
             self._lifetimes.push("session store", self._store.close)
         try:
@@ -225,10 +243,11 @@ class Gateway:
             models = Models(config.models, clients=self._model_clients)
         self._lifetimes.push("model clients", models.close)
         check_models(config, models)
+        grants = GrantBook(await self._open_state())
         tools = ToolRegistry(
             [*default_tools(config), *self._extra_tools],
             default_timeout=config.threads.tool_timeout_seconds,
-            approvals=ConfigApprovals(config),
+            approvals=DurableApprovals(config, clock=self._approval_clock, grants=grants),
         )
         self.media = Media()
         agent = AgentLoop(
@@ -247,13 +266,17 @@ class Gateway:
             recovery_path=config.data_dir / "state" / "recovery.json",
         )
         agent.services = self._manager
+        self.approvals = ApprovalService(self._manager, clock=self._approval_clock, grants=grants)
+        self._lifetimes.push("approvals", self.approvals.close)
+        self._manager.health_sources["approvals"] = self.approvals.health
         self.send_policy = policy = SendPolicy(self._manager)
         self._manager.health_sources["channels"] = self._channel_health
         if self.metrics is not None:
             self._manager.observe(self.metrics.observe)
 
         if self._control_enabled:
-            # First, so a second gateway on the same data directory stops here.
+            # The node claim has stopped a second gateway on this data directory already;
+            # the socket lets `gateway chat`, `health` and the other commands find this one.
             from gateway.control import ControlServer
 
             server = ControlServer(self, config.data_dir / "gateway.sock")
@@ -285,6 +308,7 @@ class Gateway:
             self._manager,
             lambda session, focus: agent.compact_session(session, instructions=focus),
         )
+        self._router.commands.update(ApprovalDesk(self, self.approvals).commands())
         await self._start_http()
         for channel in self.channels.values():
             try:
@@ -303,6 +327,7 @@ class Gateway:
         except UnsafePathError as exc:
             raise StartupError(f"store.url: {exc}") from None
         self._lifetimes.push("thread manager", self._manager.close)
+        await self.approvals.start()
         # Closing, channels stop taking messages first; they deliver while turns finish.
         self._lifetimes.push("channel input", self._stop_receiving)
         Supervisor(self._manager).start()
@@ -314,6 +339,36 @@ class Gateway:
             # Approvals and denials made while no gateway ran are told now.
             self._manager.spawn(self.pairing.deliver_notices(), name="pairing notices")
 
+    async def _open_state(self) -> StateStore:
+        """The state store: grants, pairing (cron keeps its own connection)."""
+        try:
+            state: StateStore = await open_state_store(self.config.state_store_url())
+        except StateStoreError as exc:
+            raise StartupError(f"{self._state_setting()}: {exc}") from None
+        self._lifetimes.push("state store", state.close)
+        self.state = state
+        return state
+
+    def _claim_node(self) -> NodeIdentity:
+        """This process's node identity, held until the gateway closes (one process per node).
+
+        Its locks in a shared store carry it, so this start takes over at once
+        the locks an earlier run of this data directory left (decision
+        reliability-03).
+        """
+        try:
+            claim = claim_node(self.config.data_dir / "state", node_id=self.config.node_id)
+        except NodeBusyError as exc:
+            raise StartupError(str(exc)) from None
+        except (OSError, UnsafePathError) as exc:
+            raise StartupError(f"data_dir: the node record cannot be written: {exc}") from None
+
+        async def release() -> None:
+            claim.close()
+
+        self._lifetimes.push("node identity", release)
+        return claim.identity
+
     async def _start_access(self) -> None:
         """Access control for the channels with an access section, and their pairing.
 
@@ -323,11 +378,7 @@ class Gateway:
         sections = self.config.channels.access_sections()
         if not sections:
             return
-        try:
-            state: StateStore = await open_state_store(self.config.state_store_url())
-        except StateStoreError as exc:
-            raise StartupError(f"{self._state_setting()}: {exc}") from None
-        self._lifetimes.push("state store", state.close)
+        state = self.state or await self._open_state()
         self.pairing = pairing = PairingService(state, sections, notify=self._tell_user)
         await pairing.start()
         self._lifetimes.push("pairing", pairing.close)
@@ -365,16 +416,12 @@ class Gateway:
 
     async def _start_heartbeats(self) -> None:
         """Heartbeats on the state store, waking threads through the manager."""
-        try:
-            state = await open_state_store(self.config.state_store_url())
-        except StateStoreError as exc:
-            raise StartupError(f"{self._state_setting()}: {exc}") from None
-        self._lifetimes.push("heartbeat state store", state.close)
+        state = self.state or await self._open_state()
         beats = Heartbeats(
             state,
             ManagerWaker(self.manager),
             self.config.heartbeat,
-            clock=self._cron_clock or WallClock(),
+            clock=self._cron_clock or MonotonicClock(),
             zone=self.config.timezone,
         )
         beats.start()

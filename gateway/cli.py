@@ -10,6 +10,7 @@
     gateway cron …         operate scheduled jobs (see ``gateway cron --help``)
     gateway sessions …     list sessions, read transcripts, set a send policy
     gateway pairing …      approve, deny and revoke who may message the bot directly
+    gateway approvals …    tool calls waiting for a person: list, approve, deny; grants
 
 Every command takes ``--config PATH`` (else ``GATEWAY_CONFIG``, else
 ``./gateway.toml`` when present, else the embedded defaults). Exit codes: 0
@@ -32,6 +33,7 @@ import typer
 
 from config import GatewayConfig
 from gateway import config_cli, ops_cli
+from gateway.approvals_cli import app as approvals_app
 from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
@@ -168,7 +170,7 @@ def _print_reply(text: str) -> None:
     print(text, flush=True)
 
 
-async def _read_lines(submit: Callable[[str], Awaitable[None]]) -> None:
+async def _read_lines(submit: Callable[[str], Awaitable[object]]) -> None:
     """Read stdin lines until end of input and hand each non-empty one to ``submit``."""
     async for line in input_lines(sys.stdin.fileno()):
         text = line.strip()
@@ -261,6 +263,7 @@ app.add_typer(cron_app, name="cron")
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(heartbeat_app, name="heartbeat")
 app.add_typer(pairing_app, name="pairing")
+app.add_typer(approvals_app, name="approvals")
 
 
 def main() -> None:

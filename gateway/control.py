@@ -23,6 +23,11 @@ an optional ``id`` echoed in the answer:
 * ``pairing_approve`` / ``pairing_deny`` ``{"channel", "code"}`` — answers the
   request and whether its user was told now (``told``)
 * ``pairing_revoke`` ``{"channel", "user"}`` — answers the unpaired user
+* ``approvals_list`` — the tool calls waiting for a decision (``{"requests": […]}``)
+* ``approvals_decide`` ``{"request", "approve", "always", "reason", "who"}`` — decides
+  one as the operator ``who`` (through the ``cli`` door); answers how it was decided
+* ``approvals_grants`` ``{"key"?}`` — the standing approvals ``/always`` minted
+* ``approvals_revoke`` ``{"grant"}`` — ends one; answers it
 
 Errors come back as ``{"ok": false, "error": "…"}``.
 """
@@ -45,6 +50,7 @@ from gateway.errors import ControlError, GatewayGoneError
 from gateway.preflight import another_gateway
 from gateway.session_edits import Editor
 from threads.agent.loop import AgentLoop
+from threads.approvals.service import ApprovalService, Decider
 from threads.errors import ThreadsError
 
 if TYPE_CHECKING:
@@ -93,6 +99,10 @@ class ControlServer:
             "pairing_approve": self._pairing_approve,
             "pairing_deny": self._pairing_deny,
             "pairing_revoke": self._pairing_revoke,
+            "approvals_list": self._approvals_list,
+            "approvals_decide": self._approvals_decide,
+            "approvals_grants": self._approvals_grants,
+            "approvals_revoke": self._approvals_revoke,
         }
 
     async def start(self) -> None:
@@ -288,6 +298,42 @@ class ControlServer:
     ) -> dict[str, Any]:
         user = await self._pairing().revoke(str(request["channel"]), str(request["user"]))
         return {"ok": True, "user": user.model_dump(mode="json")}
+
+    def _approvals(self) -> ApprovalService:
+        service = self.gateway.approvals
+        if service is None:
+            raise LookupError("the gateway has not started its approvals")
+        return service
+
+    async def _approvals_list(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        return {"ok": True, "requests": [w.wire() for w in await self._approvals().waiting()]}
+
+    async def _approvals_decide(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        settled = await self._approvals().decide(
+            str(request["request"]),
+            approve=bool(request.get("approve")),
+            always=bool(request.get("always")),
+            reason=str(request.get("reason") or ""),
+            decider=Decider(channel="cli", name=str(request.get("who") or "")),
+        )
+        return {"ok": True, "decision": settled.wire()}
+
+    async def _approvals_grants(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        key = request.get("key")
+        grants = await self._approvals().grants_of(str(key) if key else None)
+        return {"ok": True, "grants": [g.wire() for g in grants]}
+
+    async def _approvals_revoke(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        grant = await self._approvals().revoke(str(request["grant"]))
+        return {"ok": True, "grant": grant.wire()}
 
 
 async def _alive(path: Path) -> bool:

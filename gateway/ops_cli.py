@@ -185,6 +185,12 @@ def session_lines(info: dict[str, Any]) -> list[str]:
     if not info.get("exists"):
         return [f"{key}: no such session (nothing stored under this key)"]
     lines = [f"{key}", f"  session id      {info.get('session_id', '-')}"]
+    if info.get("quarantined"):
+        record = info["quarantined"]
+        lines.append("  readable        no: set aside, its key answers with an error")
+        lines.append(f"  where           {place_text(record)}")
+        lines.append(f"  why             {record.get('reason', '?')}")
+        return lines
     lines.append(f"  agent           {info.get('agent', '-')}")
     lines.append(
         f"  on disk         {info.get('message_count', 0)} messages, "
@@ -200,15 +206,43 @@ def session_lines(info: dict[str, Any]) -> list[str]:
             state += f", {info.get('thread_iterations', 0)} model calls so far"
             if info.get("thread_current_tool"):
                 state += f", in tool {info['thread_current_tool']}"
+        for request in info.get("thread_awaiting_approval", []):
+            state += f", waiting for approval of {request['tool']} ({request['id']})"
         lines.append(f"  state           {state}")
         lines.append(f"  waiting         {info.get('thread_pending', 0)} message(s)")
+    uncertain = info.get("delivery_uncertain") or []
+    if uncertain:
+        lines.append(f"  delivery uncertain: {len(uncertain)} send(s) a restart could not confirm")
+        lines += _uncertain_lines(uncertain, "    ")
     known = {
         "session_key", "exists", "session_id", "agent", "message_count", "turn_count",
         "size_bytes", "last_modified", "thread_active", "thread_state", "thread_elapsed_sec",
-        "thread_iterations", "thread_current_tool", "thread_pending",
+        "thread_iterations", "thread_current_tool", "thread_pending", "thread_awaiting_approval",
+        "delivery_uncertain",
     }  # fmt: skip
     lines += [f"  {name:<15} {_value(value)}" for name, value in info.items() if name not in known]
     return lines
+
+
+def _uncertain_lines(sends: list[dict[str, Any]], indent: str) -> list[str]:
+    """One line per send whose delivery is uncertain: when, what, to whom, its start."""
+    return [
+        f"{indent}{_when(str(s.get('recorded', '')))}  {s.get('kind', '?')} to "
+        f"{s.get('session_key', '') + ' → ' if s.get('session_key') else ''}{s.get('to', '?')}: "
+        f"{s.get('text', '')}"
+        for s in sends
+    ]
+
+
+def _outbound_section(info: dict[str, Any]) -> list[str]:
+    sends = info["outbound"].get("uncertain") or []
+    if not sends:
+        return ["outbound:", "  delivery uncertain  none"]
+    return [
+        "outbound:",
+        f"  delivery uncertain  {len(sends)} send(s) found unconfirmed at start-up, not repeated",
+        *_uncertain_lines(sends, "    "),
+    ]
 
 
 def health_lines(info: dict[str, Any]) -> list[str]:
@@ -221,6 +255,8 @@ def health_lines(info: dict[str, Any]) -> list[str]:
         "cron": _cron_section,
         "channels": _channels_section,
         "mcp": _mcp_section,
+        "approvals": _approvals_section,
+        "outbound": _outbound_section,
         "process": _process_section,
     }
     for name, render in renderers.items():
@@ -253,6 +289,8 @@ def _threads_section(info: dict[str, Any]) -> list[str]:
         )
         if thread.get("current_tool"):
             line += f"  in tool {thread['current_tool']}"
+        for request in thread.get("awaiting_approval", []):
+            line += f"  awaiting approval of {request['tool']} ({request['id']})"
         detail = [f"session {thread.get('session_id', '?')}"]
         if thread.get("run_id"):
             detail.append(f"run {thread['run_id']}")
@@ -267,6 +305,17 @@ def _threads_section(info: dict[str, Any]) -> list[str]:
         "max_concurrent_turns",
     }
     lines += [f"  {name}: {_value(figures[name])}" for name in sorted(extra)]
+    return lines
+
+
+def _approvals_section(info: dict[str, Any]) -> list[str]:
+    approvals = info["approvals"]
+    lines = [f"approvals: {approvals.get('pending', 0)} waiting for a decision"]
+    for request in approvals.get("requests", []):
+        line = f"  {request['id']}  {request['tool']} in {request['session_key']}"
+        if request.get("expiry"):
+            line += f", denied if undecided by {_when(request['expiry'])}"
+        lines.append(line)
     return lines
 
 
@@ -299,8 +348,28 @@ def _sessions_section(info: dict[str, Any]) -> list[str]:
         f"  store            {sessions.get('store', '?')} ({sessions.get('backend', '?')})",
         f"  keys             {sessions.get('keys', '?')}",
     ]
-    extra = set(sessions) - {"store", "backend", "keys"}
+    if sessions.get("writable") is False:
+        lines.append(
+            f"  writable         no, for {duration_text(float(sessions.get('down_seconds', 0)))}"
+            f"; {sessions.get('writes_waiting', 0)} write(s) wait for it: {sessions.get('error')}"
+        )
+    quarantined = sessions.get("quarantined") or []
+    lines.append(f"  quarantined      {len(quarantined) or 'none'}")
+    lines += [f"    {quarantine_text(record)}" for record in quarantined]
+    shown = {"store", "backend", "keys", "writable", "down_seconds", "writes_waiting", "error"}
+    extra = set(sessions) - shown - {"quarantined"}
     return lines + [f"  {name:<16} {_value(sessions[name])}" for name in sorted(extra)]
+
+
+def quarantine_text(record: dict[str, Any]) -> str:
+    """One quarantined session: its key, where it is kept (and the line), and why."""
+    return f"{record.get('session_key', '?')}: {place_text(record)} — {record.get('reason', '?')}"
+
+
+def place_text(record: dict[str, Any]) -> str:
+    """Where a quarantined session is kept, with the line that could not be read."""
+    where = str(record.get("where", "?"))
+    return f"{where}, line {record['line']}" if record.get("line") else where
 
 
 def _cron_section(info: dict[str, Any]) -> list[str]:

@@ -13,6 +13,24 @@ the ledger whatever the outcome. The driver task runs the queue: one turn at
 a time, through the gate the session's owner gives it (the manager's cap on
 concurrent turns). When input waits, the next turn's prompt is written in the
 same append as the end of the turn before it: one durable write, not two.
+
+A run that stops at calls waiting for a person ends ``parked``: the turn
+entry, the approval requests and their audit land in one append, and input
+waits behind the boundary until its resume has run (:mod:`threads.approvals`).
+
+A write of accepted work the store cannot take (:class:`UnavailableError`) is
+not given up: a prompt stays at the head of the queue, a step or a turn end
+stays with its run, and each is tried again with the outage's backoff until
+the store takes it — the run is never run twice. Only a close past its
+deadline gives up; what was accepted is durable and runs at the next start.
+
+What a turn sends at its end — the final answer, a closing notice, the
+hand-offs its owner names (``child_completed``, an exchange's next step) —
+is recorded in the outbound ledger in that same append, and handed to its
+sinks only once the append is durable; each send's mark follows in one more
+append (:mod:`threads.outbound`, :mod:`threads.deliveries`). Sends a stopped
+writer recorded and never marked are completed when the session is next
+continued or sent to.
 """
 
 from __future__ import annotations
@@ -20,15 +38,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from threads.errors import BusyError, ClosedError, NotPersistedError, NotRunError
+from threads.approvals.boundary import park_entries, resume_ended
+from threads.approvals.door import ApprovalDoor
+from threads.deliveries import Deliveries
+from threads.errors import (
+    BusyError,
+    ClosedError,
+    DroppedError,
+    NotPersistedError,
+    NotRunError,
+    UnavailableError,
+)
+from threads.faults import fault
 from threads.ids import new_entry_id
-from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
+from threads.inbox import Chain, Deferral, Inbox, Pending, Sync, Write, deferral_receipts
 from threads.messages import JSON, Message, Usage
-from threads.store.entries import Entry, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
+from threads.outbound import Outgoing
+from threads.store.entries import (
+    Entry,
+    LeafEntry,
+    MessageEntry,
+    OutboundEntry,
+    ReceiptEntry,
+    TurnEntry,
+)
 from threads.tree import EntryTree, interruption_results, still_open
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
 
@@ -36,6 +74,8 @@ if TYPE_CHECKING:
     from threads.session import Injected, Session, SessionOptions, SessionState
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -58,7 +98,8 @@ class TurnDriver:
 
     ``tree`` is the session's entry tree (read here, never changed but by
     ``write``); ``lock`` is the session's lock, held around every write;
-    ``chain`` and ``write`` are the session's write path.
+    ``chain`` and ``write`` are the session's write path, and ``sync`` makes
+    what it wrote durable (a no-op unless the store flushes on demand).
     """
 
     def __init__(
@@ -69,6 +110,7 @@ class TurnDriver:
         lock: asyncio.Lock,
         chain: Chain,
         write: Write,
+        sync: Sync,
         options: SessionOptions,
     ) -> None:
         self._session = session
@@ -76,15 +118,32 @@ class TurnDriver:
         self._lock = lock
         self._chain = chain
         self._write = write
+        self._sync = sync
         self._options = options
         self._closing = False
         self._stop_queue = False
-        self._inbox = Inbox(session, tree=tree, chain=chain, write=write, options=options)
+        self._inbox = Inbox(
+            session, tree=tree, chain=chain, write=write, sync=sync, options=options
+        )
+        self._deliveries = Deliveries(
+            session, tree=tree, lock=lock, chain=chain, write=write, sync=sync, options=options
+        )
+        self.approvals = ApprovalDoor(
+            session,
+            tree=tree,
+            lock=lock,
+            chain=chain,
+            write=write,
+            kick=self._kick,
+            mint_run_id=self._inbox.mint_run_id,
+        )
         self._running: _Active | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self._arrival = asyncio.Event()
+        self._give_up = asyncio.Event()  # set by a close past its deadline: stop retrying writes
+        self.end_unwritten = False
 
     # -- what the session reports
 
@@ -95,11 +154,13 @@ class TurnDriver:
 
     @property
     def state(self) -> SessionState:
-        """``running`` while a run executes; ``pending`` while input waits; else ``idle``."""
+        """``running`` while a run executes; ``pending`` while input or a decision waits."""
         active = self._running
         if active is not None and active.begun:
             return "running"
-        if active is not None or self._inbox.has_input():
+        if active is not None or self._inbox.has_input() or self.approvals.awaiting:
+            return "pending"
+        if self._deliveries.completing:
             return "pending"
         return "idle"
 
@@ -134,18 +195,31 @@ class TurnDriver:
         wake: Mapping[str, JSON] | None,
         injected: Injected | None,
     ) -> Turn:
-        """Accept one message under the busy policy (:meth:`Session.send` says how)."""
+        """Accept one message under the busy policy (:meth:`Session.send` says how).
+
+        A wake whose ``origin`` (the sending session's outbound record) this
+        session already accepted is not taken again: its turn is decided at
+        once as dropped, naming the run the first copy became.
+        """
+        await self.complete_unsent()
         async with self._lock:
             if self._closing:
                 raise ClosedError(self._session.id)
-            await self._inbox.settle_unfinished()
+            self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             wake = dict(wake or {})
-            if self._running is None and self._inbox.head is None and policy is not Policy.COLLECT:
+            origin = wake.get("origin")
+            if isinstance(origin, str) and origin in self._tree.origins:
+                return _duplicate(origin, self._tree.origins[origin], policy)
+            parked = self.approvals.awaiting
+            idle = self._running is None and self._inbox.head is None and not parked
+            if idle and policy is not Policy.COLLECT:
                 turn = await self._inbox.start_now(message, policy, payload, wake)
                 self._kick()
                 return turn
             if policy is Policy.REJECT:
-                raise BusyError(self._session.id)
+                raise BusyError(
+                    self._session.id, "send (an approval is pending)" if parked else "send"
+                )
             if self._inbox.pending_count() >= self._options.max_queue:
                 raise BusyError(
                     self._session.id,
@@ -154,12 +228,15 @@ class TurnDriver:
             target = self._steer_target()
             if policy is Policy.STEER and target is not None:
                 return await self._inbox.accept_steer(message, payload, wake, injected, target)
-            interrupts = policy in (Policy.INTERRUPT, Policy.ROLLBACK) and target is not None
+            interrupting = policy in (Policy.INTERRUPT, Policy.ROLLBACK)
+            interrupts = interrupting and target is not None
             turn = await self._inbox.accept_send(message, policy, payload, wake, ahead=interrupts)
             if interrupts:
                 self._cancel_running(
                     "interrupted by a newer message", rollback=policy is Policy.ROLLBACK
                 )
+            elif interrupting and parked:
+                await self.approvals.close_locked("interrupted by a newer message", via="interrupt")
             if policy is Policy.COLLECT:
                 self._arrival.set()
             self._kick()
@@ -210,10 +287,19 @@ class TurnDriver:
             # Steers first, so a resume settled next runs ahead of their follow-ups.
             if self._inbox.has_steers() and self._steer_target() is None:
                 await self._inbox.defer_steers()
-            await self._inbox.settle_unfinished()
+            self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             self._kick()
             head = self._inbox.head
-            return head.turn if head else None
+        await self.complete_unsent()
+        return head.turn if head else None
+
+    async def complete_unsent(self) -> None:
+        """Complete the sends a stopped writer recorded and never marked (see ``Deliveries``)."""
+        await self._deliveries.complete_unsent()
+
+    async def send_out(self, out: Outgoing) -> OutboundEntry | None:
+        """A send outside any turn (see :meth:`Session.send_out`)."""
+        return await self._deliveries.send_out(out)
 
     async def clear_queue(self) -> int:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
@@ -263,6 +349,7 @@ class TurnDriver:
             except TimeoutError:
                 self._cancel_running("the session is closing")
                 self._stop_queue = True
+                self._give_up.set()
                 await asyncio.shield(task)
         self._inbox.close(self._session.id)
 
@@ -273,7 +360,8 @@ class TurnDriver:
     # -- the driver task: runs queued turns one at a time
 
     def _kick(self) -> None:
-        if self._task is None and self._inbox.head is not None and not self._stop_queue:
+        waiting = self._inbox.head is not None or self.approvals.resume_owed()
+        if self._task is None and waiting and not self._stop_queue:
             self._idle.clear()
             self._task = asyncio.create_task(self._drive(), name=f"session {self._session.id}")
 
@@ -290,8 +378,19 @@ class TurnDriver:
                 self._idle.set()
 
     async def _next_active(self) -> _Active | None:
+        tries = 0
         while True:
+            held = False
             async with self._lock:
+                if self.approvals.awaiting:
+                    # A boundary holds the session: its resume runs first, once decided.
+                    if self.approvals.resume_owed() and not self._stop_queue:
+                        active = await self._start_resume()
+                        if active is not None:
+                            return active
+                    self._task = None
+                    self._idle.set()
+                    return None
                 head = self._inbox.head
                 if head is None or (self._stop_queue and not head.started):
                     self._task = None
@@ -301,11 +400,20 @@ class TurnDriver:
                 if head.policy is Policy.COLLECT and not self._closing:
                     wait = self._inbox.collect_deadline() - self._options.clock.monotonic()
                 if wait <= 0:
-                    active = await self._start_active()
-                    if active is not None:
-                        return active
-                    continue
+                    try:
+                        active = await self._start_active()
+                    except UnavailableError:
+                        tries += 1
+                        held = True
+                    else:
+                        if active is not None:
+                            return active
+                        continue
                 self._arrival.clear()
+            if held:
+                # The prompt waits at the head for the store; a close (arrival) ends the wait.
+                await self._options.outage.pause(tries, self._arrival, self._give_up)
+                continue
             # The window's end or an arrival (which moves it), whichever comes first.
             timer = self._options.clock.call_later(wait, self._arrival.set)
             try:
@@ -335,6 +443,10 @@ class TurnDriver:
             leaf = prompt.id
         try:
             await self._write(prompts)
+        except UnavailableError as exc:
+            self._inbox.requeue(batch)
+            self._held(batch, exc, f"the prompt of {head.turn.run_id}")
+            raise
         except Exception as exc:
             log.exception(
                 "session %s: the prompt of %s was not written", self._session.id, head.turn.run_id
@@ -367,12 +479,22 @@ class TurnDriver:
         self._running = active
         return active
 
+    async def _start_resume(self) -> _Active | None:
+        """The armed resume's run, its ``started`` audit written (lock held); None if not."""
+        run = await self.approvals.start_resume(self._options.load_payload)
+        if run is None:
+            return None
+        run.bind(self._flush_run, self._drain_run, self._rerun_run)
+        self._running = active = _Active(run=run, pendings=[], prompt_id="")
+        return active
+
     async def _execute(self, active: _Active) -> None:
         run = active.run
         result: RunResult | None = None
         try:
             async with self._options.gate():
                 if not active.cancel_reason:
+                    fault("after_prompt_write")
                     active.begun = True
                     run.started = time.monotonic()
                     run.emit(RunStart(run_id=run.run_id))
@@ -389,7 +511,15 @@ class TurnDriver:
         await asyncio.shield(self._finish(active, result))
 
     async def _finish(self, active: _Active, result: RunResult | None) -> None:
-        """Write the run's unwritten messages and its turn entry; decide its turns."""
+        """Write the run's unwritten messages, its sends and its turn entry; send; decide its turns.
+
+        While the store cannot take the end it is tried again (the run is done
+        and is not run again); a close past its deadline gives up on it, and
+        the next start records the turn as interrupted. The sends of the turn's
+        end are recorded in the append that ends the turn and handed to their
+        sinks once it is durable, before the turn is decided (a waiter sees
+        what was delivered); their marks follow.
+        """
         run = active.run
         if result is None:
             result = RunResult(
@@ -399,77 +529,129 @@ class TurnDriver:
         outcome = Outcome.CANCELED if canceled else Outcome.ANSWERED
         if result.stop_reason == "error":
             outcome = Outcome.FAILED
-        error: BaseException | None = None
+        parked = result.parked if not canceled else ()
+        if parked:
+            outcome = Outcome.PARKED
         async with self._lock:
-            messages, run.staged = run.staged, []
-            waiting = {call.id for call in result.pending}
-            unanswered = {
-                call: name
-                for call, name in still_open(self._tree.open_calls(), messages).items()
-                if call not in waiting
-            }
-            messages += interruption_results(unanswered)
-            entries, leaf = _linked(self._tree.leaf, messages)
-            turn_entry = TurnEntry(
-                id=new_entry_id(),
-                parent=leaf,
-                run_id=run.run_id,
-                stop_reason=result.stop_reason,
-                usage=result.usage,
-                steps=result.steps,
-                err=result.error,
-                pending=result.pending,
-                canceled=canceled,
-                policy=run.policy.value,
-                last_input=result.last_input,
-                late_steps=run.late_steps,
+            sends = [*run.outbox, *self._hand_offs(run.run_id, run.payload, result)]
+            run.outbox = []
+            ending = self._ending(active, result, canceled=canceled, sends=sends)
+        deferred: list[Deferral] = []
+        error: BaseException | None = None
+        try:
+            deferred = await self._until_written(
+                partial(self._end, ending, parked=bool(parked)), f"the end of turn {run.run_id}"
             )
-            entries.append(turn_entry)
-            if not result.ok:
-                entries.extend(_unanswered_steers(active, run))
-            if active.rollback:
-                prompt = self._tree.by_id.get(active.prompt_id)
-                entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
-            steers = self._inbox.take_steers()
-            deferred = self._inbox.plan_deferrals(steers)
-            entries.extend(deferral_receipts(deferred))
-            linked = self._chain(*entries)
-            upcoming = self._upcoming(deferred)
-            if upcoming is not None:
-                # The next turn's prompt rides in the same append: one write, not two.
-                last = linked[-1]
-                upcoming_prompt = MessageEntry(
+        except Exception as exc:
+            log.exception(
+                "session %s: the end of turn %s was not written", self._session.id, run.run_id
+            )
+            outcome = Outcome.NOT_PERSISTED
+            error = NotPersistedError(
+                f"turn {run.run_id} of session {self._session.id} ran, but its end was not "
+                f"written ({exc}): the session holds no record of how it ended",
+                result,
+            )
+            self.end_unwritten = True
+            self._running = None
+            sends = []  # not recorded, so not sent: the turn runs again once it can be
+        else:
+            sends = await self._deliveries.synced(sends)
+        await self._deliveries.send(sends)
+        run.emit(RunFinish(result=result))
+        if outcome is Outcome.PARKED:
+            self.approvals.parked(run.payload, ending, self._options.on_park)
+        if not active.pendings:
+            run.turn.finish(outcome, result, error)  # a resume's turn
+        for pending in active.pendings:
+            pending.turn.finish(outcome, result, error)
+        for old, new in deferred:
+            old.turn.next = new.turn
+            old.turn.finish(Outcome.DEFERRED)
+
+    def _ending(
+        self, active: _Active, result: RunResult, *, canceled: bool, sends: Sequence[Outgoing]
+    ) -> list[Entry]:
+        """The run's last messages, ledger and sends, and its turn entry (lock held).
+
+        Built once, written until landed. A parked run's waiting calls stay
+        without a result; its approval requests and their audit ride with the
+        turn entry.
+        """
+        run = active.run
+        parked = result.parked if not canceled else ()
+        messages, run.staged = run.staged, []
+        unanswered = still_open(self._tree.open_calls(), messages)
+        for p in parked:
+            unanswered.pop(p.call.id, None)
+        messages += interruption_results(unanswered)
+        entries, leaf = _linked(self._tree.leaf, messages)
+        entries += run.ledger
+        run.ledger = []
+        entries += [out.record for out in sends]
+        turn_entry = TurnEntry(
+            id=new_entry_id(),
+            parent=leaf,
+            run_id=run.run_id,
+            stop_reason=result.stop_reason,
+            usage=result.usage,
+            steps=result.steps,
+            err=result.error,
+            canceled=canceled,
+            policy=run.policy.value,
+            last_input=result.last_input,
+            pending=tuple(p.call for p in parked),
+            late_steps=run.late_steps,
+        )
+        entries.append(turn_entry)
+        if not result.ok:
+            entries.extend(_unanswered_steers(active, run))
+        entries.extend(park_entries(parked, run.run_id))
+        if run.resumption:
+            entries.append(resume_ended(turn_entry))
+        if active.rollback:
+            prompt = self._tree.by_id.get(active.prompt_id)
+            entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
+        return entries
+
+    async def _end(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
+        """Write the turn's end with the steers it leaves and the next prompt.
+
+        Steers no run drained become deferrals; when input waits, the next
+        turn's prompt rides in the same append: one write, not two. On a
+        failure nothing of it is kept in memory and the steers are put back.
+        """
+        async with self._lock:
+            return await self._end_locked(ending, parked=parked)
+
+    async def _end_locked(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
+        steers = self._inbox.take_steers()
+        deferred = self._inbox.plan_deferrals(steers)
+        linked = self._chain(*ending, *deferral_receipts(deferred))
+        # A parked turn holds the session: nothing starts until its boundary resolves.
+        upcoming = None if parked else self._upcoming(deferred)
+        if upcoming is not None:
+            last = linked[-1]
+            linked.append(
+                MessageEntry(
                     id=upcoming.prompt_id,
                     parent=last.entry if isinstance(last, LeafEntry) else last.id,
                     message=upcoming.message,
                     run_id=upcoming.turn.run_id,
                     wake=upcoming.wake,
                 )
-                linked.append(upcoming_prompt)
-            try:
-                await self._write(linked)
-                if upcoming is not None:
-                    upcoming.started = True
-            except Exception as exc:
-                log.exception(
-                    "session %s: the end of turn %s was not written", self._session.id, run.run_id
-                )
-                outcome = Outcome.NOT_PERSISTED
-                error = NotPersistedError(
-                    f"turn {run.run_id} of session {self._session.id} ran, but its end was not "
-                    f"written ({exc}): the session holds no record of how it ended",
-                    result,
-                )
-                self._inbox.return_steers(steers)
-                deferred = []
-            self._inbox.queue_deferred(deferred)
-            self._running = None
-        run.emit(RunFinish(result=result))
-        for pending in active.pendings:
-            pending.turn.finish(outcome, result, error)
-        for old, new in deferred:
-            old.turn.next = new.turn
-            old.turn.finish(Outcome.DEFERRED)
+            )
+        try:
+            await self._write(linked)
+        except BaseException:
+            self._inbox.return_steers(steers)
+            raise
+        fault("after_turn_end")
+        if upcoming is not None:
+            upcoming.started = True
+        self._inbox.queue_deferred(deferred)
+        self._running = None
+        return deferred
 
     def _upcoming(self, deferred: list[Deferral]) -> Pending | None:
         """The input that will run next, when its prompt can be written now (lock held)."""
@@ -480,57 +662,90 @@ class TurnDriver:
             return None
         return head
 
-    async def _flush_run(self, run: Run) -> None:
-        """Make the staged step durable; a batch the store refuses is held for a later write."""
+    def _hand_offs(self, run_id: str, payload: Any, result: RunResult) -> list[Outgoing]:
+        make = self._options.hand_offs
+        return make(self._session, run_id, payload, result) if make is not None else []
+
+    async def _flush_run(self, run: Run, records: Sequence[Entry]) -> None:
+        """Append the run's staged messages and ledger entries, and ``records``.
+
+        With ``records`` (sends about to leave) the append is made durable
+        before this returns, whatever the store's fsync policy.
+        """
         async with self._lock:
             messages, run.staged = run.staged, []
-            try:
-                await self._write(_linked(self._tree.leaf, messages)[0])
-            except Exception as exc:
-                # Held, not lost: the next step's write or the turn's end carries it.
-                run.staged[:0] = messages
-                run.late_steps += 1
-                log.warning(
-                    "session %s: a step of %s was not written (%s); it is held and written "
-                    "with the next one",
-                    self._session.id,
-                    run.run_id,
-                    exc,
-                )
+            ledger, run.ledger = run.ledger, []
+            entries = [*_linked(self._tree.leaf, messages)[0], *ledger, *records]
+        try:
+            await self._until_written(
+                partial(self._write_linked, entries), f"a step of {run.run_id}", late=run
+            )
+        except BaseException:
+            if entries and entries[0].id not in self._tree.by_id:
+                run.staged = messages + run.staged  # the turn end writes them
+                run.ledger = ledger + run.ledger
+            raise
+        if records:
+            await self._sync()
 
     async def _rerun_run(self, run: Run, error: str, usage: Usage) -> None:
         """Close the attempt's ledger (its turn entry names the re-run) and go on as the re-run."""
         async with self._lock:
             rerun_id = self._inbox.mint_run_id()
             messages, run.staged = run.staged, []
-            entries, leaf = _linked(self._tree.leaf, messages)
-            entries.append(
-                TurnEntry(
-                    id=new_entry_id(),
-                    parent=leaf,
-                    run_id=run.run_id,
-                    stop_reason="error",
-                    usage=usage,
-                    steps=run.steps,
-                    err=error,
-                    policy=run.policy.value,
-                    rerun=rerun_id,
-                    late_steps=run.late_steps,
-                )
+            ledger, run.ledger = run.ledger, []
+            attempt = TurnEntry(
+                id=new_entry_id(),
+                run_id=run.run_id,
+                stop_reason="error",
+                usage=usage,
+                steps=run.steps,
+                err=error,
+                policy=run.policy.value,
+                rerun=rerun_id,
+                late_steps=run.late_steps,
             )
-            await self._write(entries)
-            active = self._running
-            for pending in active.pendings if active is not None else ():
-                pending.turn.run_id = rerun_id
-            run.run_id = rerun_id
-            run.late_steps = 0
+            entries = [*_linked(self._tree.leaf, messages)[0], *ledger, attempt]
+        await self._until_written(
+            partial(self._write_linked, entries), f"the overflow of {run.run_id}"
+        )
+        active = self._running
+        for pending in active.pendings if active is not None else ():
+            pending.turn.run_id = rerun_id
+        if active is not None and not active.pendings:
+            run.turn.run_id = rerun_id
+        run.run_id = rerun_id
+        run.late_steps = 0
+
+    async def _write_linked(self, entries: list[Entry]) -> None:
+        async with self._lock:
+            await self._write(self._chain(*entries))
 
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:
             messages, run.staged = run.staged, []
+            entries = _linked(self._tree.leaf, messages)[0]
+        try:
+            steers = await self._until_written(
+                partial(self._drain_steers, run, entries), f"a step of {run.run_id}", late=run
+            )
+        except BaseException:
+            if entries and entries[0].id not in self._tree.by_id:
+                run.staged = messages + run.staged
+            raise
+        active = self._running
+        for steer in steers:
+            steer.turn.run_id = run.run_id
+            steer.turn.finish(Outcome.DELIVERED)
+            if active is not None and active.run is run:
+                active.delivered.append((steer.receipt_id, run.steps))
+        return [steer.injected or steer.message for steer in steers]
+
+    async def _drain_steers(self, run: Run, staged: list[Entry]) -> list[Pending]:
+        """Write the run's staged messages and every waiting steer into it; the steers."""
+        async with self._lock:
             steers = self._inbox.take_steers()
-            entries, _ = _linked(self._tree.leaf, messages)
-            delivered: list[Message] = []
+            entries = list(staged)
             for steer in steers:
                 entries.append(
                     ReceiptEntry(
@@ -540,21 +755,51 @@ class TurnDriver:
                         run_id=run.run_id,
                     )
                 )
-                message = steer.injected or steer.message
-                entries.append(MessageEntry(id=new_entry_id(), message=message))
-                delivered.append(message)
+                entries.append(
+                    MessageEntry(id=new_entry_id(), message=steer.injected or steer.message)
+                )
             try:
                 await self._write(self._chain(*entries))
             except BaseException:
                 self._inbox.return_steers(steers)
                 raise
-        active = self._running
-        for steer in steers:
-            steer.turn.run_id = run.run_id
-            steer.turn.finish(Outcome.DELIVERED)
-            if active is not None and active.run is run:
-                active.delivered.append((steer.receipt_id, run.steps))
-        return delivered
+        return steers
+
+    async def _until_written(
+        self, write: Callable[[], Awaitable[T]], what: str, *, late: Run | None = None
+    ) -> T:
+        """``write()``, tried again with the outage's backoff while the store cannot take it.
+
+        A step of ``late`` that needed more than one try counts as a late step.
+        """
+        tries = 0
+        while True:
+            try:
+                written = await write()
+            except UnavailableError as exc:
+                if self._give_up.is_set():
+                    raise
+                tries += 1
+                if tries == 1:
+                    log.warning(
+                        "session %s: %s waits for the store: %s", self._session.id, what, exc
+                    )
+            else:
+                if tries and late is not None:
+                    late.late_steps += 1
+                return written
+            await self._options.outage.pause(tries, self._give_up)
+
+    def _held(self, batch: Sequence[Pending], error: UnavailableError, what: str) -> None:
+        """Accepted input whose turn waits for the store: logged, and told once per input."""
+        fresh = [pending for pending in batch if not pending.held]
+        if not fresh:
+            return
+        for pending in fresh:
+            pending.held = True
+        log.warning("session %s: %s waits for the store: %s", self._session.id, what, error)
+        if self._options.on_held is not None:
+            self._options.on_held(self._session, [pending.payload for pending in fresh])
 
 
 def _unanswered_steers(active: _Active, run: Run) -> list[Entry]:
@@ -584,6 +829,19 @@ def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:
         entries.append(entry)
         leaf = entry.id
     return entries, leaf
+
+
+def _duplicate(origin: str, run_id: str, policy: Policy) -> Turn:
+    """The turn of a wake this session already took: decided at once, as dropped."""
+    turn = Turn(new_entry_id(), run_id, policy)
+    turn.finish(
+        Outcome.DROPPED,
+        error=DroppedError(
+            f"wake {origin} was already accepted (as run {run_id or 'a steer'}); "
+            "a repeated delivery is not taken twice"
+        ),
+    )
+    return turn
 
 
 def _result_of(task: asyncio.Task[RunResult]) -> RunResult | None:

@@ -2,7 +2,22 @@
 
 ``wake(key, wake)`` is the one way in: it finds or starts the key's thread
 (the key index names the current session; a session is created on first
-contact), and returns once the wake is durable in that session.
+contact), and returns once the wake is durable in that session. A wake that
+could not be made durable raises, and nothing of it was taken: the store
+cannot take it now (:class:`UnavailableError`), the key's session cannot be
+read (:class:`QuarantinedError`), the thread is busy, the manager closing.
+
+Start-up is never blocked by one session: a session that cannot be read is
+quarantined (:mod:`threads.quarantine`), one another process holds or the
+store cannot give now is logged in one line and kept for the next start, and
+every other session starts.
+
+The manager gives every session what it needs to keep the outbound ledger
+(:mod:`threads.ledger`): the hand-offs a turn's end makes
+(:mod:`threads.handoffs`: ``child_completed``, an exchange's next step), and,
+after a restart, the sends a dead process recorded and never confirmed —
+repeated to a receiver that drops repeats, otherwise marked uncertain and
+listed in ``health``.
 """
 
 from __future__ import annotations
@@ -11,14 +26,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
-from threads import reports, stops
+from threads import reports, restart, stops
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
 from threads.errors import (
@@ -26,19 +41,22 @@ from threads.errors import (
     NotFoundError,
     NotPersistedError,
     NotRunError,
+    UnavailableError,
 )
 from threads.history import strip_for_fork
 from threads.keys import SessionKey
+from threads.ledger import Ledger, already_sent
 from threads.messages import JSON, Message
+from threads.outage import StoreOutage
 from threads.pool.pool import Pool
+from threads.quarantine import UNREADABLE, Quarantine
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
-from threads.session import Session, SessionOptions
-from threads.session_sink import SessionSink
+from threads.session import ParkListener, Session, SessionOptions
+from threads.session_sink import CaptureSink, SessionSink
 from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
-from threads.store.base import Loaded, SessionStore
-from threads.store.entries import MessageEntry, ParentRef
-from threads.tree import unfinished_runs, unsettled_receipts
+from threads.store.base import Loaded, SessionStore, location
+from threads.store.entries import ApprovalRequestEntry, MessageEntry, ParentRef
 from threads.turns import Agent, Run, Turn
 from threads.wake import (
     Accepted,
@@ -56,6 +74,10 @@ log = logging.getLogger(__name__)
 NOT_STARTED = (
     "(Sorry — your message was received but its turn could not start: the gateway could not "
     "write to its store. It is kept and runs once the store is back.)"
+)
+HELD = (
+    "(Your message is saved, but the gateway cannot write to its store right now: "
+    "it runs as soon as the store is back. No need to send it again.)"
 )
 
 NOT_SAVED = (
@@ -93,7 +115,9 @@ class ThreadManager:
         self.tz = ZoneInfo(config.timezone)
         self._channel_sinks = channel_sinks
         self._user_sinks = user_sinks
-        self._recovery = RecoveryLog(recovery_path)
+        self.recovery = RecoveryLog(recovery_path)
+        self.quarantine = Quarantine()
+        self.outage = StoreOutage()
         self._threads: dict[SessionKey, Thread] = {}
         self._starting: dict[SessionKey, asyncio.Future[Thread]] = {}
         self._evicting: dict[SessionKey, asyncio.Task[None]] = {}
@@ -105,10 +129,11 @@ class ThreadManager:
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
-        self.chains = Chains(
-            config.threads.max_exchange_depth, record=self._recovery.record_stopped
-        )
+        # Told of every approval request a turn parks on, once durable (the approvals service).
+        self.park_listeners: list[ParkListener] = []
+        self.chains = Chains(config.threads.max_exchange_depth, record=self.recovery.record_stopped)
         self.budget = Budget(config.threads.budget)
+        self.ledger = Ledger(self)
         self.pool = Pool(self)
 
     # -- lifetime
@@ -123,33 +148,12 @@ class ThreadManager:
         run in acceptance order, each once.
         """
         self._sweeper = asyncio.create_task(self._sweep(), name="thread eviction")
-        keys = await self._recovery.begin(self.store)
-        self.chains.load(self._recovery.stopped)
+        keys = await self.recovery.begin(self.store)
+        self.chains.load(self.recovery.stopped)
         if not self.config.threads.continue_on_start:
-            self._recovery.carry(keys)
+            self.recovery.carry(keys)
             return
-        for key in keys:
-            try:
-                await self._continue(SessionKey(key))
-            except NotFoundError:
-                log.warning("session key %s names a session that is gone; nothing to continue", key)
-
-    async def _continue(self, key: SessionKey) -> None:
-        if key in self._threads:
-            await self._threads[key].session.continue_()
-            return
-        session_id = await self.store.resolve(key)
-        if session_id is None:
-            return
-        loaded = await self.store.load(session_id)
-        if not _has_unsettled(loaded.entries):
-            return
-        thread = await self._thread(key, create=False, loaded=loaded)
-        if thread is not None:
-            if self.chains.any_cut:
-                # Wakes of a chain stopped before the restart stay stopped.
-                await thread.session.drop_queued(self.chains.refused)
-            await thread.session.continue_()
+        await restart.continue_keys(self, keys)
 
     async def close(self) -> None:
         """Let running turns finish within the deadline; queued input stays durable.
@@ -171,19 +175,26 @@ class ThreadManager:
             await asyncio.wait(list(self._starting.values()))
         deadline = self.config.threads.close_deadline_seconds
         threads = list(self._threads.values())
-        pending = sorted(str(t.key) for t in threads if t.state != "idle")
+        waiting = {str(t.key) for t in threads if t.state != "idle"}
         results = await asyncio.gather(
             *(t.session.close(deadline, drain=False) for t in threads), return_exceptions=True
         )
         for thread, result in zip(threads, results, strict=True):
-            if isinstance(result, BaseException):
+            if isinstance(result, UnavailableError):
+                log.warning("closing thread %s: %s", thread.key, result)
+            elif isinstance(result, BaseException):
                 log.error("closing thread %s failed", thread.key, exc_info=result)
+        # Input that waited, turn ends the store never took, and sends the close kept
+        # from leaving (a hand-off refused as the manager closed): the next start's.
+        pending = sorted(
+            waiting | {str(t.key) for t in threads if t.session.unsettled or t.session.has_unsent}
+        )
         self._threads.clear()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._recovery.end(pending)
+        await self.recovery.end(pending)
 
     @property
     def closed(self) -> bool:
@@ -218,6 +229,7 @@ class ThreadManager:
         if self._closed:
             raise ManagerClosedError(key)
         session_key = SessionKey(key)
+        self.quarantine.check(session_key)
         wake = self.chains.admit(session_key, wake)
         thread = await self._thread(session_key, create=True, agent=wake.agent)
         assert thread is not None
@@ -234,10 +246,18 @@ class ThreadManager:
         return list(self._threads.values())
 
     async def open_thread(
-        self, key: str, *, create: bool = False, agent: str | None = None
+        self,
+        key: str,
+        *,
+        create: bool = False,
+        agent: str | None = None,
+        loaded: Loaded | None = None,
     ) -> Thread | None:
-        """The key's thread, started if its session exists (or ``create``)."""
-        return await self._thread(SessionKey(key), create=create, agent=agent)
+        """The key's thread, started if its session exists (or ``create``).
+
+        ``loaded`` is the key's session as just loaded (:meth:`load_stored`).
+        """
+        return await self._thread(SessionKey(key), create=create, agent=agent, loaded=loaded)
 
     async def _thread(
         self,
@@ -307,10 +327,10 @@ class ThreadManager:
         options = self.session_options(key)
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
+        if loaded is None and session_id is not None:
+            loaded = await self.load_stored(key, session_id)
         if loaded is not None:
-            session = Session.from_loaded(self.store, loaded, self.agent, options=options)
-        elif session_id is not None:
-            session = await Session.open(self.store, session_id, self.agent, options=options)
+            session = self._from_loaded(key, loaded, options)
         elif create:
             name = agent or self.config.default_agent
             session = await Session.create(
@@ -326,6 +346,26 @@ class ThreadManager:
             agent=session.header.meta.get("agent", self.config.default_agent),
             created=created,
         )
+
+    async def load_stored(self, key: SessionKey, session_id: str) -> Loaded:
+        """The key's session as stored; one this build cannot read is set aside.
+
+        Raises :class:`QuarantinedError` for a key set aside (now or before).
+        """
+        self.quarantine.check(key)
+        try:
+            return await self.store.load(session_id)
+        except UNREADABLE as exc:
+            raise self.quarantine.add(
+                key, session_id, location(self.store, session_id), exc
+            ) from None
+
+    def _from_loaded(self, key: SessionKey, loaded: Loaded, options: SessionOptions) -> Session:
+        try:
+            return Session.from_loaded(self.store, loaded, self.agent, options=options)
+        except UNREADABLE as exc:  # the tree's validation: a damaged link between entries
+            where = location(self.store, loaded.header.id)
+            raise self.quarantine.add(key, loaded.header.id, where, exc) from None
 
     def _make_thread(
         self, key: SessionKey, session: Session, *, agent: str, created: bool
@@ -352,7 +392,17 @@ class ThreadManager:
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
             resume=self._resume,
+            hand_offs=self.ledger.hand_offs,
+            redeliver=self.ledger.redeliver,
+            flush_store=self.config.store.fsync == "on_flush",
+            outage=self.outage,
+            on_held=self._held,
+            on_park=self._parked,
         )
+
+    def _parked(self, session: Session, requests: Sequence[ApprovalRequestEntry]) -> None:
+        for listener in self.park_listeners:
+            listener(session, requests)
 
     @contextlib.asynccontextmanager
     async def _turn_gate(self, key: str | None) -> AsyncIterator[None]:
@@ -372,6 +422,19 @@ class ThreadManager:
             turn.add_done_callback(partial(self._not_started, wake))
         for observer in self._observers:
             observer(thread, wake, turn)
+
+    def _held(self, session: Session, payloads: list[Any]) -> None:
+        """Accepted input waits for the store: the key is marked, each user told once."""
+        self.recovery.mark(session.header.meta.get("key", session.id))
+        if self._closed:
+            return
+        for wake in payloads:
+            if (
+                isinstance(wake, Wake)
+                and isinstance(wake.caller, UserCaller)
+                and not wake.sink.drops
+            ):
+                self.spawn(_tell(wake, HELD), name="tell a turn waits for the store")
 
     def _not_started(self, wake: Wake, turn: Turn) -> None:
         """A user whose turn could not start, or whose turn's end was not saved, is told so."""
@@ -396,6 +459,8 @@ class ThreadManager:
                 chain=wire.get("chain", ""),
                 depth=int(wire.get("depth", "0")),
             )
+        if kind == "capture":
+            return CaptureSink(caller=SessionKey(wire["caller"]))
         if self._channel_sinks is None:
             return DropSink(reason=f"the unavailable channel {wire.get('channel', kind)}")
         return ChannelSinkRef(wire=dict(wire), resolve=self._channel_sinks)
@@ -434,9 +499,11 @@ class ThreadManager:
         original = self.load_wake(prompt.wake)
         if self.chains.refused(original):
             return None  # its chain was stopped: the interrupted turn stays ended
+        sent = already_sent(session, prompt.run_id)
+        body = f"{RESUME_BODY}\n\n{sent}" if sent else RESUME_BODY
         wake = Wake(
             source=WakeSource.RESUME,
-            body=RESUME_BODY,
+            body=body,
             caller=original.caller,
             sink=original.sink,
             agent=original.agent,
@@ -481,6 +548,7 @@ class ThreadManager:
             await thread.session.close(self.config.threads.close_deadline_seconds)
             session_id = session_id or thread.session.id
         await self.store.unpoint(session_key)
+        self.quarantine.lift(session_key)
         if delete and session_id is not None:
             with contextlib.suppress(NotFoundError):
                 await self.store.delete(session_id)
@@ -500,6 +568,7 @@ class ThreadManager:
             options=self.session_options(key),
         )
         await self.store.point(session_key, session.id)
+        self.quarantine.lift(session_key)
         await session.close()
         return session.id
 
@@ -571,7 +640,3 @@ async def _tell(wake: Wake, text: str) -> None:
         await wake.sink.deliver(OutboundMessage(text=text))
     except Exception:
         log.exception("telling the user that their turn did not start failed")
-
-
-def _has_unsettled(entries: list[Any]) -> bool:
-    return bool(unsettled_receipts(entries) or unfinished_runs(entries))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from threads.approvals.door import ApprovalDoor
 from threads.clock import Clock, MonotonicClock
 from threads.driver import TurnDriver
 from threads.errors import (
@@ -30,13 +31,17 @@ from threads.errors import (
     NoEntryError,
     ReservedKeyError,
     StaleError,
+    UnavailableError,
 )
 from threads.identity import PUBLIC_ID, is_reserved, new_public_id
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, Usage
+from threads.outage import StoreOutage
+from threads.outbound import Outgoing
 from threads.pool.ledger import resolution
-from threads.store.base import Leaser, Loaded, LoadReport, Releaser, SessionStore
+from threads.store.base import Flusher, Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
+    ApprovalRequestEntry,
     BranchSummaryEntry,
     CompactionEntry,
     CustomEntry,
@@ -48,6 +53,7 @@ from threads.store.entries import (
     LeafEntry,
     Lineage,
     MessageEntry,
+    OutboundEntry,
     ParentRef,
     PoolReceiptEntry,
     ReceiptEntry,
@@ -62,13 +68,17 @@ from threads.tree import (
     unsettled_receipts,
     usage_of,
 )
-from threads.turns import Agent, Policy, Run, Turn
+from threads.turns import Agent, Policy, Run, RunResult, Turn
 
 Gate = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 PayloadLoader = Callable[[Mapping[str, JSON]], Any]
 Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, JSON]] | None"]
+HandOffs = Callable[["Session", str, Any, RunResult], list[Outgoing]]
+Redeliver = Callable[["Session", OutboundEntry], "Outgoing | None"]
+ParkListener = Callable[["Session", Sequence[ApprovalRequestEntry]], None]
 SessionState = Literal["running", "pending", "idle"]
 Injected = Message | Callable[[], Message]
+HeldNotice = Callable[["Session", list[Any]], None]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +99,18 @@ class SessionOptions:
     on ``clock`` (the real monotonic time unless a test brings its own).
     ``load_payload`` rebuilds a restored input's payload from its stored wake;
     ``resume`` makes the follow-up of a turn a dead writer left running.
+    ``hand_offs`` names what the end of a turn (given its run id, payload and
+    result) hands to other sessions — a ``child_completed``, the next step of
+    an exchange — recorded in the append that ends the turn and sent after
+    it; ``redeliver`` rebuilds a send a stopped writer recorded and never
+    marked, or returns None when it may not be repeated (see
+    :mod:`threads.outbound`). ``flush_store`` says the store makes appends
+    durable only when flushed (``fsync = "on_flush"``): the session flushes
+    at every turn end and before anything it recorded leaves.
+    ``outage`` paces the retries of writes the store could not take (shared
+    by a manager's sessions); ``on_held`` is told the payloads of accepted
+    input whose turn waits for the store, once per input; ``on_park`` hears
+    of the approval requests a turn parked on, once durable.
     """
 
     gate: Gate = _no_gate
@@ -97,6 +119,12 @@ class SessionOptions:
     clock: Clock = field(default_factory=MonotonicClock)
     load_payload: PayloadLoader | None = None
     resume: Resumer | None = None
+    hand_offs: HandOffs | None = None
+    redeliver: Redeliver | None = None
+    flush_store: bool = False
+    outage: StoreOutage = field(default_factory=StoreOutage)
+    on_held: HeldNotice | None = None
+    on_park: ParkListener | None = None
 
 
 class Session:
@@ -125,12 +153,14 @@ class Session:
         self._leaser = store if isinstance(store, Leaser) else None
         self._leased = False
         self._sealed = False
+        self._unsure: list[Entry] | None = None  # a write the store failed, that may have landed
         self._driver = TurnDriver(
             self,
             tree=tree,
             lock=self._lock,
             chain=self._chain,
             write=self._write,
+            sync=self._sync,
             options=self._options,
         )
 
@@ -241,6 +271,11 @@ class Session:
     def closed(self) -> bool:
         return self._driver.closing
 
+    @property
+    def unsettled(self) -> bool:
+        """Input waits or runs, or the store holds a turn whose end could not be written."""
+        return self.state != "idle" or self._driver.end_unwritten
+
     def entries(self) -> list[Entry]:
         return list(self._tree.entries)
 
@@ -272,6 +307,11 @@ class Session:
         """What is accepted and not yet given to a model: steers first, then sends."""
         return self._driver.queue()
 
+    @property
+    def has_unsent(self) -> bool:
+        """True while a send this session recorded has no mark (see :mod:`threads.outbound`)."""
+        return bool(self._tree.unmarked)
+
     def has_steers(self) -> bool:
         return self._driver.has_steers()
 
@@ -282,6 +322,11 @@ class Session:
     @property
     def busy(self) -> bool:
         return self._driver.busy
+
+    @property
+    def approvals(self) -> ApprovalDoor:
+        """The open approval boundary, its pending requests and the door decisions come through."""
+        return self._driver.approvals
 
     # -- writing
 
@@ -296,10 +341,16 @@ class Session:
         return out
 
     async def _write(self, entries: Sequence[Entry]) -> None:
-        """Append a batch; the lock is held by the caller."""
+        """Append a batch; the lock is held by the caller.
+
+        :class:`UnavailableError` when the store cannot take it now; the next
+        write first checks whether this one landed after all.
+        """
         if self._sealed:
             raise ClosedError(self.id)
         if not entries:
+            return
+        if self._unsure is not None and await self._reconcile(entries):
             return
         await self._take_lease()
         # Once submitted, the write finishes even if the caller is cancelled (an
@@ -307,6 +358,10 @@ class Session:
         append = asyncio.ensure_future(self._store.append(self.id, entries))
         try:
             await asyncio.shield(append)
+        except UnavailableError as exc:
+            self._unsure = list(entries)
+            self._options.outage.failed(exc)
+            raise
         except asyncio.CancelledError:
             await asyncio.wait([append])
             if append.cancelled():
@@ -320,7 +375,43 @@ class Session:
                     "session %s: a write whose caller was cancelled failed: %s", self.id, failure
                 )
             raise
+        self._options.outage.succeeded()
         self._record(entries)
+
+    async def _sync(self) -> None:
+        """Make what was appended durable, when the store only does so on a flush."""
+        if self._options.flush_store and isinstance(self._store, Flusher):
+            await self._store.flush(self.id)
+
+    async def _reconcile(self, entries: Sequence[Entry]) -> bool:
+        """After a failed write: keep it if it landed after all; True when ``entries`` is it.
+
+        A store can fail a write it made (the connection lost after the server
+        ran it, an fsync error after the bytes reached the file). Writing the
+        same entries again would store their ids twice, so the first write
+        after a failure compares the stored line count with this view, and
+        when the failed batch is there, records it instead of writing it again.
+        """
+        unsure = self._unsure
+        assert unsure is not None
+        if self._leaser is None:
+            self._unsure = None
+            return False
+        count, _ = await self._leaser.acquire(self.id, self._holder)
+        self._leased = True
+        if count == self._view:
+            self._unsure = None
+            return False
+        stored = (await self._store.load(self.id)).entries[-len(unsure) :]
+        if count != self._view + len(unsure) or [e.id for e in stored] != [e.id for e in unsure]:
+            raise StaleError(self.id, f"it holds {count} entries, this view {self._view}")
+        log.warning(
+            "session %s: a write the store reported as failed had landed; it is kept", self.id
+        )
+        self._unsure = None
+        self._record(unsure)
+        self._options.outage.succeeded()
+        return [e.id for e in entries] == [e.id for e in unsure]
 
     def _record(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
@@ -395,6 +486,16 @@ class Session:
         (written,) = await self._append(entry)
         assert isinstance(written, PoolReceiptEntry)
         return written
+
+    async def send_out(self, out: Outgoing) -> OutboundEntry | None:
+        """A send outside a turn (a notice, an announce), through the outbound ledger.
+
+        Its record is made durable, then it is sent, then its mark is
+        appended; the mark is returned (None when the send waits for the next
+        start). A send whose id the session already recorded is not made
+        again (None is returned): the ledger completes it if it is pending.
+        """
+        return await self._driver.send_out(out)
 
     async def resolve_delegation(
         self, call_id: str, child: str, content: str, *, is_error: bool = False
@@ -490,7 +591,8 @@ class Session:
 
         Nothing that would start a run is carried over: input still waiting on
         the path is recorded as dropped in the fork, and a turn still running
-        on it as canceled there.
+        on it as canceled there. The outbound ledger is not copied: the sends
+        on the path are this session's, not the fork's.
         """
         async with self._lock:
             if entry_id:
@@ -498,6 +600,7 @@ class Session:
                 if isinstance(target, LeafEntry):
                     raise ValueError(f"entry {entry_id} is a leaf entry; fork the entry it names")
             path = self._tree.path(entry_id) if entry_id else []
+            path = [e for e in path if not isinstance(e, OutboundEntry)]
         fork = await Session.create(
             self._store,
             agent or self.agent,

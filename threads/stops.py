@@ -7,7 +7,8 @@ deeper are refused everywhere, the turns of theirs running in other sessions
 end at once, and their queued wakes are dropped (each with a ``dropped``
 receipt, so a restart does not run them). A chat user's turn ends at once;
 a child's turn winds down at its next step boundary, the soft stop of seed
-000. A user's own messages stay queued unless ``drain`` says to drop them too.
+000; a call waiting for approval is denied (the agent reads why) and runs
+nothing. A user's own messages stay queued unless ``drain`` says to drop them too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from threads.budget import Overspent
 from threads.errors import NoTurnRunningError, ThreadNotLoadedError
 from threads.keys import SessionKey
+from threads.outbound import loose_id, outgoing
 from threads.sinks import OutboundMessage, Sink
 from threads.turns import Run, Turn
 from threads.wake import UserCaller, Wake
@@ -28,6 +30,7 @@ from threads.wake import UserCaller, Wake
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
     from threads.runner import Thread
+    from threads.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +103,8 @@ async def stop_key(
     for payload in waiting:
         if not _is_user(payload):
             _cut(cuts, payload)
-    if active is None and not cuts and not (drain and waiting):
+    parked = session.approvals.awaiting
+    if active is None and not cuts and not (drain and waiting) and not parked:
         raise NoTurnRunningError(key, thread.state)
     reason = "stopped by the user" if by_user else BY_OPERATOR
     for chain, depth in cuts.items():
@@ -111,6 +115,9 @@ async def stop_key(
     ended_keys: list[str] = list(report.ended)
     winding: list[str] = []
     run = session.running
+    if parked and await session.approvals.close(reason, via="stop"):
+        # A call waiting for approval is the turn: a stop denies it, and nothing runs for it.
+        ended_keys.insert(0, str(key))
     if active is not None:
         if not key.is_user_facing and run is not None and session.request_stop():
             winding.append(str(key))
@@ -119,7 +126,7 @@ async def stop_key(
             if run is not None:
                 ended.append(run.turn)
             if not by_user:
-                await _tell(active)
+                await _tell(session, active)
     await _settled(manager, ended)
     return StopReport(
         ended=tuple(ended_keys),
@@ -146,11 +153,15 @@ async def stop_all(manager: ThreadManager, *, drain: bool) -> StopReport:
         session = thread.session
         dropped += await session.drop_queued(lambda payload: drain or not _is_user(payload))
         active, run = session.active_payload, session.running
+        if session.approvals.awaiting and await session.approvals.close(
+            f"{BY_OPERATOR} (stop-session --all)", via="stop"
+        ):
+            ended_keys.append(str(thread.key))
         if active is not None and session.interrupt(f"{BY_OPERATOR} (stop-session --all)"):
             ended_keys.append(str(thread.key))
             if run is not None:
                 ended.append(run.turn)
-            await _tell(active)
+            await _tell(session, active)
     await _settled(manager, ended)
     return StopReport(ended=tuple(sorted(ended_keys)), dropped=dropped, chains=len(cuts))
 
@@ -192,15 +203,18 @@ async def _settled(manager: ThreadManager, turns: Iterable[Turn]) -> None:
         future.exception()  # an ended turn reports how it ended; nothing to raise here
 
 
-async def _tell(payload: object) -> None:
-    """Tell the chat user whose turn a stop ended, in one line."""
+async def _tell(session: Session, payload: object) -> None:
+    """Tell the chat user whose turn a stop ended, in one line (through the outbound ledger)."""
     if not _is_user(payload):
         return
     assert isinstance(payload, Wake)
     if payload.sink.drops:
         return
+    notice = outgoing(
+        loose_id(session.id), payload.sink, OutboundMessage(text=TOLD_USER), kind="notice"
+    )
     try:
-        await payload.sink.deliver(OutboundMessage(text=TOLD_USER))
+        await session.send_out(notice)
     except Exception:
         log.exception("telling the user that their turn was stopped failed")
 
@@ -227,7 +241,7 @@ async def overspent(manager: ThreadManager, key: SessionKey, run: Run, over: Ove
         log.warning("session %s: %s; its turn was stopped", key, over.describe())
         return
     log.warning("session %s: %s; its turn was stopped and its user told", key, over.describe())
-    try:
-        await sink.deliver(OutboundMessage(text=text))
-    except Exception:
-        log.exception("session %s: telling the user about the spent budget failed", key)
+    # Sent with the end of the turn the budget stops, like any closing notice.
+    run.outbox.append(
+        outgoing(run.send_id(), sink, OutboundMessage(text=text), kind="notice", run_id=run.run_id)
+    )

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from threads.approvals.boundary import unfinished_resumes
 from threads.errors import CorruptError, NoEntryError
 from threads.identity import merged_meta
 from threads.ids import valid_id
@@ -23,6 +24,7 @@ from threads.store.entries import (
     InfoEntry,
     LeafEntry,
     MessageEntry,
+    OutboundEntry,
     PoolReceiptEntry,
     ReceiptEntry,
     TurnEntry,
@@ -42,6 +44,10 @@ class EntryTree:
         self.by_id: dict[str, Entry] = {}
         self.leaf = ""
         self.orphaned: list[str] = []
+        # Wake origin (an outbound record of another session) -> the run it became.
+        self.origins: dict[str, str] = {}
+        # Outbound records no mark has settled yet, by id (see threads.outbound).
+        self.unmarked: dict[str, OutboundEntry] = {}
         self._path_cache: list[Entry] | None = []
         self._context: ContextBuilder | None = ContextBuilder()
 
@@ -88,6 +94,15 @@ class EntryTree:
     def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
         self.entries.append(entry)
         self.by_id[entry.id] = entry
+        if isinstance(entry, MessageEntry | ReceiptEntry):
+            origin = entry.wake.get("origin") if entry.wake else None
+            if isinstance(origin, str) and origin:
+                self.origins[origin] = entry.run_id
+        elif isinstance(entry, OutboundEntry):
+            if entry.record:
+                self.unmarked.pop(entry.record, None)
+            else:
+                self.unmarked[entry.id] = entry
         if not move_leaf:
             return
         if isinstance(entry, LeafEntry):
@@ -163,9 +178,13 @@ class EntryTree:
                         highest = max(highest, int(n))
         return highest
 
-    def context(self) -> list[Message]:
-        """The model's context at the leaf (kept up to date as entries land)."""
-        return self._builder().messages()
+    def context(self, *, close_open: bool = True) -> list[Message]:
+        """The model's context at the leaf (kept up to date as entries land).
+
+        ``close_open=False`` leaves the calls still waiting for a result open
+        (a resume about to answer them) instead of closing them as interrupted.
+        """
+        return self._builder().messages(close_open=close_open)
 
     def open_calls(self) -> dict[str, str]:
         """Tool calls on the leaf's line that have no result yet (call id → tool name)."""
@@ -347,10 +366,10 @@ class ContextBuilder:
         else:
             self._messages.append(message)
 
-    def messages(self) -> list[Message]:
+    def messages(self, *, close_open: bool = True) -> list[Message]:
         """A copy of the context, with calls still open closed by :data:`INTERRUPTED`."""
         out = list(self._messages)
-        if self._open:
+        if self._open and close_open:
             interrupted = _interrupted(self._open)
             if out and out[-1].role == "tool":
                 out[-1] = Message(role="tool", content=out[-1].content + interrupted.content)
@@ -419,12 +438,14 @@ def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
     """Prompt entries whose turn has no turn entry: a writer died mid-turn.
 
     A turn that re-ran (an overflow) is unfinished when its re-run has no
-    turn entry: its prompt is returned under the re-run's id.
+    turn entry: its prompt is returned under the re-run's id. A resume of an
+    approval boundary that died mid-run is one too: it reads as the prompt it
+    answers, under the resume's run id.
     """
     turns = [e for e in entries if isinstance(e, TurnEntry)]
     finished = {t.run_id for t in turns}
     reruns = {t.run_id: t.rerun for t in turns if t.rerun}
-    out = []
+    prompts = []
     for entry in entries:
         if not isinstance(entry, MessageEntry) or not entry.run_id:
             continue
@@ -432,10 +453,10 @@ def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
         while run_id in reruns and run_id in finished:
             run_id = reruns[run_id]
         if run_id not in finished:
-            out.append(
+            prompts.append(
                 entry if run_id == entry.run_id else dataclasses.replace(entry, run_id=run_id)
             )
-    return out
+    return prompts + unfinished_resumes(entries, finished)
 
 
 def chain_after(base: Sequence[Entry], entries: Sequence[Entry]) -> list[Entry]:

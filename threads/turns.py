@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from threads.errors import ClosedError, DroppedError
 from threads.messages import Message, ToolCallPart, Usage
+from threads.outbound import Outgoing, send, send_id
+from threads.sinks import Delivery
+from threads.store.entries import Entry
 
 if TYPE_CHECKING:
     from threads.session import Session
+
+Flush = Callable[["Run", Sequence[Entry]], Awaitable[None]]
 
 
 class Policy(StrEnum):
@@ -35,10 +41,15 @@ class Policy(StrEnum):
 
 
 class Outcome(StrEnum):
-    """How a turn ended (``running`` until it has)."""
+    """How a turn ended (``running`` until it has).
+
+    ``parked``: the run stopped at a call that waits for a person's decision;
+    the session is pending until the decision resumes it.
+    """
 
     RUNNING = "running"
     ANSWERED = "answered"
+    PARKED = "parked"
     DELIVERED = "delivered"
     DEFERRED = "deferred"
     DROPPED = "dropped"
@@ -91,13 +102,41 @@ Event = RunStart | TextDelta | ToolStart | ToolFinish | StepFinish | RunFinish
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Parked:
+    """A call left unexecuted until a person decides it: the turn ends pending on it.
+
+    ``tool`` is the name people see (an MCP tool's label); ``expiry`` is when
+    an undecided request is denied on its own (None: never).
+    """
+
+    call: ToolCallPart
+    tool: str
+    reason: str
+    expiry: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolution:
+    """One parked call and its decision, as the run that resumes the boundary applies it.
+
+    ``outcome`` is ``approve`` (the call runs, once) or ``deny`` (the model
+    reads ``DENIED: <reason>``).
+    """
+
+    call: ToolCallPart
+    outcome: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunResult:
     """What a run produced.
 
     ``stop_reason`` is ``dispatch`` (the turn ended with a dispatch call),
     ``end_turn`` (a final text answer), ``max_steps`` (the step cap), ``stopped``
-    (a soft stop), ``canceled`` or ``error``. ``data`` carries what the agent
-    wants its caller to see (the dispatch report).
+    (a soft stop), ``parked`` (calls wait for a decision: ``parked`` names
+    them), ``canceled`` or ``error``. ``data`` carries what the agent wants its
+    caller to see (the dispatch report).
     """
 
     stop_reason: str
@@ -107,7 +146,7 @@ class RunResult:
     error: str = ""
     last_input: int = 0
     data: Mapping[str, Any] = field(default_factory=dict)
-    pending: tuple[ToolCallPart, ...] = ()
+    parked: tuple[Parked, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -226,9 +265,20 @@ class Run:
     ``stage`` holds step messages; ``flush`` makes them durable; ``drain``
     flushes, then delivers steered messages into the run (durably) and returns
     them. Messages staged and not flushed when the run ends land with the turn
-    entry, in one batch. A flush the store refuses is held and written late
-    (``late_steps`` counts them). ``rerun`` closes the run's ledger as a
-    failed attempt and goes on under a new run id (the overflow re-run).
+    entry, in one batch. A run that resumes an approval boundary has no
+    prompt: ``resumption`` holds the parked calls and their decisions, which
+    it applies before its first model call.
+
+    Sends go through the outbound ledger (:mod:`threads.outbound`):
+    ``send_now`` records them durably, with what is staged, then hands them
+    to their sinks (a notice mid-turn, the sends of ``dispatch``); ``outbox``
+    holds the sends made once the turn's end is durable (the final answer, a
+    closing notice). ``ledger`` holds the marks (and records) that ride with
+    the next write.
+
+    A step the store holds back is written late (``late_steps`` counts them).
+    ``rerun`` closes the run's ledger as a failed attempt and goes on under a
+    new run id (the overflow re-run).
     """
 
     def __init__(
@@ -240,6 +290,7 @@ class Run:
         messages: list[Message],
         payload: Any,
         policy: Policy,
+        resumption: tuple[Resolution, ...] = (),
     ) -> None:
         self.session = session
         self.run_id = run_id
@@ -247,20 +298,24 @@ class Run:
         self.messages = messages
         self.payload = payload
         self.policy = policy
+        self.resumption = resumption
         self.started = time.monotonic()
         self.steps = 0
         self.current_tool = ""
         self.tool_history: list[str] = []
         self.staged: list[Message] = []
+        self.ledger: list[Entry] = []
+        self.outbox: list[Outgoing] = []
         self.stop_requested = False
         self.late_steps = 0
-        self._flush: Callable[[Run], Awaitable[None]] | None = None
+        self._sends = 0
+        self._flush: Flush | None = None
         self._drain: Callable[[Run], Awaitable[list[Message]]] | None = None
         self._rerun: Callable[[Run, str, Usage], Awaitable[None]] | None = None
 
     def bind(
         self,
-        flush: Callable[[Run], Awaitable[None]],
+        flush: Flush,
         drain: Callable[[Run], Awaitable[list[Message]]],
         rerun: Callable[[Run, str, Usage], Awaitable[None]] | None = None,
     ) -> None:
@@ -272,8 +327,30 @@ class Run:
         self.staged.extend(messages)
 
     async def flush(self) -> None:
-        if self.staged and self._flush is not None:
-            await self._flush(self)
+        if (self.staged or self.ledger) and self._flush is not None:
+            await self._flush(self, ())
+
+    def send_id(self) -> str:
+        """A new stable id for a send of this run: the run, the step, the send's index."""
+        self._sends += 1
+        return send_id(self.run_id, self.steps, self._sends)
+
+    async def record(self, sends: Sequence[Outgoing]) -> None:
+        """Make ``sends`` durable (pending), with everything staged, before any leaves."""
+        if self._flush is None:
+            raise RuntimeError(f"run {self.run_id} is not bound to a session")
+        await self._flush(self, [out.record for out in sends])
+
+    async def send_now(self, sends: Sequence[Outgoing]) -> list[Delivery | None]:
+        """Record ``sends``, then hand each to its sink; their marks ride with the next write."""
+        await self.record(sends)
+        deliveries: list[Delivery | None] = []
+        for out in sends:
+            delivery, done = await send(out)
+            if done is not None:
+                self.ledger.append(done)
+            deliveries.append(delivery)
+        return deliveries
 
     async def drain(self) -> list[Message]:
         """Deliver waiting steers into this run; empty when none wait."""

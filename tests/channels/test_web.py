@@ -74,6 +74,24 @@ async def test_a_reply_to_a_closed_page_waits_for_it_to_reconnect(web: WebChanne
             assert (await receive(ws, "reply"))["text"] == "later"
 
 
+async def test_a_reply_carries_its_outbound_id_and_a_repeat_waits_in_the_backlog_once(
+    web: WebChannel,
+) -> None:
+    async with browser() as http:
+        async with open_chat(http, web) as (ws, chat):
+            await web.deliver(chat, OutboundMessage(text="answer", outbound_id="s_1-t1-s1-1"))
+            reply = await receive(ws, "reply")
+            assert (reply["text"], reply["id"]) == ("answer", "s_1-t1-s1-1")
+        # A restart repeats an unconfirmed send to the web chat: it deduplicates.
+        assert web.dedups
+        for _ in range(2):
+            await web.deliver(chat, OutboundMessage(text="later", outbound_id="s_1-t2-s1-1"))
+        await web.deliver(chat, OutboundMessage(text="after"))
+        async with open_chat(http, web) as (ws, _):
+            assert (await receive(ws, "reply"))["text"] == "later"
+            assert (await receive(ws, "reply"))["text"] == "after"
+
+
 async def test_a_chat_outlives_a_restart_of_the_gateway(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

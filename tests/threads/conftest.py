@@ -9,9 +9,12 @@ sleeps to wait: turns are held open on events.
 from __future__ import annotations
 
 import asyncio
+import errno
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,19 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from config import GatewayConfig, validate
+from tests.conftest import require_service
+from tests.threads.store.conftest import (
+    REDIS_HOST,
+    REDIS_PORT,
+    Backend,
+    backend_location,
+    delete_prefix,
+)
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolRegistry, tool
 from threads.dispatch import dispatch_tool
+from threads.ids import new_entry_id, new_session_id
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.messages import Message
@@ -33,7 +45,7 @@ from threads.store.base import SessionStore
 from threads.store.entries import Entry, Header, MessageEntry, ReceiptEntry, TurnEntry
 from threads.testing.scripted import ScriptedModel
 from threads.turns import Run, RunResult
-from threads.wake import SessionCaller, SystemCaller, UserCaller, Wake, WakeSource
+from threads.wake import SessionCaller, SystemCaller, UserCaller, Wake, WakeSource, wake_to_wire
 
 DEADLINE = 10.0
 
@@ -49,6 +61,23 @@ async def session_store(
     store = open_store(url)
     yield store
     await store.close()
+
+
+@pytest.fixture(params=["jsonl", "sqlite", "redis"])
+async def crash_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """A place a process can die on: a directory, a SQLite file or a Redis prefix."""
+    name: str = request.param
+    if name == "redis":
+        require_service("redis", REDIS_HOST, REDIS_PORT)
+    found = Backend(name=name, location=backend_location(name, tmp_path), shared=True)
+    try:
+        yield found
+    finally:
+        try:
+            await found.close_all()
+        finally:
+            if name == "redis":
+                await delete_prefix(found.location)
 
 
 async def stored(store: SessionStore, session_id: str) -> list[Entry]:
@@ -85,6 +114,61 @@ async def plant(store: SessionStore, header: Header, entries: Iterable[Entry]) -
 
     data = encode_header(header) + b"".join(encode_entry(e) for e in entries)
     await store.plant(header.id, data)  # type: ignore[attr-defined]
+
+
+async def accepted_and_never_run(
+    store: SessionStore, key: str, body: str, *, chat: str, created: datetime | None = None
+) -> str:
+    """A session a killed gateway left under ``key``: one user wake accepted, never run.
+
+    Its replies go to the channel chat ``chat`` (a runtime's inbox of that name).
+    """
+    header = Header(
+        id=new_session_id(),
+        created=created or datetime.now(UTC),
+        meta={"key": key, "agent": "default"},
+    )
+    wake = Wake(
+        source=WakeSource.TELEGRAM,
+        body=body,
+        caller=UserCaller(channel="telegram", user_id="7"),
+        sink=Inbox(name=chat),
+    )
+    receipt = ReceiptEntry(
+        id=new_entry_id(),
+        status="accepted",
+        msg=Message.user(body),
+        run_id=f"{header.id}-t1",
+        turn=new_entry_id(),
+        policy="queue",
+        wake=wake_to_wire(wake),
+    )
+    await plant(store, header, [receipt])
+    await store.point(key, header.id)
+    return header.id
+
+
+class FullDisk:
+    """A jsonl store's seam: file writes fail with ENOSPC half-way through a batch while full.
+
+    Pass it as ``JsonlStore(..., pause=FullDisk())``; it runs on the store's
+    writer thread, as the ``os.write`` it stands for does.
+    """
+
+    def __init__(self) -> None:
+        self._full = threading.Event()
+        self.refused = 0
+
+    def fill(self) -> None:
+        self._full.set()
+
+    def free(self) -> None:
+        self._full.clear()
+
+    def __call__(self, point: str) -> None:
+        if point == "append:half-written" and self._full.is_set():
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
 
 
 # -- a hand-driven agent for session tests
@@ -181,11 +265,20 @@ class Blocker:
 
 @dataclass
 class Inbox:
-    """A channel endpoint that keeps what it is sent."""
+    """A channel endpoint that keeps what it is sent.
+
+    With ``dedups`` it shows a message once per outbound id, as the web chat
+    does (``received`` still counts every delivery); ``after_deliver`` runs
+    after a message is taken (a test kills the process there).
+    """
 
     name: str = "user"
     messages: list[str] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    dedups: bool = False
+    received: list[OutboundMessage] = field(default_factory=list)
+    after_deliver: Callable[[OutboundMessage], None] | None = None
+    _shown: set[str] = field(default_factory=set, repr=False)
 
     @property
     def drops(self) -> bool:
@@ -198,8 +291,14 @@ class Inbox:
         return {"kind": "channel", "channel": "test", "chat": self.name}
 
     async def deliver(self, message: OutboundMessage) -> Delivery:
-        self.messages.append(message.text)
+        repeat = bool(message.outbound_id) and message.outbound_id in self._shown
+        self.received.append(message)
+        self._shown.add(message.outbound_id)
+        if not (self.dedups and repeat):
+            self.messages.append(message.text)
         self.arrived.set()
+        if self.after_deliver is not None:
+            self.after_deliver(message)
         return Delivery(delivered_to=f"test:{self.name}")
 
     async def wait(self, count: int = 1) -> list[str]:
@@ -278,13 +377,15 @@ async def make_runtime(
     tools: Iterable[Tool[Any]] = (),
     recovery_path: Path | None = None,
     start: bool = True,
+    inboxes: dict[str, Inbox] | None = None,
 ) -> Runtime:
+    """A runtime over ``store``; ``inboxes`` are the channel endpoints (kept across a restart)."""
     config = config or gateway_config()
     registry = ToolRegistry([dispatch_tool, check_session_tool, health_tool, *tools])
     loop = AgentLoop(
         config=config, models=Models(config.models, clients={"scripted": model}), tools=registry
     )
-    inboxes: dict[str, Inbox] = {}
+    inboxes = {} if inboxes is None else inboxes
 
     def channel_sinks(wire: Mapping[str, str]) -> Inbox:
         name = wire.get("chat", "user")

@@ -1,4 +1,4 @@
-"""Turn details: an end the store refused, late steps, unanswered steers, pending calls."""
+"""Turn details: an end the store refused, late steps, unanswered steers."""
 
 from __future__ import annotations
 
@@ -15,19 +15,22 @@ from tests.threads.conftest import (
     texts,
     turn_entries,
 )
-from threads.errors import NotPersistedError, StoreError
+from threads.errors import NotPersistedError, StoreError, UnavailableError
 from threads.manager import NOT_SAVED
-from threads.messages import Message, ToolCallPart
+from threads.messages import Message
 from threads.session import Session
 from threads.store.entries import Entry, MessageEntry, TurnEntry
 from threads.store.memory import MemoryStore
 from threads.testing.scripted import ScriptedModel, dispatch
-from threads.tree import INTERRUPTED
 from threads.turns import Outcome, Policy, Run, RunResult
 
 
 class Refusing(MemoryStore):
-    """A store that refuses the next batches of a given shape (a full disk, a lost server)."""
+    """A store that refuses the next batches of a given shape.
+
+    A turn end fails (a store that broke); a step waits (an outage: the
+    driver tries it again until the store takes it).
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,7 +44,7 @@ class Refusing(MemoryStore):
             raise StoreError("no space left on device")
         if not ends and self.refuse_steps and all(isinstance(e, MessageEntry) for e in entries):
             self.refuse_steps -= 1
-            raise StoreError("no space left on device")
+            raise UnavailableError("the test store", "no space left on device")
         await super().append(session, entries)
 
 
@@ -75,9 +78,9 @@ async def test_a_step_the_store_refused_is_held_written_late_and_counted() -> No
     async def turn(run: Run) -> RunResult:
         run.stage(Message.assistant("step one"))
         store.refuse_steps = 1
-        await run.flush()  # refused: held, the run goes on
+        await run.flush()  # refused once: held, and written when the store takes it
         run.stage(Message.assistant("step two"))
-        await run.flush()  # carries step one too
+        await run.flush()
         return RunResult(stop_reason="end_turn", text="step two", steps=2)
 
     session = await Session.create(store, HandAgent(turn))
@@ -136,25 +139,6 @@ async def test_a_steer_a_failed_run_never_answered_is_marked_unanswered(
     delivered = receipts(entries, "delivered")
     assert delivered[0].receipt == steer.id
     assert [r.unanswered for r in delivered] == ([False, True] if marked else [False])
-    await session.close()
-
-
-async def test_calls_a_run_leaves_pending_stay_open_and_are_recorded_on_the_turn() -> None:
-    store = MemoryStore()
-    waiting = ToolCallPart(id="call_wait", name="deploy", args={"env": "prod"})
-    cut = ToolCallPart(id="call_cut", name="lookup", args={})
-
-    async def turn(run: Run) -> RunResult:
-        run.stage(Message(role="assistant", content=(waiting, cut)))
-        return RunResult(stop_reason="end_turn", steps=1, pending=(waiting,))
-
-    session = await Session.create(store, HandAgent(turn))
-    await (await session.send(Message.user("deploy"))).wait(10)
-    entries = await stored(store, session.id)
-    (entry,) = turn_entries(entries)
-    assert entry.pending == (waiting,)
-    results = [p for e in entries if isinstance(e, MessageEntry) for p in e.message.tool_results()]
-    assert [(p.call_id, p.content) for p in results] == [("call_cut", INTERRUPTED)]
     await session.close()
 
 

@@ -232,6 +232,7 @@ async def apply(
     session: Session, compaction: Compaction, *, run: Run | None = None
 ) -> CompactionEntry:
     """Write a computed compaction as the session's next compaction entry."""
+    _refuse_while_awaiting(session, run)
     plan = compaction.plan
     entry = CompactionEntry(
         id=new_entry_id(),
@@ -260,10 +261,19 @@ async def compact(
     instructions: str = "",
 ) -> CompactionEntry:
     """Summarize and record one compaction; the context is compacted when this returns."""
+    _refuse_while_awaiting(session, run)
     computed = await preview(
         session, summarizer, settings, reason=reason, instructions=instructions
     )
     return await apply(session, computed, run=run)
+
+
+def _refuse_while_awaiting(session: Session, run: Run | None) -> None:
+    """A call waiting for approval must stay raw at the tail until its decision resolves it."""
+    if run is None and session.approvals.awaiting:
+        raise CompactionError(
+            f"session {session.id} has a tool call waiting for approval; compact once it is decided"
+        )
 
 
 async def summarize_branch(session: Session, target: str, summarizer: Summarizer) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from threads.errors import NoDelegationError, NotPersistedError, TurnError
+from threads.ids import new_entry_id
 from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.pool.outcomes import Outcome, outcome_of
@@ -81,6 +81,7 @@ class Delegation:
     call: str = ""
     run: str = ""
     turn: Turn | None = None
+    follow: bool = False  # a dispatch child's: followed from its wake's acceptance
     holding: bool = False
     canceled: str = ""
     waiter: asyncio.Task[None] | None = None
@@ -113,6 +114,7 @@ class Pool:
         self._slots: dict[str, Slots] = {}
         self._live: dict[str, Delegation] = {}
         self._lent: set[str] = set()
+        manager.observe(self._observe)
 
     @property
     def size(self) -> int:
@@ -313,41 +315,60 @@ class Pool:
 
     # -- a dispatch send to a child
 
-    async def delegate_wake(
-        self, parent: Session, parent_key: SessionKey, child: SessionKey, wake: Wake, *, run: str
-    ) -> Turn | None:
-        """Delegate ``wake`` to ``child`` (a ``dispatch`` subagent or fork send).
+    def expect(
+        self, parent: Session, parent_key: SessionKey, child: SessionKey, *, prompt: str, run: str
+    ) -> tuple[Delegation, PoolReceiptEntry]:
+        """A ``dispatch`` subagent or fork send: its delegation, and the ``accepted`` receipt.
 
-        A subagent child that does not exist yet is created with its lineage.
-        Returns the child's turn when it started now, None when it waits for a
-        slot; the settlement is the end of that turn.
+        The caller writes the receipt in the append that records the send (the
+        outbound ledger), so the two land together; the delegation is followed
+        from the moment its child accepts the wake (tagged with the receipt).
         """
-        delegation = await self.accept(parent, parent_key, child, prompt=wake.body, run=run)
-        return await self.resume_wake(delegation, wake)
+        accepted = PoolReceiptEntry(
+            id=new_entry_id(), status=POOL_ACCEPTED, child=str(child), prompt=prompt
+        )
+        delegation = Delegation(
+            receipt=accepted.id,
+            parent_key=parent_key,
+            parent_session=parent.id,
+            child=child,
+            prompt=prompt,
+            run=run,
+            follow=True,
+        )
+        return self.adopt(delegation), accepted
 
-    async def resume_wake(self, delegation: Delegation, wake: Wake) -> Turn | None:
-        """Run (again) a recorded dispatch delegation: its wake, tagged with its receipt."""
+    async def create_child(self, delegation: Delegation, *, agent: str | None) -> None:
+        """Create a ``dispatch`` subagent's session before its first wake: its header's lineage."""
         manager = self.manager
-        if not await manager.session_exists(delegation.child):
-            session = await Session.create(
-                manager.store,
-                manager.agent,
-                meta={
-                    "key": str(delegation.child),
-                    "agent": wake.agent or manager.config.default_agent,
-                },
-                lineage=delegation.lineage,
-                options=manager.session_options(),
-            )
-            await manager.store.point(delegation.child, session.id)
-            await session.close()
-        tagged = dataclasses.replace(wake, meta={**wake.meta, DELEGATION: delegation.receipt})
+        session = await Session.create(
+            manager.store,
+            manager.agent,
+            meta={"key": str(delegation.child), "agent": agent or manager.config.default_agent},
+            lineage=delegation.lineage,
+            options=manager.session_options(),
+        )
+        await manager.store.point(delegation.child, session.id)
+        await session.close()
 
-        async def start() -> Turn:
-            _accepted, turn = await manager.wake_turn(delegation.child, tagged)
-            return turn
+    def _observe(self, thread: object, wake: Wake, turn: Turn) -> None:
+        """A child accepted a delegation's wake: record ``running``, settle with its turn."""
+        delegation = self._live.get(wake.meta.get(DELEGATION, ""))
+        if delegation is None or not delegation.follow or delegation.turn is not None:
+            return
+        delegation.turn = turn
+        self.manager.spawn(
+            self._running_then_watch(delegation, turn), name=f"delegation {delegation.child}"
+        )
 
-        return await self.begin(delegation, start, lambda turn: self.watch(delegation, turn))
+    async def _running_then_watch(self, delegation: Delegation, turn: Turn) -> None:
+        await self.on_parent(
+            delegation,
+            lambda s: s.pool_receipt(
+                POOL_RUNNING, receipt=delegation.receipt, child=str(delegation.child)
+            ),
+        )
+        await self.watch(delegation, turn)
 
     async def watch(self, delegation: Delegation, turn: Turn) -> None:
         """Follow a child's turn to the delegation's settlement (its cost: that run's)."""

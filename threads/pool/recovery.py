@@ -5,10 +5,11 @@ session names its parent (its header's ``lineage``, or for older children
 the meta ``sessions_spawn`` wrote); every parent's receipts say which
 delegations never settled. Each one is taken back by this process's pool:
 
-* never started (it waited for a slot): an asynchronous one (``sessions_spawn``,
-  a ``dispatch`` child) is queued again and runs; a synchronous one
-  (``delegate_task``) is settled ``canceled`` — the turn that waited for it is
-  gone — and its delegating call is answered with that.
+* never started: a ``sessions_spawn`` waiting for a slot is queued again and
+  runs; a ``dispatch`` child's wake is the parent's outbound ledger's to
+  complete, and the pool follows it once the child accepts it; a synchronous
+  one (``delegate_task``) is settled ``canceled`` — the turn that waited for
+  it is gone — and its delegating call is answered with that.
 * its child's run ended (the stop came before the settlement): settled from
   the child's record; a synchronous one answers its delegating call with the
   child's answer, so the parent's resumed turn has it and no work is redone.
@@ -49,7 +50,6 @@ from threads.sessions.keys import is_subagent
 from threads.store.base import Loaded
 from threads.store.entries import POOL_CANCELED, POOL_DONE, Entry, MessageEntry, TurnEntry
 from threads.turns import RunResult
-from threads.wake import SessionCaller, Wake, WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -152,7 +152,9 @@ async def _recover(
         if spawn is not None:
             await Delegations(manager).run(spawn)
         else:
-            await pool.resume_wake(delegation, _dispatch_wake(manager, delegation, child))
+            # Its send is in the parent's outbound ledger, which completes it: the pool
+            # follows the delegation from the moment the child accepts the wake.
+            delegation.follow = True
         return True
     if not manager.config.threads.continue_on_start:
         canceled = Outcome(status=POOL_CANCELED, words=f"canceled ({RESTARTED})", answer="")
@@ -283,15 +285,4 @@ def _spawn_of(delegation: Delegation, child: Loaded) -> Spawn | None:
         cleanup=meta.get(m.CLEANUP, "keep"),
         chain=meta.get(m.SPAWN_CHAIN, ""),
         depth=int(meta.get(m.SPAWN_DEPTH, "1")),
-    )
-
-
-def _dispatch_wake(manager: ThreadManager, delegation: Delegation, child: Loaded) -> Wake:
-    """A ``dispatch`` delegation's wake, rebuilt from its receipt (its exchange chain is new)."""
-    return Wake(
-        source=WakeSource.SESSION,
-        body=delegation.prompt,
-        caller=SessionCaller(session_key=delegation.parent_key),
-        sink=manager.session_sink(delegation.parent_key, delegation.child),
-        agent=child.header.meta.get("agent"),
     )

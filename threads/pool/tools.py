@@ -26,7 +26,7 @@ from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.pool.outcomes import Outcome
 from threads.pool.pool import Delegation, Pool
-from threads.sessions.agent_to_agent import CaptureSink
+from threads.session_sink import CaptureSink
 from threads.sessions.delegation import child_usage, create_child, mark_settled
 from threads.sessions.errors import SessionToolError
 from threads.sessions.keys import subagent_key

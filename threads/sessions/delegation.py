@@ -8,8 +8,9 @@ child's header names its requester twice: ``lineage`` (the requester's
 session, receipt and run) and the meta the session tools read
 (``spawned_by``, ``spawn_session``, ``spawn_receipt``). At start-up
 :mod:`threads.pool.recovery` finds every delegation that never settled and
-settles or resumes it: a restart never loses an announce (at worst one is
-posted twice).
+settles or resumes it. The post is a send in the requester's outbound
+ledger whose id is the delegation's, so a restart never loses an announce
+and never posts one twice.
 
 The announce posts Status (from the runtime outcome, never the model's text),
 Result and Notes, and a stats line, to the requester's chat; the child's
@@ -27,20 +28,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from threads.errors import ExchangeRefusedError, NotFoundError, ThreadsError
+from threads.errors import NotFoundError, ThreadsError
+from threads.handoffs import hand_off
 from threads.keys import SessionKey
 from threads.messages import Usage
+from threads.outbound import outgoing
 from threads.pool.outcomes import Outcome
 from threads.pool.pool import Delegation
 from threads.session import Session
+from threads.session_sink import CaptureSink
 from threads.sessions import meta as m
-from threads.sessions.agent_to_agent import (
-    ANNOUNCE_SKIP,
-    STEP_TIMEOUT,
-    CaptureSink,
-    is_skip,
-    settle,
-)
+from threads.sessions.agent_to_agent import ANNOUNCE_SKIP, STEP_TIMEOUT, is_skip, settle
 from threads.sessions.catalog import Catalog
 from threads.sinks import DropSink, OutboundMessage
 from threads.tree import usage_of
@@ -306,23 +304,25 @@ class Delegations:
         )
         if skipped:
             return
+        # One id per delegation: a post settled again after a restart is not sent twice.
+        delegation = spawn.delegation
+        ident = f"{delegation.parent_session}-{delegation.receipt}"
         sink = self.manager.user_sink(spawn.requester)
         if sink is not None:
-            await sink.deliver(OutboundMessage(text=text, meta={"child": str(spawn.child)}))
-            return
-        wake = Wake(
-            source=WakeSource.CHILD_COMPLETED,
-            body=text,
-            caller=SystemCaller(name="sessions_spawn"),
-            sink=DropSink(reason="sessions_spawn announce"),
-            meta={"child": str(spawn.child)},
-            chain=spawn.chain,
-            depth=spawn.depth + 1,
-        )
-        try:
-            await self.manager.wake(spawn.requester, wake)
-        except ExchangeRefusedError as exc:
-            log.info("delegation %s: the report to its requester: %s", spawn.child, exc)
+            message = OutboundMessage(text=text, meta={"child": str(spawn.child)})
+            post = outgoing(f"{ident}-announce", sink, message, kind="announce")
+        else:
+            wake = Wake(
+                source=WakeSource.CHILD_COMPLETED,
+                body=text,
+                caller=SystemCaller(name="sessions_spawn"),
+                sink=DropSink(reason="sessions_spawn announce"),
+                meta={"child": str(spawn.child)},
+                chain=spawn.chain,
+                depth=spawn.depth + 1,
+            )
+            post = hand_off(self.manager, ident, spawn.requester, wake, kind="announce")
+        await self.pool.on_parent(delegation, lambda s: s.send_out(post))
 
     async def clean_up(self, spawn: Spawn, status: str) -> None:
         """Delete the child (cleanup=delete) or mark it settled, which starts its archive clock."""

@@ -28,7 +28,7 @@ from threads.session import Session
 from threads.sessions import meta as m
 from threads.sessions.errors import UnknownSessionError
 from threads.sessions.keys import chat_type_of, seed_channel
-from threads.sinks import Delivery, OutboundMessage, Sink
+from threads.sinks import Delivery, OutboundMessage, Sink, dedups
 from threads.store.base import SessionStore
 from threads.store.entries import InfoEntry
 from threads.turns import NoRuns
@@ -198,6 +198,10 @@ class PolicySink:
     @property
     def drops(self) -> bool:
         return self.inner.drops
+
+    @property
+    def dedups(self) -> bool:
+        return dedups(self.inner)
 
     def describe(self) -> str:
         return self.inner.describe()

@@ -22,6 +22,7 @@ from gateway.http.admin.schemas import Body, Query
 if TYPE_CHECKING:
     from channels.pairing import PairingService
     from cron.service import CronService
+    from threads.approvals.service import ApprovalService
     from threads.manager import ThreadManager
     from threads.sessions.policy import SendPolicy
 
@@ -43,6 +44,9 @@ class Parts(Protocol):
 
     @property
     def pairing(self) -> PairingService | None: ...
+
+    @property
+    def approvals(self) -> ApprovalService | None: ...
 
 
 @dataclass(frozen=True, slots=True)
