@@ -142,9 +142,8 @@ class SubagentDefaults(Section):
     # A year at most: a timedelta overflows past ~1.4e12 minutes, and archival
     # later than a year is no archival.
     archive_after_minutes: int = Field(default=60, ge=0, le=527_040)
-    # Delegation slots per requesting session: children past it wait, first in
-    # first out, for a running one to settle (sessions_spawn, delegate_task and
-    # dispatch subagents alike).
+    # Delegation slots per requesting session: sessions_spawn and delegate_task
+    # children past it wait, first in first out, for a running one to settle.
     max_concurrent: int = Field(default=4, ge=1, le=1000)
 
 
