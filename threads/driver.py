@@ -49,14 +49,22 @@ from threads.deliveries import Deliveries
 from threads.errors import (
     BusyError,
     ClosedError,
-    DroppedError,
     NotPersistedError,
     NotRunError,
     UnavailableError,
 )
 from threads.faults import fault
 from threads.ids import new_entry_id
-from threads.inbox import Chain, Deferral, Inbox, Pending, Sync, Write, deferral_receipts
+from threads.inbox import (
+    Chain,
+    Deferral,
+    Inbox,
+    Pending,
+    Sync,
+    Write,
+    deferral_receipts,
+    delivery_entries,
+)
 from threads.messages import JSON, Message, Usage
 from threads.outbound import Outgoing
 from threads.store.entries import (
@@ -76,6 +84,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True, kw_only=True)
+class _End:
+    """A turn's end as it is written: its entries, and what its landing settles in memory."""
+
+    entries: list[Entry]
+    steers: list[Pending]
+    deferred: list[Deferral]
+    upcoming: Pending | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -207,9 +225,9 @@ class TurnDriver:
                 raise ClosedError(self._session.id)
             self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             wake = dict(wake or {})
-            origin = wake.get("origin")
-            if isinstance(origin, str) and origin in self._tree.origins:
-                return _duplicate(origin, self._tree.origins[origin], policy)
+            repeated = self._inbox.repeated(wake, policy)
+            if repeated is not None:
+                return repeated
             parked = self.approvals.awaiting
             idle = self._running is None and self._inbox.head is None and not parked
             if idle and policy is not Policy.COLLECT:
@@ -444,8 +462,7 @@ class TurnDriver:
         try:
             await self._write(prompts)
         except UnavailableError as exc:
-            self._inbox.requeue(batch)
-            self._held(batch, exc, f"the prompt of {head.turn.run_id}")
+            self._inbox.hold_back(batch, exc)
             raise
         except Exception as exc:
             log.exception(
@@ -535,12 +552,12 @@ class TurnDriver:
         async with self._lock:
             sends = [*run.outbox, *self._hand_offs(run.run_id, run.payload, result)]
             run.outbox = []
-            ending = self._ending(active, result, canceled=canceled, sends=sends)
-        deferred: list[Deferral] = []
+            end = self._end(active, result, canceled=canceled, sends=sends)
         error: BaseException | None = None
         try:
-            deferred = await self._until_written(
-                partial(self._end, ending, parked=bool(parked)), f"the end of turn {run.run_id}"
+            await self._until_written(
+                partial(self._write_linked, end.entries, then=partial(self._ended, end)),
+                f"the end of turn {run.run_id}",
             )
         except Exception as exc:
             log.exception(
@@ -552,6 +569,10 @@ class TurnDriver:
                 f"written ({exc}): the session holds no record of how it ended",
                 result,
             )
+            self._inbox.return_steers(end.steers)
+            if end.upcoming is not None:
+                end.upcoming.started = False
+            end.deferred = []
             self.end_unwritten = True
             self._running = None
             sends = []  # not recorded, so not sent: the turn runs again once it can be
@@ -560,23 +581,27 @@ class TurnDriver:
         await self._deliveries.send(sends)
         run.emit(RunFinish(result=result))
         if outcome is Outcome.PARKED:
-            self.approvals.parked(run.payload, ending, self._options.on_park)
+            self.approvals.parked(run.payload, end.entries, self._options.on_park)
         if not active.pendings:
             run.turn.finish(outcome, result, error)  # a resume's turn
         for pending in active.pendings:
             pending.turn.finish(outcome, result, error)
-        for old, new in deferred:
+        for old, new in end.deferred:
             old.turn.next = new.turn
             old.turn.finish(Outcome.DEFERRED)
 
-    def _ending(
+    def _end(
         self, active: _Active, result: RunResult, *, canceled: bool, sends: Sequence[Outgoing]
-    ) -> list[Entry]:
-        """The run's last messages, ledger and sends, and its turn entry (lock held).
+    ) -> _End:
+        """The turn's end, built once (lock held) and written until it lands.
 
-        Built once, written until landed. A parked run's waiting calls stay
+        The run's last messages, ledger and sends, and its turn entry; the
+        steers no run drained, as deferrals; and, when input waits, the next
+        turn's prompt, riding in the same append: one write, not two. Its
+        prompt counts as written from here (nothing drops it meanwhile); a
+        write given up puts it all back. A parked run's waiting calls stay
         without a result; its approval requests and their audit ride with the
-        turn entry.
+        turn entry, and nothing starts after it until its boundary resolves.
         """
         run = active.run
         parked = result.parked if not canceled else ()
@@ -612,23 +637,9 @@ class TurnDriver:
         if active.rollback:
             prompt = self._tree.by_id.get(active.prompt_id)
             entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
-        return entries
-
-    async def _end(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
-        """Write the turn's end with the steers it leaves and the next prompt.
-
-        Steers no run drained become deferrals; when input waits, the next
-        turn's prompt rides in the same append: one write, not two. On a
-        failure nothing of it is kept in memory and the steers are put back.
-        """
-        async with self._lock:
-            return await self._end_locked(ending, parked=parked)
-
-    async def _end_locked(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
         steers = self._inbox.take_steers()
         deferred = self._inbox.plan_deferrals(steers)
-        linked = self._chain(*ending, *deferral_receipts(deferred))
-        # A parked turn holds the session: nothing starts until its boundary resolves.
+        linked = self._chain(*entries, *deferral_receipts(deferred))
         upcoming = None if parked else self._upcoming(deferred)
         if upcoming is not None:
             last = linked[-1]
@@ -641,17 +652,14 @@ class TurnDriver:
                     wake=upcoming.wake,
                 )
             )
-        try:
-            await self._write(linked)
-        except BaseException:
-            self._inbox.return_steers(steers)
-            raise
-        fault("after_turn_end")
-        if upcoming is not None:
             upcoming.started = True
-        self._inbox.queue_deferred(deferred)
+        return _End(entries=linked, steers=steers, deferred=deferred, upcoming=upcoming)
+
+    def _ended(self, end: _End) -> None:
+        """The turn's end landed (lock held): its deferrals queue, and no turn runs."""
+        fault("after_turn_end")
+        self._inbox.queue_deferred(end.deferred)
         self._running = None
-        return deferred
 
     def _upcoming(self, deferred: list[Deferral]) -> Pending | None:
         """The input that will run next, when its prompt can be written now (lock held)."""
@@ -677,9 +685,7 @@ class TurnDriver:
             ledger, run.ledger = run.ledger, []
             entries = [*_linked(self._tree.leaf, messages)[0], *ledger, *records]
         try:
-            await self._until_written(
-                partial(self._write_linked, entries), f"a step of {run.run_id}", late=run
-            )
+            await self._step_written(run, partial(self._write_linked, entries))
         except BaseException:
             if entries and entries[0].id not in self._tree.by_id:
                 run.staged = messages + run.staged  # the turn end writes them
@@ -687,6 +693,48 @@ class TurnDriver:
             raise
         if records:
             await self._sync()
+
+    async def _write_linked(
+        self, entries: list[Entry], then: Callable[[], None] | None = None
+    ) -> None:
+        """Write ``entries`` linked onto the leaf; ``then`` runs under the same lock once they landed."""
+        async with self._lock:
+            await self._write(self._chain(*entries))
+            if then is not None:
+                then()
+
+    async def _drain_run(self, run: Run) -> list[Message]:
+        async with self._lock:
+            messages, run.staged = run.staged, []
+            steers = self._inbox.take_steers()
+            entries = _linked(self._tree.leaf, messages)[0] + delivery_entries(steers, run.run_id)
+        try:
+            await self._step_written(run, partial(self._write_linked, entries))
+        except BaseException:
+            if entries and entries[0].id not in self._tree.by_id:
+                run.staged = messages + run.staged
+                self._inbox.return_steers(steers)
+            raise
+        active = self._running
+        for steer in steers:
+            steer.turn.run_id = run.run_id
+            steer.turn.finish(Outcome.DELIVERED)
+            if active is not None and active.run is run:
+                active.delivered.append((steer.receipt_id, run.steps))
+        return [steer.injected or steer.message for steer in steers]
+
+    async def _step_written(self, run: Run, write: Callable[[], Awaitable[None]]) -> None:
+        """A step's write, until it lands; one that needed more than one try is a late step."""
+        tries = 0
+
+        async def counted() -> None:
+            nonlocal tries
+            tries += 1
+            await write()
+
+        await self._until_written(counted, f"a step of {run.run_id}")
+        if tries > 1:
+            run.late_steps += 1
 
     async def _rerun_run(self, run: Run, error: str, usage: Usage) -> None:
         """Close the attempt's ledger (its turn entry names the re-run) and go on as the re-run."""
@@ -717,89 +765,11 @@ class TurnDriver:
         run.run_id = rerun_id
         run.late_steps = 0
 
-    async def _write_linked(self, entries: list[Entry]) -> None:
-        async with self._lock:
-            await self._write(self._chain(*entries))
-
-    async def _drain_run(self, run: Run) -> list[Message]:
-        async with self._lock:
-            messages, run.staged = run.staged, []
-            entries = _linked(self._tree.leaf, messages)[0]
-        try:
-            steers = await self._until_written(
-                partial(self._drain_steers, run, entries), f"a step of {run.run_id}", late=run
-            )
-        except BaseException:
-            if entries and entries[0].id not in self._tree.by_id:
-                run.staged = messages + run.staged
-            raise
-        active = self._running
-        for steer in steers:
-            steer.turn.run_id = run.run_id
-            steer.turn.finish(Outcome.DELIVERED)
-            if active is not None and active.run is run:
-                active.delivered.append((steer.receipt_id, run.steps))
-        return [steer.injected or steer.message for steer in steers]
-
-    async def _drain_steers(self, run: Run, staged: list[Entry]) -> list[Pending]:
-        """Write the run's staged messages and every waiting steer into it; the steers."""
-        async with self._lock:
-            steers = self._inbox.take_steers()
-            entries = list(staged)
-            for steer in steers:
-                entries.append(
-                    ReceiptEntry(
-                        id=new_entry_id(),
-                        status="delivered",
-                        receipt=steer.receipt_id,
-                        run_id=run.run_id,
-                    )
-                )
-                entries.append(
-                    MessageEntry(id=new_entry_id(), message=steer.injected or steer.message)
-                )
-            try:
-                await self._write(self._chain(*entries))
-            except BaseException:
-                self._inbox.return_steers(steers)
-                raise
-        return steers
-
-    async def _until_written(
-        self, write: Callable[[], Awaitable[T]], what: str, *, late: Run | None = None
-    ) -> T:
-        """``write()``, tried again with the outage's backoff while the store cannot take it.
-
-        A step of ``late`` that needed more than one try counts as a late step.
-        """
-        tries = 0
-        while True:
-            try:
-                written = await write()
-            except UnavailableError as exc:
-                if self._give_up.is_set():
-                    raise
-                tries += 1
-                if tries == 1:
-                    log.warning(
-                        "session %s: %s waits for the store: %s", self._session.id, what, exc
-                    )
-            else:
-                if tries and late is not None:
-                    late.late_steps += 1
-                return written
-            await self._options.outage.pause(tries, self._give_up)
-
-    def _held(self, batch: Sequence[Pending], error: UnavailableError, what: str) -> None:
-        """Accepted input whose turn waits for the store: logged, and told once per input."""
-        fresh = [pending for pending in batch if not pending.held]
-        if not fresh:
-            return
-        for pending in fresh:
-            pending.held = True
-        log.warning("session %s: %s waits for the store: %s", self._session.id, what, error)
-        if self._options.on_held is not None:
-            self._options.on_held(self._session, [pending.payload for pending in fresh])
+    async def _until_written(self, write: Callable[[], Awaitable[T]], what: str) -> T:
+        """``write()``, again while the store cannot take it, until a close gives up."""
+        return await self._options.outage.retry(
+            write, what=f"session {self._session.id}: {what}", give_up=self._give_up
+        )
 
 
 def _unanswered_steers(active: _Active, run: Run) -> list[Entry]:
@@ -829,19 +799,6 @@ def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:
         entries.append(entry)
         leaf = entry.id
     return entries, leaf
-
-
-def _duplicate(origin: str, run_id: str, policy: Policy) -> Turn:
-    """The turn of a wake this session already took: decided at once, as dropped."""
-    turn = Turn(new_entry_id(), run_id, policy)
-    turn.finish(
-        Outcome.DROPPED,
-        error=DroppedError(
-            f"wake {origin} was already accepted (as run {run_id or 'a steer'}); "
-            "a repeated delivery is not taken twice"
-        ),
-    )
-    return turn
 
 
 def _result_of(task: asyncio.Task[RunResult]) -> RunResult | None:

@@ -16,6 +16,7 @@ writes, and decides when a turn runs.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from threads import outbound
+from threads.errors import DroppedError, UnavailableError
 from threads.ids import new_entry_id
 from threads.messages import JSON, Message, ToolResultPart
 from threads.store.entries import Entry, MessageEntry, OutboundEntry, ReceiptEntry, TurnEntry
@@ -34,6 +36,8 @@ from threads.wake import mark_injected
 
 if TYPE_CHECKING:
     from threads.session import Injected, Session, SessionOptions
+
+log = logging.getLogger(__name__)
 
 _POLICIES = frozenset(p.value for p in Policy)
 CRASHED = "interrupted: the gateway stopped during this turn"
@@ -185,6 +189,27 @@ class Inbox:
         self._counter += 1
         return f"{self._session.id}-t{self._counter}"
 
+    def repeated(self, wake: Mapping[str, JSON], policy: Policy) -> Turn | None:
+        """The turn of a wake whose ``origin`` this session took already, decided as dropped.
+
+        A hand-off completed twice (before and after a crash) carries the same
+        origin, the sending session's outbound record: it is taken once. None
+        for a wake not seen before.
+        """
+        origin = wake.get("origin")
+        if not isinstance(origin, str) or origin not in self._tree.origins:
+            return None
+        run_id = self._tree.origins[origin]
+        turn = Turn(new_entry_id(), run_id, policy)
+        turn.finish(
+            Outcome.DROPPED,
+            error=DroppedError(
+                f"wake {origin} was already accepted (as run {run_id or 'a steer'}); "
+                "a repeated delivery is not taken twice"
+            ),
+        )
+        return turn
+
     async def start_now(
         self, message: Message, policy: Policy, payload: Any, wake: Mapping[str, JSON]
     ) -> Turn:
@@ -327,9 +352,26 @@ class Inbox:
                 batch.append(self._queue.popleft())
         return batch
 
-    def requeue(self, batch: Sequence[Pending]) -> None:
-        """Put a taken batch back at the head (its prompts could not be written)."""
+    def hold_back(self, batch: Sequence[Pending], error: UnavailableError) -> None:
+        """Put a taken batch back at the head: the store could not take its prompts.
+
+        Its turns wait for the store; the owner's ``on_held`` hears of each
+        input once, the first time it is held back.
+        """
         self._queue.extendleft(reversed(batch))
+        fresh = [pending for pending in batch if not pending.held]
+        if not fresh:
+            return
+        for pending in fresh:
+            pending.held = True
+        log.warning(
+            "session %s: the prompt of %s waits for the store: %s",
+            self._session.id,
+            batch[0].turn.run_id,
+            error,
+        )
+        if self._options.on_held is not None:
+            self._options.on_held(self._session, [pending.payload for pending in fresh])
 
     def take_steers(self) -> list[Pending]:
         """Take every waiting steer, for a run to drain."""
@@ -515,6 +557,19 @@ class Inbox:
         self._queue.clear()
         self._steers.clear()
         self._counter = max(self._counter, self._tree.highest_turn())
+
+
+def delivery_entries(steers: Sequence[Pending], run_id: str) -> list[Entry]:
+    """Per steer drained into run ``run_id``: its ``delivered`` fate, then the message itself."""
+    out: list[Entry] = []
+    for steer in steers:
+        out.append(
+            ReceiptEntry(
+                id=new_entry_id(), status="delivered", receipt=steer.receipt_id, run_id=run_id
+            )
+        )
+        out.append(MessageEntry(id=new_entry_id(), message=steer.injected or steer.message))
+    return out
 
 
 def deferral_receipts(deferred: Sequence[Deferral]) -> list[Entry]:

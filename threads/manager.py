@@ -327,10 +327,12 @@ class ThreadManager:
         options = self.session_options(key)
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
-        if loaded is None and session_id is not None:
-            loaded = await self.load_stored(key, session_id)
         if loaded is not None:
+            # Input left unsettled continues here only if no other writer holds the session.
             session = self._from_loaded(key, loaded, options)
+            await session.hold()
+        elif session_id is not None:
+            session = self._from_loaded(key, await self.load_stored(key, session_id), options)
         elif create:
             name = agent or self.config.default_agent
             session = await Session.create(

@@ -119,7 +119,9 @@ async def send(out: Outgoing) -> tuple[Delivery | None, OutboundEntry | None]:
 
     A sink that raises is a ``failed`` mark (logged). A send refused because
     the gateway is stopping gets no mark: it stays pending, and the next start
-    completes it.
+    completes it. So does one its receiver only holds in memory for a reader
+    not there yet (``Delivery.held``): a restart sends it again, and such a
+    receiver shows an id once.
     """
     record = out.record
     try:
@@ -130,6 +132,8 @@ async def send(out: Outgoing) -> tuple[Delivery | None, OutboundEntry | None]:
     except Exception as exc:
         log.warning("send %s (%s) to %s failed: %s", record.id, record.kind, record.to, exc)
         return None, mark(record, OUTBOUND_FAILED, error=f"{type(exc).__name__}: {exc}")
+    if delivery.held:
+        return delivery, None
     if delivery.blocked:
         status = OUTBOUND_BLOCKED
         return delivery, mark(

@@ -418,6 +418,15 @@ class Session:
             self._tree.add(entry)
         self._view += len(entries)
 
+    async def hold(self) -> None:
+        """Take the writer lease now, before the first write needs it.
+
+        :class:`LockedError` when another writer (another process, another
+        store) holds the session; nothing is written either way.
+        """
+        async with self._lock:
+            await self._take_lease()
+
     async def _take_lease(self) -> None:
         if self._leaser is None or self._leased:
             return

@@ -43,12 +43,16 @@ class Delivery:
     ``delivered_to`` names the receiver (``telegram:123``, ``session cli``,
     ``dropped``); ``message_ids`` are the platform's ids of the chunks sent;
     ``blocked`` is the reason a policy refused it, recorded rather than silent.
+    ``held`` says the receiver only keeps it in memory until its reader comes
+    (a web chat with no page open): a crash now would lose it, so the
+    outbound ledger does not count it delivered.
     """
 
     delivered_to: str
     message_ids: tuple[str, ...] = ()
     dropped: bool = False
     blocked: str = ""
+    held: bool = False
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """A web chat client that speaks the page's protocol, for tests and benchmarks.
 
-It does what ``web_chat.js`` does in a browser: loads the page once for the
+It does what the page (``channels/web/static/chat.js``) does: loads the page once for the
 signed chat cookie, opens the WebSocket, sends ``{"text": …}`` and keeps
 every frame the gateway pushes: every reply as it came (:attr:`WebChat.replies`,
 a reply under an id already shown dropped as the page drops it) and what the

@@ -18,11 +18,19 @@ async def test_the_page_is_served(web: WebChannel) -> None:
         assert "<title>Gateway chat</title>" in await response.text()
 
 
-async def test_the_pages_script_is_served(web: WebChannel) -> None:
-    async with browser() as http, http.get(f"{web.url}web_chat.js") as response:
-        assert response.status == 200
-        assert response.content_type == "text/javascript"
-        assert "new WebSocket(" in await response.text()
+async def test_the_pages_scripts_and_style_are_served(web: WebChannel) -> None:
+    async with browser() as http:
+        async with http.get(f"{web.url}chat/chat.js") as response:
+            assert response.status == 200
+            assert response.content_type == "text/javascript"
+            assert "new WebSocket(" in await response.text()
+        for name in ("view.js", "composer.js"):
+            async with http.get(f"{web.url}chat/{name}") as response:
+                assert response.content_type == "text/javascript"
+        async with http.get(f"{web.url}chat/chat.css") as response:
+            assert response.content_type == "text/css"
+        async with http.get(f"{web.url}chat/nothing.js") as response:
+            assert response.status == 404
 
 
 async def test_a_web_message_is_answered_over_the_websocket(

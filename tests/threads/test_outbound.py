@@ -215,3 +215,30 @@ async def test_a_hand_off_a_close_kept_from_leaving_is_made_by_the_next_start(
         assert "status: failed" in completed[0].message.text()
     finally:
         await second.manager.close()
+
+
+async def test_a_send_its_receiver_only_holds_in_memory_stays_open_and_goes_again_at_restart(
+    session_store: SessionStore, model: ScriptedModel
+) -> None:
+    class Held(Inbox):
+        async def deliver(self, message: OutboundMessage) -> Delivery:
+            await super().deliver(message)
+            return Delivery(delivered_to="web:x (queued until the page reconnects)", held=True)
+
+    held = Held(name="page", dedups=True)
+    inboxes = {"page": held}
+    first = await make_runtime(session_store, model, inboxes=inboxes)
+    model.add(say("kept for the page"))
+    wake = Wake(source=WakeSource.WEB, body="hi", caller=first.user_wake("x").caller, sink=held)
+    _accepted, turn = await first.manager.wake_turn(KEY, wake)
+    await turn.wait(DEADLINE)
+    assert [(r.status, r.record) for r in await records_of(first)] == [("pending", "")]
+    await first.manager.close()
+    second = await make_runtime(session_store, model, inboxes=inboxes)
+    try:
+        # Sent again under its id (the page shows it once); still only held, still open.
+        assert [m.outbound_id for m in held.received] == [held.received[0].outbound_id] * 2
+        assert held.messages == ["kept for the page"]
+        assert [r.status for r in await records_of(second)] == ["pending"]
+    finally:
+        await second.manager.close()
