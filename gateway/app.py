@@ -34,6 +34,7 @@ from config.models import GatewayConfig
 from cron import CronService, connect_store
 from cron.base import Clock
 from cron.errors import StoreError as CronStoreError
+from cron.heartbeat import Heartbeats
 from cron.manager_waker import ManagerWaker
 from gateway.approvals import ApprovalDesk
 from gateway.channel_setup import (
@@ -54,6 +55,7 @@ from gateway.router import Router, endpoint_of
 from threads import faults
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
+from threads.agent.pin_tool import pin_message_tool
 from threads.agent.tools import Tool, ToolRegistry
 from threads.approvals.gate import DurableApprovals
 from threads.approvals.grants import GrantBook
@@ -68,9 +70,10 @@ from threads.manager import ThreadManager
 from threads.media import Media
 from threads.node import NodeIdentity, claim_node
 from threads.ops import check_session_tool, health_tool
+from threads.pool.recovery import recover_delegations
+from threads.pool.tools import delegate_task_tool
 from threads.sessions.access import SubagentToolFilter
 from threads.sessions.catalog import Catalog
-from threads.sessions.delegation import settle_unsettled
 from threads.sessions.policy import SendPolicy, key_of_endpoint, send_command
 from threads.sessions.tools import SESSION_TOOLS
 from threads.sinks import DropSink, OutboundMessage, Sink
@@ -89,10 +92,19 @@ log = logging.getLogger(__name__)
 
 
 def check_models(config: GatewayConfig, models: Models) -> None:
-    """Resolve every agent's model now, so a bad provider setting stops the start-up."""
-    for name, agent in config.agents.items():
-        ref = agent.model or config.models.default
-        where = f"agents.{name}.model" if agent.model else "models.default"
+    """Resolve every agent's and summarizer's model now: a bad provider stops the start-up."""
+    refs = [
+        (
+            f"agents.{name}.model" if agent.model else "models.default",
+            agent.model or config.models.default,
+        )
+        for name, agent in config.agents.items()
+    ]
+    refs += [
+        (f"compaction.summary_models[{i}]", ref)
+        for i, ref in enumerate(config.compaction.summary_models)
+    ]
+    for where, ref in refs:
         try:
             models.resolve(ref)
         except (ModelError, UnknownModelError) as exc:
@@ -105,7 +117,15 @@ def default_tools(config: GatewayConfig) -> list[Tool[Any]]:
     The standard ones, and the opt-in built-ins (files, web, commands) an agent
     gets only by naming them.
     """
-    return [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS, *builtin_tools(config)]
+    return [
+        dispatch_tool,
+        check_session_tool,
+        health_tool,
+        *SESSION_TOOLS,
+        delegate_task_tool,
+        pin_message_tool,
+        *builtin_tools(config),
+    ]
 
 
 class Gateway:
@@ -151,6 +171,7 @@ class Gateway:
         self._router: Router | None = None
         self.control_path: Path | None = None
         self.cron: CronService | None = None
+        self.heartbeats: Heartbeats | None = None
         self.pairing: PairingService | None = None
         self.access: dict[str, Access] = {}
         self.mcp: McpHub | None = None
@@ -284,7 +305,10 @@ class Gateway:
         self._router.access = self.access
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
-        self._router.commands["/compact"] = compact_command(self._manager, agent.compact_session)
+        self._router.commands["/compact"] = compact_command(
+            self._manager,
+            lambda session, focus: agent.compact_session(session, instructions=focus),
+        )
         self._router.commands.update(ApprovalDesk(self, self.approvals).commands())
         await self._start_http()
         for channel in self.channels.values():
@@ -294,6 +318,9 @@ class Gateway:
                 raise StartupError(str(exc)) from None
             self._lifetimes.push(f"{channel.name} channel", channel.stop)
 
+        # Delegations a stopped gateway left unsettled are settled or resumed before
+        # any turn continues: a delegating call whose turn died is answered first.
+        await recover_delegations(self._manager)
         # With the channels up, input left unsettled by the last run continues, and
         # running turns are drained at close while the channels can still deliver.
         try:
@@ -307,8 +334,8 @@ class Gateway:
         Supervisor(self._manager).start()
         if config.cron.enabled:
             await self._start_cron(tools)
-        # Delegations a stopped gateway left open are settled and announced.
-        self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
+        if config.heartbeat.enabled:
+            await self._start_heartbeats()
         if self.pairing is not None:
             # Approvals and denials made while no gateway ran are told now.
             self._manager.spawn(self.pairing.deliver_notices(), name="pairing notices")
@@ -387,6 +414,20 @@ class Gateway:
             make_data_dirs(self.config)
         except (OSError, UnsafePathError) as exc:
             raise StartupError(f"data_dir: {exc}") from None
+
+    async def _start_heartbeats(self) -> None:
+        """Heartbeats on the state store, waking threads through the manager."""
+        state = self.state or await self._open_state()
+        beats = Heartbeats(
+            state,
+            ManagerWaker(self.manager),
+            self.config.heartbeat,
+            clock=self._cron_clock or MonotonicClock(),
+            zone=self.config.timezone,
+        )
+        beats.start()
+        self._lifetimes.push("heartbeats", beats.stop)
+        self.heartbeats = beats
 
     async def _start_cron(self, tools: ToolRegistry) -> None:
         """Cron on the state store, waking threads through the manager; its tools for agents."""

@@ -38,8 +38,9 @@ from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
 from gateway.errors import ControlError, GatewayError, GatewayGoneError
+from gateway.heartbeat_cli import app as heartbeat_app
 from gateway.pairing_cli import app as pairing_app
-from gateway.sessions_cli import app as sessions_app
+from gateway.session_edits_cli import app as sessions_app
 from gateway.terminal import StopSignals, first_of, input_lines
 
 if TYPE_CHECKING:
@@ -260,6 +261,7 @@ config_cli.register(app)
 ops_cli.register(app)
 app.add_typer(cron_app, name="cron")
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(heartbeat_app, name="heartbeat")
 app.add_typer(pairing_app, name="pairing")
 app.add_typer(approvals_app, name="approvals")
 

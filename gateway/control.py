@@ -13,6 +13,11 @@ an optional ``id`` echoed in the answer:
   answers what the stop did (``ended``, ``winding_down``, ``dropped``, ``text``)
 * ``send_policy`` ``{"key", "setting"}`` — a session's send policy override
   (allow | deny | inherit); answers the policy now in force
+* ``cancel_delegation`` ``{"key"}`` — cancel the delegation running (or waiting
+  for a slot) in child session ``key``; answers its parent and state
+* ``session_edit`` ``{"key", "action", "args"}`` — pin, compact (or preview),
+  uncompact or branch a session between its turns; answers what was done
+  (:mod:`gateway.session_edits`)
 * ``pairing_list`` — every access-controlled channel's pending requests and
   paired users (``{"channels": {name: {"pending": […], "paired": […]}}}``)
 * ``pairing_approve`` / ``pairing_deny`` ``{"channel", "code"}`` — answers the
@@ -43,6 +48,8 @@ from channels.errors import ChannelError
 from channels.pairing import PairingService, listing_json, outcome_json
 from gateway.errors import ControlError, GatewayGoneError
 from gateway.preflight import another_gateway
+from gateway.session_edits import Editor
+from threads.agent.loop import AgentLoop
 from threads.approvals.service import ApprovalService, Decider
 from threads.errors import ThreadsError
 
@@ -86,6 +93,8 @@ class ControlServer:
             "check_session": self._check_session,
             "stop_session": self._stop_session,
             "send_policy": self._send_policy,
+            "cancel_delegation": self._cancel_delegation,
+            "session_edit": self._session_edit,
             "pairing_list": self._pairing_list,
             "pairing_approve": self._pairing_approve,
             "pairing_deny": self._pairing_deny,
@@ -229,6 +238,37 @@ class ControlServer:
         key, setting = str(request["key"]), str(request["setting"])
         decision = await policy.set(key, setting)
         return {"ok": True, "key": key, "policy": decision.action, "reason": decision.reason}
+
+    async def _cancel_delegation(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        key = str(request["key"])
+        delegation = await self.gateway.manager.pool.cancel(key, "canceled by an operator")
+        return {
+            "ok": True,
+            "key": key,
+            "parent": str(delegation.parent_key),
+            "receipt": delegation.receipt,
+            "state": delegation.state,
+        }
+
+    async def _session_edit(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        key = str(request["key"])
+        manager = self.gateway.manager
+        thread = await manager.open_thread(key)
+        if thread is None:
+            raise LookupError(f"session key {key!r} names no session")
+        loop = manager.agent
+        if not isinstance(loop, AgentLoop):
+            raise LookupError("this gateway runs no agent loop to summarize with")
+        editor = Editor(config=self.gateway.config, models=loop.models)
+        args = request.get("args")
+        done = await editor.edit(
+            thread.session, str(request["action"]), dict(args) if isinstance(args, dict) else {}
+        )
+        return {"ok": True, "key": key, **done}
 
     def _pairing(self) -> PairingService:
         pairing = self.gateway.pairing

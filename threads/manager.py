@@ -36,12 +36,19 @@ from config.models import GatewayConfig
 from threads import reports, restart, stops
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
-from threads.errors import ManagerClosedError, NotFoundError, NotRunError, UnavailableError
+from threads.errors import (
+    ManagerClosedError,
+    NotFoundError,
+    NotPersistedError,
+    NotRunError,
+    UnavailableError,
+)
 from threads.history import strip_for_fork
 from threads.keys import SessionKey
 from threads.ledger import Ledger, already_sent
 from threads.messages import JSON, Message
 from threads.outage import StoreOutage
+from threads.pool.pool import Pool
 from threads.quarantine import UNREADABLE, Quarantine
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
@@ -71,6 +78,11 @@ NOT_STARTED = (
 HELD = (
     "(Your message is saved, but the gateway cannot write to its store right now: "
     "it runs as soon as the store is back. No need to send it again.)"
+)
+
+NOT_SAVED = (
+    "(Note — the gateway could not save the end of this turn to its store: what was said "
+    "stands, but the conversation's record of it may be incomplete.)"
 )
 
 RESUME_BODY = (
@@ -122,6 +134,7 @@ class ThreadManager:
         self.chains = Chains(config.threads.max_exchange_depth, record=self.recovery.record_stopped)
         self.budget = Budget(config.threads.budget)
         self.ledger = Ledger(self)
+        self.pool = Pool(self)
 
     # -- lifetime
 
@@ -311,7 +324,7 @@ class ThreadManager:
     async def _start_thread(
         self, key: SessionKey, *, create: bool, agent: str | None, loaded: Loaded | None = None
     ) -> Thread | None:
-        options = self.session_options()
+        options = self.session_options(key)
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
         if loaded is not None:
@@ -373,9 +386,10 @@ class ThreadManager:
             default_sink=default_sink,
         )
 
-    def session_options(self) -> SessionOptions:
+    def session_options(self, key: str | None = None) -> SessionOptions:
+        """How the manager's sessions run; ``key`` names the thread they run for."""
         return SessionOptions(
-            gate=self._turn_gate,
+            gate=partial(self._turn_gate, key),
             max_queue=self.config.threads.inbox_size,
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
@@ -393,7 +407,11 @@ class ThreadManager:
             listener(session, requests)
 
     @contextlib.asynccontextmanager
-    async def _turn_gate(self) -> AsyncIterator[None]:
+    async def _turn_gate(self, key: str | None) -> AsyncIterator[None]:
+        """A turn slot; a sync delegation's child runs on the slot its waiting parent holds."""
+        if key is not None and self.pool.lends(key):
+            yield
+            return
         async with self._gate:
             self._turns_in_flight += 1
             try:
@@ -421,9 +439,13 @@ class ThreadManager:
                 self.spawn(_tell(wake, HELD), name="tell a turn waits for the store")
 
     def _not_started(self, wake: Wake, turn: Turn) -> None:
-        """A user's accepted message whose turn could not start is told so (the agent never ran)."""
-        if isinstance(turn.error, NotRunError) and not self._closed:
+        """A user whose turn could not start, or whose turn's end was not saved, is told so."""
+        if self._closed:
+            return
+        if isinstance(turn.error, NotRunError):
             self.spawn(_tell(wake, NOT_STARTED), name="tell a turn did not start")
+        elif isinstance(turn.error, NotPersistedError):
+            self.spawn(_tell(wake, NOT_SAVED), name="tell a turn's end was not saved")
 
     # -- sinks and restored wakes
 
@@ -508,7 +530,7 @@ class ThreadManager:
             self.agent,
             meta={"key": str(key), "agent": name},
             parent=ParentRef(session=parent.id, entry=parent.leaf),
-            options=self.session_options(),
+            options=self.session_options(key),
         )
         history = strip_for_fork(parent.context())
         if history:
@@ -545,7 +567,7 @@ class ThreadManager:
             self.store,
             self.agent,
             meta={"key": key, "agent": agent},
-            options=self.session_options(),
+            options=self.session_options(key),
         )
         await self.store.point(session_key, session.id)
         self.quarantine.lift(session_key)

@@ -31,6 +31,7 @@ from threads.sessions.keys import chat_type_of, seed_channel
 from threads.sinks import Delivery, OutboundMessage, Sink, dedups
 from threads.store.base import SessionStore
 from threads.store.entries import InfoEntry
+from threads.turns import NoRuns
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -290,11 +291,6 @@ def send_command(policy: SendPolicy) -> SendCommand:
 # -- writing an override without a running gateway
 
 
-class _NoRuns:
-    async def run(self, run: Any) -> Any:
-        raise RuntimeError("this session was opened to set its send policy, not to run turns")
-
-
 async def write_override(
     store: SessionStore, config: GatewayConfig, key: str, setting: str
 ) -> Decision:
@@ -304,7 +300,7 @@ async def write_override(
     session_id = await store.resolve(key)
     if session_id is None:
         raise UnknownSessionError(key, "`gateway sessions list` shows the sessions")
-    session = await Session.open(store, session_id, _NoRuns())
+    session = await Session.open(store, session_id, NoRuns())
     try:
         await session.set_info(meta={m.SEND_POLICY: setting})
         override = m.send_override(session.meta())
