@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import cast
 
 from channels.access import Access, ContextLine, with_context
 from channels.base import Answers, AsksApproval, Channel, ChannelSink, Follows, Inbound
@@ -110,6 +111,7 @@ class Router:
         # anything else; owner-only commands need one of that channel's owners.
         self.access: Mapping[str, Access] = {}
         self.owner_commands: set[str] = {"/send"}
+        self._roles: dict[str, tuple[Channel, bool, bool]] = {}
 
     async def handle(self, inbound: Inbound) -> None:
         """Route one inbound message: access first, then a command answered now, or a wake."""
@@ -142,7 +144,7 @@ class Router:
             return
         channel = self.channels[inbound.channel]
         platform = base_channel(inbound.channel)
-        answers = isinstance(channel, Answers)
+        answers, follows = self._roles_of(inbound.channel, channel)
         reply_to = inbound.message_id if inbound.chat_type != "direct" or answers else ""
         wake = Wake(
             source=WakeSource(platform),
@@ -156,10 +158,25 @@ class Router:
             agent=inbound.agent or None,
         )
         _accepted, turn = await self.manager.wake_turn(key, wake)
-        if isinstance(channel, Answers):
-            channel.answer(inbound.message_id, turn)
-        elif isinstance(channel, Follows):
-            channel.follow(inbound.chat_id, turn)
+        if answers:
+            cast(Answers, channel).answer(inbound.message_id, turn)
+        elif follows:
+            cast(Follows, channel).follow(inbound.chat_id, turn)
+
+    def _roles_of(self, name: str, channel: Channel) -> tuple[bool, bool]:
+        """Whether the channel answers each message, and whether it follows turns.
+
+        Looked up once per channel: a check against a runtime protocol costs
+        more than the rest of routing a message.
+        """
+        known = self._roles.get(name)
+        if known is None or known[0] is not channel:
+            known = self._roles[name] = (
+                channel,
+                isinstance(channel, Answers),
+                isinstance(channel, Follows),
+            )
+        return known[1], known[2]
 
     async def reply(self, inbound: Inbound, text: str) -> None:
         """Answer a message in its chat; a button press, to the person who pressed it."""

@@ -456,6 +456,7 @@ class TurnDriver:
                 message=pending.message,
                 run_id=head.turn.run_id if pending is head else "",
                 wake=pending.wake,
+                receipt=pending.receipt_id,  # stored once: the receipt holds message and wake
             )
             prompts.append(prompt)
             leaf = prompt.id
@@ -650,6 +651,7 @@ class TurnDriver:
                     message=upcoming.message,
                     run_id=upcoming.turn.run_id,
                     wake=upcoming.wake,
+                    receipt=upcoming.receipt_id,
                 )
             )
             upcoming.started = True

@@ -7,9 +7,11 @@ and ``file``. Values are frozen; the ``*_wire`` functions are the one codec.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+
+import orjson
 
 Role: TypeAlias = Literal["user", "assistant", "tool"]
 JSON: TypeAlias = Any
@@ -69,10 +71,18 @@ Part: TypeAlias = TextPart | ToolCallPart | ToolResultPart | ReasoningPart | Fil
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
-    """One conversation message: a role and its parts, in order."""
+    """One conversation message: a role and its parts, in order.
+
+    A message is sent to the model again on every later turn of its session,
+    so what is derived from it — a provider's wire bytes, the size of its
+    stored form — is computed once and kept with it (see :func:`wire_form`
+    and :func:`stored_size`); those memos are never compared or shown.
+    """
 
     role: Role
     content: tuple[Part, ...]
+    _wire: tuple[str, bytes] | None = field(default=None, init=False, repr=False, compare=False)
+    _size: int = field(default=-1, init=False, repr=False, compare=False)
 
     @classmethod
     def user(cls, text: str) -> Message:
@@ -222,6 +232,40 @@ def usage_from_wire(obj: JSON) -> Usage:
         output_tokens=int(obj.get("output_tokens", 0)),
         cached_tokens=int(obj.get("cached_tokens", 0)),
     )
+
+
+class Encodable(Protocol):
+    """A frozen value that keeps its latest wire encoding (a message, a tool's spec)."""
+
+    @property
+    def _wire(self) -> tuple[str, bytes] | None: ...
+
+
+E = TypeVar("E", bound=Encodable)
+
+
+def wire_form(value: E, form: str, encode: Callable[[E], bytes]) -> bytes:
+    """``encode(value)``, the value in the wire format named ``form``, encoded once.
+
+    The bytes are kept with the value (frozen: they cannot go stale), so a
+    conversation's history and an agent's tool schemas cost their encoding
+    once, not once per request.
+    """
+    kept = value._wire
+    if kept is not None and kept[0] == form:
+        return kept[1]
+    data = encode(value)
+    object.__setattr__(value, "_wire", (form, data))
+    return data
+
+
+def stored_size(message: Message) -> int:
+    """The length in bytes of the message's stored JSON form, computed once per message."""
+    size = message._size
+    if size < 0:
+        size = len(orjson.dumps(message_to_wire(message)))
+        object.__setattr__(message, "_size", size)
+    return size
 
 
 def tool_result_message(results: Iterable[ToolResultPart]) -> Message:

@@ -225,7 +225,7 @@ class Session:
         tree = EntryTree(loaded.header.id)
         skipped = loaded.report.skipped if loaded.report else ()
         tree.load(loaded.entries, salvaged=bool(skipped))
-        return cls(
+        session = cls(
             store,
             loaded.header,
             agent,
@@ -234,6 +234,10 @@ class Session:
             report=loaded.report,
             options=options,
         )
+        if len(loaded.lines) == len(loaded.entries):
+            # The queue is restored and the context built: the history costs its bytes now.
+            tree.keep_lines(loaded.lines)
+        return session
 
     # -- reads
 

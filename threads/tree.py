@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from threads.approvals.boundary import unfinished_resumes
+from threads.entry_log import EntryIndex, EntryLog
 from threads.errors import CorruptError, NoEntryError
 from threads.identity import merged_meta
 from threads.ids import valid_id
@@ -36,19 +37,25 @@ SUMMARY_CLOSE = "</summary>"
 
 
 class EntryTree:
-    """Every entry of a session in append order, indexed, with the current leaf."""
+    """Every entry of a session in append order, indexed, with the current leaf.
+
+    The entries a session loaded may be kept as their stored lines
+    (:meth:`keep_lines`, :mod:`threads.entry_log`): reading one decodes it.
+    The leaf's path is kept as positions, and the context as the messages it
+    holds, so a turn decodes nothing it did not write.
+    """
 
     def __init__(self, session: str) -> None:
         self.session = session
-        self.entries: list[Entry] = []
-        self.by_id: dict[str, Entry] = {}
+        self.entries = EntryLog()
+        self.by_id = EntryIndex(self.entries)
         self.leaf = ""
         self.orphaned: list[str] = []
         # Wake origin (an outbound record of another session) -> the run it became.
         self.origins: dict[str, str] = {}
         # Outbound records no mark has settled yet, by id (see threads.outbound).
         self.unmarked: dict[str, OutboundEntry] = {}
-        self._path_cache: list[Entry] | None = []
+        self._path_cache: list[int] | None = []
         self._context: ContextBuilder | None = ContextBuilder()
 
     def load(
@@ -91,9 +98,17 @@ class EntryTree:
         """Add an entry this session just wrote (already validated by construction)."""
         self._add(entry)
 
+    def keep_lines(self, lines: Sequence[bytes]) -> None:
+        """Keep the loaded entries as ``lines``, the lines they were read from, one each.
+
+        Called once what the open needed of every entry was read (the queue
+        restored, the context built): from then on they cost their bytes.
+        """
+        self.entries.keep_lines(lines)
+
     def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
+        at = len(self.entries)
         self.entries.append(entry)
-        self.by_id[entry.id] = entry
         if isinstance(entry, MessageEntry | ReceiptEntry):
             origin = entry.wake.get("origin") if entry.wake else None
             if isinstance(origin, str) and origin:
@@ -112,7 +127,7 @@ class EntryTree:
             return
         if entry.parent == self.leaf:
             if self._path_cache is not None:
-                self._path_cache.append(entry)
+                self._path_cache.append(at)
             if self._context is not None:
                 if isinstance(entry, CompactionEntry):
                     self._context = None
@@ -132,30 +147,36 @@ class EntryTree:
     def path(self, entry_id: str | None = None) -> list[Entry]:
         """The entries from a root to ``entry_id`` (default: the leaf), leaf entries skipped."""
         target = self.leaf if entry_id is None else entry_id
+        entries = self.entries
         if entry_id is None and self._path_cache is not None:
-            return list(self._path_cache)
+            return [entries[at] for at in self._path_cache]
         out: list[Entry] = []
-        current = self.by_id.get(target) if target else None
-        if target and current is None:
+        positions: list[int] = []
+        at = entries.position(target) if target else None
+        if target and at is None:
             raise NoEntryError(self.session, target)
-        while current is not None:
+        while at is not None:
+            current = entries[at]
             if not isinstance(current, LeafEntry):
                 out.append(current)
-            current = self.by_id.get(current.parent) if current.parent else None
+                positions.append(at)
+            at = entries.position(current.parent) if current.parent else None
         out.reverse()
         if entry_id is None:
-            self._path_cache = list(out)
+            positions.reverse()
+            self._path_cache = positions
         return out
 
     def path_reversed(self) -> Iterator[Entry]:
-        """The leaf's path from the leaf back to the root, without copying it."""
+        """The leaf's path from the leaf back to the root, each entry read as it is reached."""
         if self._path_cache is None:
             self.path()
         assert self._path_cache is not None
-        return reversed(self._path_cache)
+        entries = self.entries
+        return (entries[at] for at in reversed(self._path_cache))
 
     def title(self) -> str:
-        for entry in reversed(self.entries):
+        for entry in self.entries.of_kind(InfoEntry.TYPE, newest_first=True):
             if isinstance(entry, InfoEntry) and entry.title:
                 return entry.title
         return ""

@@ -28,7 +28,14 @@ from config.models import ModelSettings
 from threads.agent.summaries import BRANCH_PROMPT, CompactionError, Summarizer
 from threads.errors import NoEntryError
 from threads.ids import new_entry_id
-from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart, Usage, message_to_wire
+from threads.messages import (
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    Usage,
+    stored_size,
+)
 from threads.session import Session
 from threads.store.entries import (
     BranchSummaryEntry,
@@ -62,8 +69,12 @@ class NotPinnableError(CompactionError):
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
-    """About a quarter of the wire bytes: the unit every threshold here uses."""
-    return sum(len(orjson.dumps(message_to_wire(m))) for m in messages) // 4
+    """About a quarter of the wire bytes: the unit every threshold here uses.
+
+    Each message's size is measured once and kept with it, so estimating a
+    growing context costs what is new.
+    """
+    return sum(stored_size(m) for m in messages) // 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -47,6 +47,7 @@ from threads.messages import (
     ToolCallPart,
     ToolResultPart,
     Usage,
+    wire_form,
 )
 
 API_VERSION = "2023-06-01"
@@ -73,6 +74,7 @@ _ERROR_STATUSES = {
 }
 _CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
 _EPHEMERAL = {"type": "ephemeral"}
+_FORM = "anthropic"  # the tag of the messages-protocol encoding kept with each message and tool
 
 
 # -- our messages → content blocks ------------------------------------------------------
@@ -118,27 +120,64 @@ def _block(part: Part, role: str) -> dict[str, Any] | None:
     return _file_block(part)
 
 
-def messages_to_anthropic(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The ``messages`` array of a messages request, roles alternating."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
+def blocks_of(message: Message) -> list[dict[str, Any]]:
+    """A message's content blocks (its role is ``user`` unless it is the assistant's)."""
+    role = "assistant" if message.role == "assistant" else "user"
+    return [b for b in (_block(p, role) for p in message.content) if b is not None]
+
+
+def _encoded(message: Message) -> bytes:
+    """A message's content blocks as JSON, comma-separated (b"" when it has none)."""
+    return b",".join(orjson.dumps(b) for b in blocks_of(message))
+
+
+def messages_json(messages: Sequence[Message], *, cache_last: bool) -> orjson.Fragment:
+    """The ``messages`` array as JSON, roles alternating, from each message's kept encoding.
+
+    With ``cache_last`` the conversation's last block carries ``cache_control``
+    (when its kind may): that message is encoded afresh, the rest come from
+    what each kept since its first request.
+    """
+    turns: list[tuple[str, list[bytes]]] = []
+    last = len(messages) - 1
+    while last >= 0 and not wire_form(messages[last], _FORM, _encoded):
+        last -= 1  # the last block is the last message's that has blocks
+    for index, message in enumerate(messages):
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = [b for b in (_block(p, role) for p in message.content) if b is not None]
-        if not blocks:
-            continue
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
+        if cache_last and index == last:
+            blocks = blocks_of(message)
+            if blocks and blocks[-1]["type"] in _CACHEABLE:
+                blocks[-1] = blocks[-1] | {"cache_control": _EPHEMERAL}
+            data = b",".join(orjson.dumps(b) for b in blocks)
         else:
-            out.append({"role": role, "content": blocks})
-    return out
+            data = wire_form(message, _FORM, _encoded)
+        if not data:
+            continue
+        if turns and turns[-1][0] == role:
+            turns[-1][1].append(data)
+        else:
+            turns.append((role, [data]))
+    return orjson.Fragment(
+        b"["
+        + b",".join(
+            b'{"role":"%s","content":[%s]}' % (role.encode(), b",".join(blocks))
+            for role, blocks in turns
+        )
+        + b"]"
+    )
 
 
-def tools_to_anthropic(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """The ``tools`` array of a messages request."""
-    return [
-        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
-        for t in tools
-    ]
+def _tool_encoded(tool: ToolSpec) -> bytes:
+    return orjson.dumps(
+        {"name": tool.name, "description": tool.description, "input_schema": dict(tool.parameters)}
+    )
+
+
+def tools_json(tools: Sequence[ToolSpec]) -> orjson.Fragment:
+    """The ``tools`` array as JSON, each schema encoded once per tool."""
+    return orjson.Fragment(
+        b"[" + b",".join(wire_form(t, _FORM, _tool_encoded) for t in tools) + b"]"
+    )
 
 
 # -- content blocks → our messages ------------------------------------------------------
@@ -365,23 +404,18 @@ class AnthropicClient(HTTPModelClient):
         self.prompt_caching = prompt_caching
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
-        messages = messages_to_anthropic(request.messages)
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_output_tokens,
-            "messages": messages,
+            "messages": messages_json(request.messages, cache_last=self.prompt_caching),
         }
         if request.system:
             system: dict[str, Any] = {"type": "text", "text": request.system}
             if self.prompt_caching:
                 system["cache_control"] = _EPHEMERAL
             body["system"] = [system]
-        if self.prompt_caching and messages:
-            last = messages[-1]["content"][-1]
-            if last["type"] in _CACHEABLE:
-                last["cache_control"] = _EPHEMERAL
         if request.tools:
-            body["tools"] = tools_to_anthropic(request.tools)
+            body["tools"] = tools_json(request.tools)
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if request.stream:

@@ -25,11 +25,15 @@ The agent loop should answer such a call with a tool error, not run it."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
-    """A tool as the model sees it: name, description and the JSON schema of its arguments."""
+    """A tool as the model sees it: name, description and the JSON schema of its arguments.
+
+    Its encoding for a provider is kept with it (:func:`threads.messages.wire_form`).
+    """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
+    _wire: tuple[str, bytes] | None = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

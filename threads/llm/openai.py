@@ -28,6 +28,7 @@ from threads.llm.base import (
     StopReason,
     ToolSpec,
 )
+from threads.llm.conversations import EncodedConversations
 from threads.llm.errors import ModelConnectionError, ModelHTTPError, ModelResponseError
 from threads.llm.http import HTTPModelClient
 from threads.llm.retry import Clock, RetryPolicy, Sleep, error_text
@@ -41,7 +42,10 @@ from threads.messages import (
     ToolCallPart,
     ToolResultPart,
     Usage,
+    wire_form,
 )
+
+_FORM = "openai"  # the tag of the chat-completions encoding kept with each tool
 
 _STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -89,71 +93,88 @@ def _tool_content(result: ToolResultPart) -> str:
     return f"Error: {result.content}" if result.is_error else result.content
 
 
-def messages_to_openai(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The ``messages`` array of a chat-completions request."""
+def chat_messages(message: Message) -> list[dict[str, Any]]:
+    """One of our messages as chat messages: none, one, or several (a tool result each)."""
+    content = message.content
+    if (
+        len(content) == 1
+        and type(content[0]) is TextPart
+        and content[0].text
+        and message.role != "tool"
+    ):
+        # The usual message, one text part: no need to sort its parts.
+        return [{"role": message.role, "content": content[0].text}]
     out: list[dict[str, Any]] = []
-    if system:
-        out.append({"role": "system", "content": system})
-    for message in messages:
-        content = message.content
-        if (
-            len(content) == 1
-            and type(content[0]) is TextPart
-            and content[0].text
-            and message.role != "tool"
-        ):
-            # The usual message, one text part: no need to sort its parts.
-            out.append({"role": message.role, "content": content[0].text})
-            continue
-        rest: list[Part] = []
-        calls: list[ToolCallPart] = []
-        for part in message.content:
-            if isinstance(part, ToolResultPart):
-                out.append(
-                    {"role": "tool", "tool_call_id": part.call_id, "content": _tool_content(part)}
-                )
-            elif isinstance(part, ToolCallPart):
-                calls.append(part)
-            elif not isinstance(part, ReasoningPart):
-                rest.append(part)
-        if message.role == "assistant":
-            text = "".join(
-                p.text if isinstance(p, TextPart) else file_line(p)
-                for p in rest
-                if isinstance(p, TextPart | FilePart)
+    rest: list[Part] = []
+    calls: list[ToolCallPart] = []
+    for part in content:
+        if isinstance(part, ToolResultPart):
+            out.append(
+                {"role": "tool", "tool_call_id": part.call_id, "content": _tool_content(part)}
             )
-            if not text and not calls:
-                continue
-            entry: dict[str, Any] = {"role": "assistant", "content": text or None}
-            if calls:
-                entry["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": _arguments(c)},
-                    }
-                    for c in calls
-                ]
-            out.append(entry)
-        elif rest:
-            # A user message, or stray text in a tool message: both are the user speaking.
-            out.append({"role": "user", "content": _user_content(rest)})
+        elif isinstance(part, ToolCallPart):
+            calls.append(part)
+        elif not isinstance(part, ReasoningPart):
+            rest.append(part)
+    if message.role == "assistant":
+        text = "".join(
+            p.text if isinstance(p, TextPart) else file_line(p)
+            for p in rest
+            if isinstance(p, TextPart | FilePart)
+        )
+        if not text and not calls:
+            return out
+        entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            entry["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": _arguments(c)},
+                }
+                for c in calls
+            ]
+        out.append(entry)
+    elif rest:
+        # A user message, or stray text in a tool message: both are the user speaking.
+        out.append({"role": "user", "content": _user_content(rest)})
     return out
 
 
-def tools_to_openai(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """The ``tools`` array of a chat-completions request."""
-    return [
+def _encoded(message: Message) -> bytes:
+    """A message's chat messages as JSON, comma-separated (b"" when it has none)."""
+    return b",".join(orjson.dumps(m) for m in chat_messages(message))
+
+
+def messages_json(
+    system: str, messages: Sequence[Message], conversations: EncodedConversations
+) -> orjson.Fragment:
+    """The ``messages`` array as JSON; what the conversation sent before is not encoded again."""
+    history = conversations.encode(messages, _encoded)
+    if not system:
+        return orjson.Fragment(b"".join((b"[", history, b"]")))
+    head = orjson.dumps({"role": "system", "content": system})
+    return orjson.Fragment(b"".join((b"[", head, b"," if history else b"", history, b"]")))
+
+
+def _tool_encoded(tool: ToolSpec) -> bytes:
+    return orjson.dumps(
         {
             "type": "function",
             "function": {
-                "name": t.name,
-                "description": t.description,
-                "parameters": dict(t.parameters),
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": dict(tool.parameters),
             },
         }
-        for t in tools
-    ]
+    )
+
+
+def tools_json(tools: Sequence[ToolSpec]) -> orjson.Fragment:
+    """The ``tools`` array as JSON, each schema encoded once per tool."""
+    return orjson.Fragment(
+        b"[" + b",".join(wire_form(t, _FORM, _tool_encoded) for t in tools) + b"]"
+    )
 
 
 # -- chat format → our messages ---------------------------------------------------------
@@ -431,15 +452,16 @@ class OpenAIClient(HTTPModelClient):
         )
         self.base_url = base_url.rstrip("/")
         self._max_tokens_field = max_tokens_field
+        self._conversations = EncodedConversations()
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model,
-            "messages": messages_to_openai(request.system, request.messages),
+            "messages": messages_json(request.system, request.messages, self._conversations),
             self._max_tokens_field: request.max_output_tokens,
         }
         if request.tools:
-            body["tools"] = tools_to_openai(request.tools)
+            body["tools"] = tools_json(request.tools)
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if request.stream:

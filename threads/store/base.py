@@ -91,11 +91,17 @@ class LoadReport:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Loaded:
-    """One loaded session: its header, its entries in append order, and the report."""
+    """One loaded session: its header, its entries in append order, and the report.
+
+    ``lines`` are the stored lines the entries were decoded from, one each, when
+    the backend has them (a session keeps them rather than the decoded values:
+    :mod:`threads.entry_log`); empty otherwise.
+    """
 
     header: Header
     entries: list[Entry]
     report: LoadReport | None = None
+    lines: Sequence[bytes] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,6 +10,7 @@ every kind gets a decoder generated as straight-line code (see
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import MISSING, fields
 from datetime import UTC, datetime
@@ -38,7 +39,9 @@ from threads.store.entries import (
     Entry,
     Header,
     Lineage,
+    MessageEntry,
     ParentRef,
+    ReceiptEntry,
 )
 
 # -- field codecs: (to_wire, from_wire); from_wire raises WireError naming nothing,
@@ -196,7 +199,10 @@ def entry_to_wire(entry: Entry) -> dict[str, JSON]:
     if entry.parent:
         out["parent"] = entry.parent
     out["created"] = _time_to_wire(entry.created)
+    referred = _REFERRED if isinstance(entry, MessageEntry) and entry.receipt else ()
     for name, encode, _decode, required, default in _SPECS[type(entry)]:
+        if name in referred:
+            continue  # the receipt it names holds it
         value = getattr(entry, name)
         if required and value is None:
             raise ValueError(f"{entry.TYPE} entry {entry.id}: '{name}' is required and is None")
@@ -232,6 +238,8 @@ def _fast_message(value: JSON) -> Message:
     message = _new(Message)
     _set_role(message, role)
     _set_content(message, tuple(parts))
+    _set_wire(message, None)
+    _set_size(message, -1)
     return message
 
 
@@ -239,6 +247,8 @@ _new = object.__new__
 _set_text = _setter(TextPart, "text")
 _set_role = _setter(Message, "role")
 _set_content = _setter(Message, "content")
+_set_wire = _setter(Message, "_wire")
+_set_size = _setter(Message, "_size")
 _FAST: dict[Callable[[JSON], Any], Callable[[JSON], Any]] = {message_from_wire: _fast_message}
 
 EntryDecoder: TypeAlias = Callable[[dict[str, JSON], str], Entry]
@@ -276,7 +286,14 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
         where = f"{{kind}} entry {{entry_id}}: '{f.name}'"
         body.append(f"    value = obj.get({f.name!r})")
         body.append("    if value is None:")
-        if f.default is MISSING and f.default_factory is MISSING:
+        required = f.default is MISSING and f.default_factory is MISSING
+        if cls is MessageEntry and f.name in _REFERRED and required:
+            # Left out of a prompt that names its receipt: Referrals puts it back.
+            env[f"unresolved_{index}"] = UNRESOLVED
+            body.append('        if not obj.get("receipt"):')
+            body.append(f'            raise WireError(f"{where} is missing")')
+            body.append(f"        set_{index}(entry, unresolved_{index})")
+        elif required:
             body.append(f'        raise WireError(f"{where} is missing")')
         elif f.default_factory is not MISSING:
             env[f"factory_{index}"] = f.default_factory
@@ -330,7 +347,43 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
     return decoder
 
 
+_REFERRED = ("message", "wake")
+
+UNRESOLVED = Message(role="user", content=())
+"""The message of a prompt read without the receipt it names (see :class:`Referrals`)."""
+
 _DECODERS: dict[str, EntryDecoder] = {kind: _compile(cls) for kind, cls in ENTRY_KINDS.items()}
+
+
+class Referrals:
+    """Puts back what a prompt's line leaves to its receipt, reading a session in order.
+
+    ``take`` is given every entry as it is decoded; a prompt naming a
+    receipt gets that receipt's message and wake, and is None when no
+    earlier entry is that receipt (the line cannot be read whole).
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[str, ReceiptEntry] = {}
+
+    def take(self, entry: Entry) -> Entry | None:
+        if isinstance(entry, ReceiptEntry):
+            if entry.msg is not None:
+                self._held[entry.id] = entry
+            return entry
+        if isinstance(entry, MessageEntry) and entry.receipt:
+            receipt = self._held.get(entry.receipt)
+            return None if receipt is None else whole(entry, receipt)
+        return entry
+
+
+def whole(prompt: MessageEntry, receipt: ReceiptEntry) -> MessageEntry:
+    """The prompt with the message and wake its receipt holds for it."""
+    if prompt.message is not UNRESOLVED or receipt.msg is None:
+        return prompt
+    return dataclasses.replace(prompt, message=receipt.msg, wake=receipt.wake)
 
 
 def entry_from_wire(obj: JSON) -> Entry:

@@ -77,13 +77,24 @@ class MessageEntry(Entry):
     ``run_id`` is set on a turn's prompt entry (``<session>-t<n>``). ``wake`` is
     this gateway's addition on prompt entries: the wake's routing (source,
     caller, sink, agent), so a restart knows where the turn's reply goes.
+
+    ``receipt`` names the ``accepted`` receipt a queued input was taken with,
+    when this is its prompt: the receipt already holds the message and the
+    wake, so the line leaves both out and is written with ``"v": 2``; readers
+    restore them from the receipt (:class:`threads.store.codec.Referrals`).
+    In memory the entry holds them whole, as written.
     """
 
     TYPE: ClassVar[str] = "message"
+    READS: ClassVar[int] = 2
 
     message: Message
     run_id: str = ""
     wake: Mapping[str, JSON] = field(default_factory=dict)
+    receipt: str = ""
+
+    def wire_version(self) -> int:
+        return 2 if self.receipt else 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

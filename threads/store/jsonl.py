@@ -6,12 +6,15 @@ with ``cp``. Files are opened without following symbolic links, and a root
 that is a link is refused (:mod:`threads.store.private`). Writes go through one writer thread per store (the
 :class:`~threads.store.committer.Committer`): an append is one ``os.write``
 of the whole encoded batch on an ``O_APPEND`` descriptor, and under the
-``every_append`` policy the round's touched files are fsynced once each
-before any caller hears back — group commit. A write the file system refuses
-(disk full, an I/O error) is :class:`UnavailableError`, with nothing of its
-batch left behind. A create writes the header to
-a hidden temporary file, fsyncs it and links it into place, so a session
-exists whole or not at all.
+``every_append`` policy the round is recorded in the store's write-ahead log
+and that one file is fsynced before any caller hears back
+(:mod:`threads.store.wal`: session files are flushed in bulk at checkpoints,
+and a dead writer's log is replayed by the next store to open the
+directory). A write the file system refuses (disk full, an I/O error) is
+:class:`UnavailableError`, with nothing of its batch left behind. A create
+writes the header to a hidden temporary file, makes it durable (an fsync, or
+a record in the log) and links it into place, so a session exists whole or
+not at all.
 
 The writer lock is an exclusive ``flock`` on the session's descriptor, taken
 with the first write (a create is one) and held until ``release`` (or the
@@ -27,6 +30,7 @@ import asyncio
 import errno
 import fcntl
 import gc
+import logging
 import os
 import secrets
 import stat
@@ -57,15 +61,18 @@ from threads.store.handles import (
     raise_descriptor_limit,
     repair_tail,
 )
-from threads.store.keyfile import KeyJournal, encode_point, read_journal
+from threads.store.keyfile import JOURNAL, KeyJournal, encode_point, read_journal
 from threads.store.leases import Leases
 from threads.store.lines import decode_session, encode_batch
 from threads.store.listing import DirectoryListing
 from threads.store.private import fsync_dir, make_private_dir, open_private
 from threads.store.rules import ZERO_TIME, check_header, check_id
+from threads.store.wal import CREATE, DEFAULT_LIMIT, DELETE, WRITE, WriteAheadLog, replay_dead_logs
 from threads.store.watching import Pulse, tail
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 SUFFIX = ".jsonl"
 _STALE_TEMP_SECONDS = 600.0
@@ -82,6 +89,7 @@ class JsonlStore:
         max_open: int = 512,
         poll_interval: float = 0.05,
         pause: Pause | None = None,
+        wal_limit: int = DEFAULT_LIMIT,
     ) -> None:
         """Open a store over ``root`` (created on first use).
 
@@ -97,6 +105,7 @@ class JsonlStore:
         ``"create:written"`` (header durable in the temporary file, not yet
         linked) and ``"append:half-written"`` (half of the batch written), so
         a test can cancel a caller or kill the process inside those windows.
+        ``wal_limit`` is the size past which the write-ahead log is checkpointed.
         """
         raise_descriptor_limit()
         self._root = os.fspath(root)
@@ -111,6 +120,12 @@ class JsonlStore:
             self._open_existing, max_open=max_open, no_lock=self._options.no_lock
         )
         self._journal: KeyJournal | None = None  # writer thread only
+        # Under every_append a locking store makes its writes durable through one shared
+        # log, flushed once per round (threads/store/wal.py); writer thread only.
+        self._wal: WriteAheadLog | None = None
+        self._logged = self._every and not self._options.no_lock
+        self._wal_limit = wal_limit
+        self._recovered = False
         self._leases = Leases()
         self._pulse = Pulse()
         self._listing = DirectoryListing(self._root, SUFFIX)
@@ -135,14 +150,18 @@ class JsonlStore:
 
     async def load(self, session: str) -> Loaded:
         check_id(session)
+        await self._ready()
         return await self._off_loop(self._load_sync, session)
 
     async def list(self, query: Query | None = None) -> Page:
+        await self._ready()
         return await self._off_loop(self._list_sync, query or Query())
 
     async def delete(self, session: str) -> None:
         check_id(session)
+        await self._ready()
         await self._committer.run(partial(self._w_delete, session))
+        self._listing.forget(session)
         self._leases.drop(session)
         self._pulse.fire()
 
@@ -191,6 +210,7 @@ class JsonlStore:
     async def acquire(self, session: str, holder: object) -> tuple[int, datetime]:
         check_id(session)
         self._leases.check(session, holder)
+        await self._ready()
         count, created = await self._committer.run(partial(self._w_acquire, session))
         self._leases.check(session, holder)
         self._leases.take(session, holder)
@@ -205,6 +225,7 @@ class JsonlStore:
 
     async def watch(self, session: str, after: str = "") -> AsyncIterator[Entry]:
         check_id(session)
+        await self._ready()
         reader = FileTail(partial(self._open_for_read, session))
         stream = tail(
             session,
@@ -264,8 +285,12 @@ class JsonlStore:
         once the file system takes writes again. Running out of descriptors
         stays the ``OSError`` that names the limit and what to do.
         """
+        await self._ready()
+        return await self._run(fn)
+
+    async def _run(self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True) -> T:
         try:
-            return await self._committer.run(fn)
+            return await self._committer.run(fn, cancellable=cancellable)
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise
@@ -285,7 +310,7 @@ class JsonlStore:
             if not self._options.no_lock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new inode: nobody else has it
             _write_all(fd, line)
-            if self._every:
+            if self._every and not self._logged:
                 os.fsync(fd)
             self._paused("create:written")
             try:
@@ -298,10 +323,12 @@ class JsonlStore:
         finally:
             with suppress(FileNotFoundError):
                 os.unlink(tmp)
-        if self._every:
-            fsync_dir(self._root)
         handle = Handle(header.id, fd, len(line), lines=0, created=header.created)
         self._handles.adopt(handle)
+        if self._logged:
+            self._log(rnd, op).record(CREATE, header.id + SUFFIX, 0, line)
+        elif self._every:
+            fsync_dir(self._root)
 
     def _w_append(self, session: str, data: bytes, count: int, rnd: Round, op: Op[Any]) -> None:
         self._paused("append:started")
@@ -335,9 +362,13 @@ class JsonlStore:
             with suppress(OSError):
                 os.ftruncate(fd, handle.size)
             raise
+        offset = handle.size
         handle.size += len(data)
         if handle.lines >= 0:
             handle.lines += count
+        if self._logged:
+            self._log(rnd, op).record(WRITE, session + SUFFIX, offset, data)
+            return
         handle.dirty = True
         if self._every:
             rnd.sync(handle, op)
@@ -367,6 +398,9 @@ class JsonlStore:
         if handle is None:
             self._must_exist(session)
             return
+        if self._logged:
+            self._log(rnd, op)  # what the log holds is durable at the round's end
+            return
         rnd.sync(handle, op)
 
     def _w_delete(self, session: str, rnd: Round, op: Op[Any]) -> None:
@@ -389,7 +423,9 @@ class JsonlStore:
                 os.unlink(path)
             finally:
                 os.close(fd)
-        if self._every:
+        if self._logged:
+            self._log(rnd, op).record(DELETE, session + SUFFIX, 0, b"")
+        elif self._every:
             fsync_dir(self._root)
 
     def _w_point(self, key: str, session: str | None, rnd: Round, op: Op[Any]) -> None:
@@ -401,8 +437,11 @@ class JsonlStore:
             )
             journal.open(self._key_seed)
             self._journal = journal
-        journal.append(encode_point(key, session), 1)
-        if self._every:
+        line = encode_point(key, session)
+        offset = journal.append(line, 1)
+        if self._logged:
+            self._log(rnd, op).record(CREATE, JOURNAL, offset, line)  # made if a power loss took it
+        elif self._every:
             rnd.sync(journal, op)
 
     def _w_close_all(self, rnd: Round, op: Op[Any]) -> None:
@@ -413,8 +452,68 @@ class JsonlStore:
             except OSError as exc:
                 errors.append(exc)
             self._journal = None
+        if self._wal is not None and not errors:
+            # Every file the log covers is flushed on its own; then the log goes.
+            try:
+                self._wal.close()
+            except OSError as exc:
+                errors.append(exc)
+            self._wal = None
         if errors:
             raise errors[0]
+
+    def _log(self, rnd: Round, op: Op[Any]) -> WriteAheadLog:
+        """The store's log, opened on first use; the round flushes it before ``op`` returns."""
+        wal = self._wal
+        if wal is None:
+            self._ensure_root()
+            wal = WriteAheadLog(self._root, limit=self._wal_limit, undo=self._w_undo)
+            wal.open()
+            self._wal = wal
+        rnd.sync(wal, op)
+        return wal
+
+    def _w_undo(self, writes: Sequence[tuple[bytes, str, int]]) -> None:
+        """A round whose log flush failed: cut its writes back out of their files.
+
+        A batch is cut back to where it began (its held session then checks its
+        file again before its next append); a session this round created is
+        removed; a key index line is cut like a batch.
+        """
+        for op, name, offset in reversed(writes):
+            path = os.path.join(self._root, name)
+            session = name.removesuffix(SUFFIX)
+            with suppress(OSError):
+                if op == CREATE and name != JOURNAL:
+                    handle = self._handles.pop(session)
+                    if handle is not None:
+                        self._handles.forget(handle)
+                    os.unlink(path)
+                elif op != DELETE:
+                    os.truncate(path, offset)
+                    held = self._handles.get(session)
+                    if held is not None:
+                        held.size = -1
+                        held.lines = -1
+            if name == JOURNAL and self._journal is not None:
+                self._journal.size = offset
+
+    async def _ready(self) -> None:
+        """Before the store's first read or write: replay the logs a dead writer left."""
+        if not self._recovered:
+            await self._run(self._w_recover, cancellable=False)
+
+    def _w_recover(self, rnd: Round, op: Op[Any]) -> None:
+        if self._recovered:
+            return
+        self._recovered = True
+        if self._options.no_lock or not self._root_exists():
+            return  # a store that takes no locks (a reader) leaves the logs to a writer
+        replayed = replay_dead_logs(self._root)
+        if replayed:
+            log.warning(
+                "%s: replayed %d write-ahead log(s) a stopped writer left", self._root, replayed
+            )
 
     # -- reads (executor threads)
 
@@ -445,6 +544,7 @@ class JsonlStore:
     async def _key_map(self) -> dict[str, str]:
         if self._keys is not None:
             return self._keys
+        await self._ready()
         if self._keys_loading is None:
             self._keys_loading = asyncio.Lock()
         async with self._keys_loading:

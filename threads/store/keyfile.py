@@ -65,6 +65,7 @@ class KeyJournal:
         self._no_lock = no_lock
         self._salvage = salvage
         self.fd = -1
+        self.size = 0
         self.dirty = False
         self.lines = 0
         self.live = 0
@@ -83,6 +84,7 @@ class KeyJournal:
             os.close(fd)
             raise
         self.fd = fd
+        self.size = len(complete)
         if not keys and seed:
             keys = dict(seed)
             self.append(b"".join(encode_point(k, s) for k, s in keys.items()), len(keys))
@@ -91,12 +93,16 @@ class KeyJournal:
         if self.lines > 2 * self.live + 64:
             self._compact(keys)
 
-    def append(self, data: bytes, lines: int) -> None:
+    def append(self, data: bytes, lines: int) -> int:
+        """Append ``data`` (``lines`` lines); the offset it was written at."""
         written = os.write(self.fd, data)
         if written != len(data):
             raise OSError(f"short write to the key index ({written} of {len(data)} bytes)")
+        offset = self.size
+        self.size += written
         self.lines += lines
         self.dirty = True
+        return offset
 
     def sync(self) -> None:
         if self.fd >= 0 and self.dirty:
@@ -134,6 +140,7 @@ class KeyJournal:
             raise
         os.close(self.fd)
         self.fd = fd
+        self.size = len(body)
         self.lines = len(keys)
         self.live = len(keys)
 

@@ -28,8 +28,8 @@ from threads.errors import CorruptError, NewerFormatError
 from threads.ids import valid_id
 from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
-from threads.store.codec import decode_entry, decode_header, encode_entry
-from threads.store.entries import Entry, Header
+from threads.store.codec import Referrals, decode_entry, decode_header, encode_entry
+from threads.store.entries import Entry, Header, MessageEntry
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,11 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
         raise CorruptError(session, 1, "", str(exc)) from None
     entries: list[Entry] = []
     skipped: list[int] = []
-    for number, line in enumerate(lines[1:], start=2):
+    stored = lines[1:]
+    referrals = Referrals()
+    for number, line in enumerate(stored, start=2):
         try:
-            entries.append(decode_entry(line))
+            entries.append(whole_entry(referrals, decode_entry(line)))
         except NewerFormatError as exc:
             raise NewerFormatError(f"session {session} line {number}: {exc}", line=number) from None
         except (WireError, ValueError, TypeError) as exc:
@@ -108,7 +110,19 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
     report = None
     if torn_line or skipped:
         report = LoadReport(torn=torn_line, skipped=tuple(skipped))
-    return Loaded(header=header, entries=entries, report=report)
+        if skipped:
+            gone = set(skipped)
+            stored = [line for number, line in enumerate(stored, start=2) if number not in gone]
+    return Loaded(header=header, entries=entries, report=report, lines=stored)
+
+
+def whole_entry(referrals: Referrals, entry: Entry) -> Entry:
+    """``entry`` with what its line left to an earlier receipt; WireError when none is."""
+    taken = referrals.take(entry)
+    if taken is None:
+        receipt = entry.receipt if isinstance(entry, MessageEntry) else ""
+        raise WireError(f"message entry {entry.id}: its receipt {receipt} is not an earlier entry")
+    return taken
 
 
 def log_skipped(session: str, number: int, line: bytes, cause: Exception) -> None:

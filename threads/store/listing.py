@@ -2,19 +2,22 @@
 
 Headers never change once written, so each file's header is read once and
 remembered; a ``list`` rescans only the directory when it changed (a session
-created or deleted by another process is seen at once). A session deleted
-and created again under its id between two scans must not keep the old
-header, and its inode number does not tell (ext4 hands a freed inode to the
-next file it creates). What does is the inode's change time: a new file's is
-the time it was made, later than anything the old file had. The clock behind
-it is coarse, though, so a file whose change time is not yet two seconds
-older than the scan that remembered it is checked by reading its header line
-again. Titles are entry state: they are read, only for a query that searches
-them, from the part of each file not yet scanned.
+created or deleted by another process is seen at once). A rescan reads the
+directory's names and inode numbers and nothing else: a file whose name and
+inode are both remembered is the file that was read, so a create among ten
+thousand sessions costs one header read, not ten thousand ``stat`` calls. A
+session deleted and created again under its id may be given the freed inode
+(ext4 hands it to the next file it creates), so the store's own deletes are
+forgotten at once (:meth:`DirectoryListing.forget`); only another process
+deleting and creating a session under the same id, on the same inode,
+between two scans of this one, goes unseen until it is evicted. Titles are
+entry state: they are read, only for a query that searches them, from the
+part of each file not yet scanned.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import stat
@@ -45,28 +48,15 @@ _SETTLED_NS = 2_000_000_000
 class _Listed:
     """What ``list`` remembers of one session file between calls.
 
-    ``inode`` and ``changed`` (its ctime, ns) as the file had them when its
-    header line ``line`` was last read.
+    ``inode`` is the file's as it was when its header line ``line`` was read.
     """
 
     inode: int
-    changed: int
     line: bytes
     header: Header | None
     key: tuple[int, str]
-    settled: bool = False
     title_offset: int = 0
     title: str = ""
-
-    def remember(self, st: os.stat_result, read_at: int) -> None:
-        """The file as it was when its header line was read at ``read_at`` (ns).
-
-        A file created after that has a later change time, unless the coarse
-        clock had not moved on: so an unchanged change time proves the file
-        is the same only when it was well before ``read_at`` (``settled``).
-        """
-        self.inode, self.changed = st.st_ino, st.st_ctime_ns
-        self.settled = read_at - st.st_ctime_ns > _SETTLED_NS
 
 
 class DirectoryListing:
@@ -109,6 +99,18 @@ class DirectoryListing:
             rows = list(zip(self._keys, self._headers, strict=True))
         yield from rows
 
+    def forget(self, session: str) -> None:
+        """The store deleted ``session``: whatever is created under its name is read afresh."""
+        with self._lock:
+            listed = self._listed.pop(session + self._suffix, None)
+            if listed is None:
+                return
+            self._seen_mtime = -1
+            at = bisect.bisect_left(self._keys, listed.key)
+            if at < len(self._keys) and self._keys[at] == listed.key:
+                del self._keys[at]
+                del self._headers[at]
+
     def _refresh(self) -> None:
         """Rescan unless the directory provably has not changed since the last scan.
 
@@ -128,11 +130,15 @@ class DirectoryListing:
         old = self._listed
         fresh: dict[str, _Listed] = {}
         suffix = self._suffix
-        added = False
+        added: list[_Listed] = []
+        replaced = False
         with os.scandir(self._root) as it:
             for item in it:
                 name = item.name
                 known = old.get(name)
+                if known is not None and item.inode() == known.inode:
+                    fresh[name] = known
+                    continue
                 if known is None:
                     if not name.endswith(suffix) or name.startswith("."):
                         continue
@@ -145,32 +151,24 @@ class DirectoryListing:
                 if not stat.S_ISREG(st.st_mode):
                     self._refuse(item.path, st)
                     continue
-                if (
-                    known is not None
-                    and st.st_ctime_ns == known.changed
-                    and st.st_ino == known.inode
-                    and known.settled
-                ):
-                    fresh[name] = known
-                    continue
                 session = name[: -len(suffix)]
-                read_at = time.time_ns()
                 line = _read_header_line(item.path)
                 if line is None:
                     continue
-                if known is not None and known.inode == st.st_ino and known.line == line:
-                    known.remember(st, read_at)
-                    fresh[name] = known  # appended to since: the same file
-                    continue
                 header = _decode_header(line)
                 key = (created_us(header.created), session) if header else (0, session)
-                listed = _Listed(inode=0, changed=0, line=line, header=header, key=key)
-                listed.remember(st, read_at)
-                fresh[name] = listed
-                added = True
+                listed = fresh[name] = _Listed(inode=st.st_ino, line=line, header=header, key=key)
+                added.append(listed)
+                replaced = replaced or known is not None
         self._listed = fresh
-        if not added and len(fresh) == len(old):
-            return  # the same files: the list order stands
+        if not replaced and len(fresh) == len(old) + len(added):
+            # Only new files (the usual change: a create): each goes in its place.
+            for listed in added:
+                if listed.header is not None:
+                    at = bisect.bisect(self._keys, listed.key)
+                    self._keys.insert(at, listed.key)
+                    self._headers.insert(at, listed.header)
+            return
         rows = sorted((item.key, item.header) for item in fresh.values() if item.header)
         self._keys = [key for key, _ in rows]
         self._headers = [header for _, header in rows]

@@ -16,9 +16,9 @@ from contextlib import suppress
 
 from threads.errors import CorruptError, NewerFormatError, NoEntryError, NotFoundError
 from threads.messages import WireError
-from threads.store.codec import decode_entry, decode_header
+from threads.store.codec import Referrals, decode_entry, decode_header
 from threads.store.entries import Entry
-from threads.store.lines import complete_end, entry_id_of, log_skipped
+from threads.store.lines import complete_end, entry_id_of, log_skipped, whole_entry
 
 ReadFrom = Callable[[int], Awaitable[tuple[Hashable, bytes, int]]]
 
@@ -74,6 +74,7 @@ async def tail(
     line_number = 0
     started = after == ""
     header_seen = False
+    referrals = Referrals()
     while True:
         for line in data.split(b"\n")[:-1]:
             line_number += 1
@@ -87,7 +88,7 @@ async def tail(
                     raise CorruptError(session, line_number, "", str(exc)) from None
                 continue
             try:
-                entry = decode_entry(line)
+                entry = whole_entry(referrals, decode_entry(line))
             except NewerFormatError as exc:
                 raise NewerFormatError(
                     f"session {session} line {line_number}: {exc}", line=line_number

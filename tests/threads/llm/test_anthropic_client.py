@@ -19,7 +19,7 @@ from threads.llm import (
     RetryPolicy,
     ToolSpec,
 )
-from threads.llm.anthropic import AnthropicStream, messages_to_anthropic
+from threads.llm.anthropic import AnthropicStream, blocks_of
 from threads.llm.sse import SSEEvent
 from threads.messages import (
     FilePart,
@@ -319,9 +319,7 @@ def test_redacted_thinking_is_kept_and_sent_back_as_it_came() -> None:
         stream.feed(event)
     message = stream.finish().message
     assert message.content == (ReasoningPart(text="", signature="opaque"),)
-    assert messages_to_anthropic([message])[0]["content"] == [
-        {"type": "redacted_thinking", "data": "opaque"}
-    ]
+    assert blocks_of(message) == [{"type": "redacted_thinking", "data": "opaque"}]
 
 
 def test_tool_use_input_is_assembled_from_json_fragments() -> None:

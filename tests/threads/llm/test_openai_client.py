@@ -159,6 +159,48 @@ async def test_tool_calls_round_trip_through_the_chat_format(
     ]
 
 
+async def test_a_later_request_of_a_conversation_says_what_a_fresh_encoding_says(
+    client: OpenAIClient, openai_server: FakeOpenAIServer
+) -> None:
+    openai_server.script(Reply(text="one"), Reply(text="two"), Reply(text="three"))
+    history = [Message.user("first"), Message.assistant("an answer"), Message.user("second")]
+    first = await client.complete(
+        ModelRequest(model="fake-model", system="Be brief.", messages=history, tools=[WEATHER])
+    )
+    grown = [*history, first.message, Message.user("third")]
+    await client.complete(
+        ModelRequest(model="fake-model", system="Be brief.", messages=grown, tools=[WEATHER])
+    )
+    # A compaction: the same tail behind a new first message is encoded whole again.
+    summary = Message.user("<summary>earlier</summary>")
+    await client.complete(ModelRequest(model="fake-model", messages=[summary, *grown[3:]]))
+    earlier, later, compacted = openai_server.requests
+    assert later.messages[: len(earlier.messages)] == earlier.messages
+    assert later.messages[-2:] == [
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "third"},
+    ]
+    assert compacted.messages == [
+        {"role": "user", "content": "<summary>earlier</summary>"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "third"},
+    ]
+    assert (
+        later.tools
+        == earlier.tools
+        == [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "The weather in a city.",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+            }
+        ]
+    )
+
+
 async def test_arguments_that_are_not_json_are_kept_raw_and_sent_back_as_they_came(
     client: OpenAIClient, openai_server: FakeOpenAIServer
 ) -> None:

@@ -149,7 +149,8 @@ async def test_open_descriptors_are_bounded_and_leased_sessions_stay_held(
         count = 0
         for fd in os.listdir("/proc/self/fd"):
             with contextlib.suppress(FileNotFoundError):
-                count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path))
+                target = os.readlink(f"/proc/self/fd/{fd}")
+                count += target.startswith(str(tmp_path)) and target.endswith(".jsonl")
         return count
 
     assert open_sessions() <= 4

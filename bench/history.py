@@ -1,0 +1,391 @@
+"""Cost against history, through the whole gateway: turns/s, tails, GC pauses, memory, opening.
+
+    .venv/bin/python bench/history.py [--turns 1280] [--soak 2000]
+
+A gateway on the embedded default store (JSONL, every append fsync'd) serves
+the web chat; a zero-latency OpenAI-compatible model answers every call with ``ok``.
+The model (``bench.gateway.QuickModel``) and the web chat clients run in a second process (pinned to the
+other core when there are two), as in ``bench/gateway.py``, whose load this
+reuses. The model's window is set far above any history here, so no turn
+compacts: every figure is below the compaction threshold.
+
+History is made, not replayed: one real turn runs first, and its entries
+(prompt, answer, turn ledger — whatever a turn writes today) are cloned with
+fresh ids into each session's file through the store, before the gateway
+first opens the session. A session "with N turns of history" holds N such
+turns.
+
+- ``turns_per_s_history_{0,100,1000}``: 32 sessions each, 32 clients (one
+  per session, one message at a time), ``--turns`` turns per figure, in the
+  same run; ``ratio_history_1000_to_0`` is the target's (≥ 0.9).
+- ``p99_ms_fresh`` / ``p99_ms_history_100``: 32 clients over 500 sessions
+  (each client its own 15–16 chats, in turn), ``--soak`` turns each, on fresh
+  sessions and on sessions with 100 turns of history; their ratio (≤ 2).
+- ``gc_max_pause_ms``: the longest garbage collection (``gc.callbacks``)
+  while turns ran; ``gc_collections`` how many.
+- ``rss_kb_per_live_session_1000_turns``: the resident set's growth, per
+  session, as 32 sessions of 1 000 turns are opened as live threads;
+  ``context_kb_per_session_1000_turns`` the text of one's context, for scale
+  (the target is ≤ 128 KB beyond it).
+- ``rss_to_disk_ratio_after_soak``: the resident set's growth since start-up
+  over the bytes of every session file, once every level ran (target ≤ 1).
+- ``open_ms_100000_entries``: a session of 100 000 entries opened as a
+  thread (load, tree, thread), median of three, each after an eviction;
+  ``next_turn_ms_100000_entries`` the median of its next five turns beside
+  ``next_turn_ms_fresh`` on a fresh session.
+
+The last line printed is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.api import GATEWAY_CORE, LOAD_CORE, pin, rss_mb
+from bench.gateway import (
+    Chat,
+    Load,
+    QuickModel,
+    figures_of,
+    next_reply,
+    print_profile,
+    tree_bytes,
+)
+from config import validate
+from gateway.app import Gateway
+from threads.ids import new_entry_id, new_session_id
+from threads.messages import Message
+from threads.store.codec import encode_header, entry_to_wire
+from threads.store.entries import Entry, Header, MessageEntry
+
+CLIENTS = 32
+SOAK_SESSIONS = 500
+
+
+# -- the load, in its own process
+
+
+class HistoryLoad(Load):
+    """The model and groups of open web chats; answers ``open`` and ``run``."""
+
+    def __init__(self, http: aiohttp.ClientSession, model: QuickModel) -> None:
+        super().__init__(http, model)
+        self.groups: dict[str, list[Chat]] = {}
+
+    async def open_group(self, base: str, name: str, count: int) -> dict[str, Any]:
+        self.groups[name] = [await Chat.open(base) for _ in range(count)]
+        return {"chats": [chat.id for chat in self.groups[name]]}
+
+    async def run(self, name: str, clients: int, turns: int) -> dict[str, float]:
+        """``turns`` messages, ``clients`` at once, each client over its own share of the group."""
+        chats = self.groups[name]
+        shares = [chats[c::clients] for c in range(clients)]
+        per_client = max(1, turns // clients)
+        times: list[float] = []
+
+        async def client(share: list[Chat]) -> None:
+            for i in range(per_client):
+                chat = share[i % len(share)]
+                started = time.perf_counter()
+                await chat.say(f"message {i}")
+                await next_reply(chat.ws)
+                times.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(share) for share in shares if share))
+        elapsed = time.perf_counter() - started
+        # Each group runs once: its sockets close now, before the server's heartbeat
+        # finds them unread.
+        for chat in self.groups.pop(name):
+            await chat.close()
+        return figures_of(times, elapsed)
+
+
+async def serve_load() -> None:
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+        QuickModel() as model,
+    ):
+        load = HistoryLoad(http, model)
+        print(json.dumps({"model": model.base_url}), flush=True)
+        while line := (await reader.readline()).decode().split():
+            command, args = line[0], line[1:]
+            answer: dict[str, Any]
+            if command == "open":
+                answer = await load.open_group(args[0], args[1], int(args[2]))
+            elif command == "run":
+                answer = await load.run(args[0], int(args[1]), int(args[2]))
+            else:
+                return
+            print(json.dumps(answer), flush=True)
+
+
+# -- the gateway, in this process
+
+
+def gateway_config(root: Path, model_url: str) -> Any:
+    data = root / "data"
+    return validate(
+        {
+            "data_dir": str(data),
+            "store": {"url": f"jsonl://{data / 'sessions'}", "fsync": "every_append"},
+            "models": {
+                "providers": {"fake": {"kind": "openai", "base_url": model_url, "api_key": "x"}},
+                # No turn here reaches the compaction threshold.
+                "settings": {"fake/bench": {"stream": False, "context_window": 10_000_000}},
+            },
+            "agents": {"default": {"model": "fake/bench"}},
+            "cron": {"enabled": False},
+            "threads": {
+                "max_concurrent_turns": 64,
+                "busy_policy": {"web": "queue"},
+                "budget": {"session_model_calls_per_hour": 0, "session_tokens_per_hour": 0},
+            },
+            "http": {"port": 0},
+            "channels": {"web": {"enabled": True}, "cli": {"enabled": False}},
+        },
+        "bench",
+    )
+
+
+class GcPauses:
+    """Every garbage collection's duration, from ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._began)
+
+
+def template_of(entries: list[Entry]) -> list[dict[str, Any]]:
+    """The wire form of the last turn in a session: its prompt (the last message
+    entry with a run id) and every entry after it."""
+    for index in range(len(entries) - 1, -1, -1):
+        entry = entries[index]
+        if isinstance(entry, MessageEntry) and entry.run_id:
+            return [entry_to_wire(e) for e in entries[index:]]
+    raise SystemExit("the template session holds no turn")
+
+
+async def seed(store: Any, key: str, turns: int, template: list[dict[str, Any]]) -> None:
+    """A session for ``key`` holding ``turns`` clones of the template turn, planted whole.
+
+    The clones are the template's lines with fresh ids and run ids; every field
+    that named an entry of the template (a parent, a receipt, an outbound
+    record) names the clone of that entry, and the first entry of each turn
+    follows the last of the turn before (the format is the store's own: the
+    template was written by a real turn).
+    """
+    header = Header(id=new_session_id(), meta={"key": key, "agent": "default"})
+    lines = [encode_header(header)]
+    stem = new_entry_id()
+    last = ""
+    for turn in range(1, turns + 1):
+        run_id = f"{header.id}-t{turn}"
+        ids = {wire["id"]: f"{stem}{turn}x{index}" for index, wire in enumerate(template)}
+        for index, wire in enumerate(template):
+            line = {k: ids.get(v, v) if isinstance(v, str) else v for k, v in wire.items()}
+            if index == 0:
+                line.pop("parent", None)
+                if last:
+                    line["parent"] = last
+            if "run_id" in line:
+                line["run_id"] = run_id
+            lines.append(orjson.dumps(line) + b"\n")
+        last = ids[template[-1]["id"]]
+    await store.plant(header.id, b"".join(lines))
+    await store.point(key, header.id)
+
+
+def context_bytes(messages: list[Message]) -> int:
+    return sum(len(m.text().encode()) for m in messages)
+
+
+async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
+    load = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--load",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert load.stdin is not None
+    assert load.stdout is not None
+    pinned = pin(load.pid, LOAD_CORE) and pin(0, GATEWAY_CORE)
+    model_url = json.loads(await load.stdout.readline())["model"]
+
+    async def ask(*words: object) -> dict[str, Any]:
+        assert load.stdin is not None
+        assert load.stdout is not None
+        load.stdin.write((" ".join(map(str, words)) + "\n").encode())
+        await load.stdin.drain()
+        return dict(json.loads(await load.stdout.readline()))
+
+    figures: dict[str, Any] = {"machine_load_1m_at_start": round(os.getloadavg()[0], 2)}
+    pauses = GcPauses()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            config = gateway_config(Path(tmp), model_url)
+            sessions_dir = config.data_dir / "sessions"
+            async with Gateway(config, control=False) as gw:
+                assert gw.http is not None
+                base = gw.http.url
+                store = gw.manager.store
+                rss_start = rss_mb()
+
+                # One real turn: what a turn writes today is the template.
+                (template_chat,) = (await ask("open", base, "template", 1))["chats"]
+                await ask("run", "template", 1, 1)
+                template_id = await store.resolve(f"web:{template_chat}")
+                assert template_id is not None
+                template = template_of((await store.load(template_id)).entries)
+
+                async def group(name: str, count: int, history: int) -> list[str]:
+                    """``count`` chats, each a session with ``history`` turns; their keys."""
+                    chats: list[str] = (await ask("open", base, name, count))["chats"]
+                    keys = [f"web:{chat}" for chat in chats]
+                    for key in keys:
+                        await seed(store, key, history, template)
+                    return keys
+
+                gc.callbacks.append(pauses)
+                for history in (0, 100, 1000):
+                    keys = await group(f"h{history}", CLIENTS, history)
+                    gc.collect()
+                    before = rss_mb()
+                    for key in keys:
+                        await gw.manager.open_thread(key)
+                    gc.collect()
+                    if history == 1000:
+                        grown = (rss_mb() - before) * 1024 / len(keys)
+                        figures["rss_kb_per_live_session_1000_turns"] = round(grown, 1)
+                        thread = gw.manager.thread(keys[0])
+                        assert thread is not None
+                        figures["context_kb_per_session_1000_turns"] = round(
+                            context_bytes(thread.session.context()) / 1024, 1
+                        )
+                    profiler = cProfile.Profile() if profile and history == 1000 else None
+                    if profiler is not None:
+                        profiler.enable()
+                    result = await ask("run", f"h{history}", CLIENTS, turns)
+                    if profiler is not None:
+                        profiler.disable()
+                        print_profile(profiler)
+                    figures[f"turns_per_s_history_{history}"] = result["per_s"]
+                    figures[f"p99_ms_history_{history}_32_sessions"] = result["p99"]
+                    print(
+                        f"history {history}: {result['per_s']} turns/s, p50 {result['p50']} ms, "
+                        f"p99 {result['p99']} ms",
+                        flush=True,
+                    )
+                figures["ratio_history_1000_to_0"] = round(
+                    figures["turns_per_s_history_1000"] / figures["turns_per_s_history_0"], 3
+                )
+
+                for history, label in ((0, "fresh"), (100, "history_100")):
+                    await group(label, SOAK_SESSIONS, history)
+                    result = await ask("run", label, CLIENTS, soak)
+                    figures[f"p99_ms_{label}"] = result["p99"]
+                    figures[f"p50_ms_{label}"] = result["p50"]
+                    figures[f"turns_per_s_{label}_500_sessions"] = result["per_s"]
+                    print(
+                        f"500 sessions, {label}: {result['per_s']} turns/s, p50 "
+                        f"{result['p50']} ms, p99 {result['p99']} ms",
+                        flush=True,
+                    )
+                figures["p99_ratio_history_100_to_fresh"] = round(
+                    figures["p99_ms_history_100"] / figures["p99_ms_fresh"], 3
+                )
+                gc.callbacks.remove(pauses)
+                figures["gc_max_pause_ms"] = round(max(pauses.pauses, default=0.0) * 1000, 3)
+                figures["gc_collections"] = len(pauses.pauses)
+                gc.collect()
+                disk = tree_bytes(sessions_dir)
+                figures["rss_to_disk_ratio_after_soak"] = round(
+                    (rss_mb() - rss_start) * 2**20 / disk, 3
+                )
+                figures["disk_mb_sessions"] = round(disk / 2**20, 1)
+
+                turns_big = 100_000 // len(template) + 1
+                (big,) = await group("big", 1, turns_big)
+                opens = []
+                for _ in range(3):
+                    await gw.manager.evict_idle(0)
+                    gc.collect()
+                    begun = time.perf_counter()
+                    await gw.manager.open_thread(big)
+                    opens.append(time.perf_counter() - begun)
+                figures["open_ms_100000_entries"] = round(statistics.median(opens) * 1000, 1)
+                figures["entries_in_the_big_session"] = turns_big * len(template)
+                after_big = await ask("run", "big", 1, 5)
+                await group("fresh_one", 1, 0)
+                after_fresh = await ask("run", "fresh_one", 1, 5)
+                figures["next_turn_ms_100000_entries"] = after_big["p50"]
+                figures["next_turn_ms_fresh"] = after_fresh["p50"]
+                print(
+                    f"open of {figures['entries_in_the_big_session']} entries: "
+                    f"{figures['open_ms_100000_entries']} ms; next turn {after_big['p50']} ms "
+                    f"(fresh: {after_fresh['p50']} ms)",
+                    flush=True,
+                )
+    finally:
+        load.stdin.write(b"quit\n")
+        await load.stdin.drain()
+        await load.wait()
+    figures["pinned_to_cores"] = pinned
+    figures["store"] = "jsonl, fsync every_append"
+    return figures
+
+
+KEYS = (
+    "turns_per_s_history_0",
+    "turns_per_s_history_100",
+    "turns_per_s_history_1000",
+    "p99_ms_fresh",
+    "p99_ms_history_100",
+    "gc_max_pause_ms",
+    "rss_kb_per_live_session_1000_turns",
+    "open_ms_100000_entries",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=1280, help="turns per history level")
+    parser.add_argument("--soak", type=int, default=2000, help="turns per 500-session round")
+    parser.add_argument("--profile", action="store_true", help="cProfile the 1 000-turn level")
+    parser.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.load:
+        asyncio.run(serve_load())
+        return
+    figures = asyncio.run(bench(args.turns, args.soak, args.profile))
+    ordered = {key: figures.pop(key) for key in KEYS} | figures
+    print(orjson.dumps(ordered).decode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""A client's encoded conversations: a request encodes only what its conversation did not send."""
+
+from __future__ import annotations
+
+from threads.llm.conversations import EncodedConversations
+from threads.messages import Message
+
+
+class Counting:
+    """An encoder that notes every message it encodes."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def __call__(self, message: Message) -> bytes:
+        self.seen.append(message.text())
+        return message.text().encode() if message.text() else b""
+
+
+def test_a_grown_conversation_encodes_only_its_new_messages() -> None:
+    kept, encode = EncodedConversations(), Counting()
+    history = [Message.user("a"), Message.assistant("b"), Message.user("c")]
+    assert kept.encode(history, encode) == b"a,b,c"
+    grown = [*history, Message.assistant("d"), Message.user("e")]
+    assert kept.encode(grown, encode) == b"a,b,c,d,e"
+    assert encode.seen == ["a", "b", "c", "d", "e"]
+
+
+def test_a_list_that_differs_where_the_last_request_ended_is_encoded_whole() -> None:
+    kept, encode = EncodedConversations(), Counting()
+    history = [Message.user("a"), Message.assistant("b"), Message.user("c")]
+    kept.encode(history, encode)
+    # The last message replaced by an equal but different object (a merged tool message).
+    replaced = [*history[:2], Message.user("c"), Message.user("d")]
+    assert kept.encode(replaced, encode) == b"a,b,c,d"
+    assert encode.seen == ["a", "b", "c", "a", "b", "c", "d"]
+    # Shorter than what was sent (a rollback): whole again.
+    assert kept.encode(history[:2], encode) == b"a,b"
+
+
+def test_messages_with_no_encoding_are_left_out() -> None:
+    kept, encode = EncodedConversations(), Counting()
+    assert kept.encode([Message.user("a"), Message.assistant(""), Message.user("c")], encode) == (
+        b"a,c"
+    )
+
+
+def test_what_is_kept_is_bounded_in_bytes_oldest_first_out() -> None:
+    kept, encode = EncodedConversations(max_bytes=10), Counting()
+    one = [Message.user("x" * 8)]
+    two = [Message.user("y" * 8)]
+    kept.encode(one, encode)
+    kept.encode(two, encode)
+    assert kept.kept_bytes == 8
+    kept.encode([*one, Message.user("z")], encode)
+    assert encode.seen == ["x" * 8, "y" * 8, "x" * 8, "z"]

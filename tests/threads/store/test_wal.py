@@ -1,0 +1,201 @@
+"""The jsonl store's write-ahead log: one flush per round, and what a power loss took comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.threads.store.helpers import header, msg, texts
+from tests.threads.store.test_jsonl import Spy
+from threads.errors import UnavailableError
+from threads.store.codec import encode_header
+from threads.store.entries import Header
+from threads.store.jsonl import JsonlStore
+from threads.store.wal import PREFIX, WRITE, WriteAheadLog, records
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def logs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.name.startswith(PREFIX))
+
+
+async def test_a_round_of_appends_to_many_sessions_is_flushed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def pause(point: str) -> None:
+        if point == "append:started" and not release.is_set():
+            entered.set()
+            release.wait(30)
+
+    store = JsonlStore(tmp_path, pause=pause)
+    sessions = [header() for _ in range(16)]
+    for h in sessions:
+        await store.create(h)
+    syncs = Spy(monkeypatch, "fsync")
+    # The first append holds the writer thread; the other 63 queue behind it: one round.
+    first = asyncio.ensure_future(store.append(sessions[0].id, [msg("first")]))
+    await asyncio.get_running_loop().run_in_executor(None, entered.wait, 30)
+    rest = [
+        asyncio.ensure_future(store.append(sessions[i % 16].id, [msg(str(i))]))
+        for i in range(1, 64)
+    ]
+    await asyncio.sleep(0)  # let each append hand its write to the writer thread
+    release.set()
+    await asyncio.gather(first, *rest)
+    # Two rounds (the held one and the other 63 over 16 files): two flushes of the log.
+    assert len(syncs.calls) == 2
+    loaded = [await store.load(h.id) for h in sessions]
+    assert sum(len(each.entries) for each in loaded) == 64
+    await store.close()
+
+
+async def test_a_clean_close_flushes_the_sessions_and_removes_the_log(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("kept")])
+    assert len(logs(tmp_path)) == 1
+    await store.close()
+    assert logs(tmp_path) == []
+    again = JsonlStore(tmp_path)
+    assert texts((await again.load(h.id)).entries) == ["kept"]
+    await again.close()
+
+
+async def test_the_log_starts_over_past_its_limit(tmp_path: Path) -> None:
+    store = JsonlStore(tmp_path, wal_limit=4096)
+    h = header()
+    await store.create(h)
+    for i in range(200):
+        await store.append(h.id, [msg(f"message {i} " + "x" * 100)])
+        (log,) = logs(tmp_path)
+        assert log.stat().st_size < 4096 + 1024
+    assert len((await store.load(h.id)).entries) == 200
+    await store.close()
+
+
+def test_reading_a_log_stops_at_a_torn_or_foreign_record(tmp_path: Path) -> None:
+    wal = WriteAheadLog(str(tmp_path))
+    wal.open()
+    wal.record(WRITE, "a.jsonl", 0, b"one\n")
+    wal.record(WRITE, "a.jsonl", 4, b"two\n")
+    wal.sync()
+    (path,) = logs(tmp_path)
+    data = path.read_bytes()
+    assert [r[3] for r in records(data)] == [b"one\n", b"two\n"]
+    assert [r[3] for r in records(data[:-2])] == [b"one\n"]  # the second record torn
+    flipped = bytearray(data)
+    flipped[-1] ^= 0xFF
+    assert [r[3] for r in records(bytes(flipped))] == [b"one\n"]  # its checksum fails
+    wal.checkpoint()  # a new generation: what follows the header is not read as its own
+    assert list(records(path.read_bytes()[:16] + data[16:])) == []
+    wal.close()
+
+
+# A child writes through a jsonl store, reports what was acknowledged, and waits
+# for the SIGKILL: its write-ahead log stays behind, unlocked.
+CHILD = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from threads.store.jsonl import JsonlStore
+    from threads.store.entries import Header, MessageEntry
+    from threads.messages import Message
+
+    async def main():
+        store = JsonlStore(sys.argv[1])
+        await store.create(Header(id="s_kept"))
+        for n in range(3):
+            await store.append("s_kept", [MessageEntry(id=f"e_{n}", message=Message.user(f"b{n}"))])
+        await store.create(Header(id="s_new"))
+        await store.point("telegram:1", "s_new")
+        sys.stdout.write("acked\\n")
+        sys.stdout.flush()
+        os.read(0, 1)  # wait for the SIGKILL
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_acknowledged_writes_a_power_loss_took_come_back_from_the_log(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "sessions"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CHILD, str(root),
+        cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert await asyncio.wait_for(child.stdout.readline(), 60) == b"acked\n"
+    child.send_signal(signal.SIGKILL)
+    await child.wait()
+    # The power loss: what was never flushed on its own is gone from the files
+    # (the appends of s_kept, the whole of s_new, the key index's line) ...
+    kept = root / "s_kept.jsonl"
+    kept.write_bytes(encode_header(Header(id="s_kept")))
+    (root / "s_new.jsonl").unlink()
+    (root / ".keys.jsonl").unlink()
+    assert len(logs(root)) == 1  # ... and the dead writer's log is there.
+    store = JsonlStore(root)
+    assert texts((await store.load("s_kept")).entries) == ["b0", "b1", "b2"]
+    assert (await store.load("s_new")).entries == []
+    assert await store.resolve("telegram:1") == "s_new"
+    assert logs(root) == []
+    await store.append("s_kept", [msg("after")])
+    assert texts((await store.load("s_kept")).entries) == ["b0", "b1", "b2", "after"]
+    await store.close()
+
+
+async def test_a_live_stores_log_is_never_replayed(tmp_path: Path) -> None:
+    first = JsonlStore(tmp_path)
+    h = header()
+    await first.create(h)
+    await first.append(h.id, [msg("mine")])
+    (log,) = logs(tmp_path)
+    second = JsonlStore(tmp_path)
+    assert texts((await second.load(h.id)).entries) == ["mine"]
+    assert log.exists()
+    await first.append(h.id, [msg("still mine")])
+    await second.close()
+    await first.close()
+    assert os.listdir(tmp_path) == [f"{h.id}.jsonl"]
+
+
+async def test_a_round_whose_log_flush_fails_leaves_nothing_of_its_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("before")])
+    real = os.fsync
+
+    def refused(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(UnavailableError):
+        await store.append(h.id, [msg("refused"), msg("also refused")])
+    with pytest.raises(UnavailableError):
+        await store.create(Header(id="s_refused"))
+    monkeypatch.setattr(os, "fsync", real)
+    assert texts((await store.load(h.id)).entries) == ["before"]
+    assert not (tmp_path / "s_refused.jsonl").exists()
+    await store.append(h.id, [msg("after")])
+    await store.create(Header(id="s_refused"))
+    assert texts((await store.load(h.id)).entries) == ["before", "after"]
+    await store.close()
+    again = JsonlStore(tmp_path)
+    assert texts((await again.load(h.id)).entries) == ["before", "after"]
+    await again.close()

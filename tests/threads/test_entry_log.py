@@ -1,0 +1,87 @@
+"""A live session keeps the history it loaded as its stored lines, and reads back equal values."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from datetime import UTC, datetime
+
+from tests.threads.conftest import HandAgent, plant, stored
+from threads.entry_log import EntryLog
+from threads.ids import new_entry_id, new_session_id
+from threads.messages import Message, Usage
+from threads.session import Session
+from threads.store.base import SessionStore
+from threads.store.codec import encode_entry
+from threads.store.entries import Entry, Header, InfoEntry, MessageEntry, TurnEntry
+
+
+def history(turns: int) -> list[Entry]:
+    """``turns`` turns as a gateway writes them: prompt (with its wake), answer, ledger."""
+    header_id = "s_x"
+    out: list[Entry] = []
+    parent = ""
+    for n in range(1, turns + 1):
+        run_id = f"{header_id}-t{n}"
+        for entry in (
+            MessageEntry(
+                id=new_entry_id(),
+                message=Message.user(f"question {n}"),
+                run_id=run_id,
+                wake={"source": "web", "caller": {"kind": "user", "channel": "web"}},
+            ),
+            MessageEntry(id=new_entry_id(), message=Message.assistant(f"answer {n}")),
+            TurnEntry(id=new_entry_id(), run_id=run_id, usage=Usage(input_tokens=n)),
+        ):
+            linked = dataclasses.replace(entry, parent=parent)
+            out.append(linked)
+            parent = linked.id
+    return out
+
+
+async def test_an_opened_session_keeps_its_history_as_lines_and_reads_it_back_equal(
+    session_store: SessionStore,
+) -> None:
+    header = Header(id=new_session_id(), created=datetime.now(UTC))
+    turns = history(50)
+    entries = [*turns, InfoEntry(id=new_entry_id(), parent=turns[-1].id, title="named")]
+    await plant(session_store, header, entries)
+    session = await Session.open(session_store, header.id, HandAgent())
+    log = session._tree.entries
+    assert log.lines_kept == len(entries)
+    assert session.entries() == await stored(session_store, header.id)
+    assert session.path() == entries
+    assert session.title() == "named"
+    assert session.usage().input_tokens == sum(range(1, 51))
+    assert [m.text() for m in session.context()][-2:] == ["question 50", "answer 50"]
+    assert session._tree.by_id[entries[10].id] == entries[10]
+
+
+async def test_a_turn_on_an_opened_session_decodes_none_of_its_history(
+    session_store: SessionStore,
+) -> None:
+    header = Header(id=new_session_id(), created=datetime.now(UTC))
+    await plant(session_store, header, history(30))
+    agent = HandAgent()
+    session = await Session.open(session_store, header.id, agent)
+    turn = await session.send(Message.user("one more"))
+    await turn.wait()
+    (run,) = agent.runs
+    assert [m.text() for m in run.messages][-3:] == ["question 30", "answer 30", "one more"]
+    log = session._tree.entries
+    assert log.lines_kept == 90  # what was loaded; the turn's entries are kept as written
+    assert len(log) > 90
+    await session.close()
+
+
+def test_lines_are_not_tracked_by_the_collector_and_kinds_are_read_alone() -> None:
+    entries = history(20)
+    log = EntryLog()
+    for entry in entries:
+        log.append(entry)
+    log.keep_lines([encode_entry(e)[:-1] for e in entries])
+    assert not any(gc.is_tracked(item) for item in log._items)
+    turns = list(log.of_kind(TurnEntry.TYPE, newest_first=True))
+    assert [t.run_id for t in turns][:2] == ["s_x-t20", "s_x-t19"]
+    assert list(log) == entries
+    assert log[3:5] == entries[3:5]

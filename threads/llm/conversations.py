@@ -1,0 +1,71 @@
+"""The conversations a model client has sent, kept encoded, so a request encodes only what is new.
+
+Between compactions a session's context only grows: every request of its
+next turn repeats the one before and adds a few messages at the end. A
+client keeps, per conversation — known by its first message, the very
+object — the JSON of the messages it sent last and the object that ended
+them. A request whose list still holds those objects at those places reuses
+the bytes and encodes only the messages after them; one that differs there
+(a compaction put a summary first, a tool message was merged, images were
+fetched for a vision model) is encoded whole, and kept in turn. What is
+kept is bounded in bytes; the least recently used conversation goes first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from threads.messages import Message
+
+DEFAULT_MAX_BYTES = 64 * 2**20
+
+
+@dataclass(slots=True)
+class _Kept:
+    first: Message
+    last: Message
+    count: int
+    data: bytes
+
+
+class EncodedConversations:
+    """One client's encoded conversations (event loop only)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self._kept: OrderedDict[int, _Kept] = OrderedDict()
+        self._bytes = 0
+        self._max_bytes = max_bytes
+
+    def encode(self, messages: Sequence[Message], encode: Callable[[Message], bytes]) -> bytes:
+        """The encodings of ``messages``, comma-separated, each ``encode(message)``.
+
+        An encoding that is empty (a message the protocol has no place for) is
+        left out. Messages the conversation's previous request ended with are
+        not encoded again.
+        """
+        if not messages:
+            return b""
+        first = messages[0]
+        kept = self._kept.pop(id(first), None)
+        start, data = 0, b""
+        if kept is not None:
+            self._bytes -= len(kept.data)
+            count = kept.count
+            if kept.first is first and count <= len(messages) and messages[count - 1] is kept.last:
+                start, data = count, kept.data
+        pieces = [piece for piece in map(encode, messages[start:]) if piece]
+        if pieces:
+            data = b",".join([data, *pieces] if data else pieces)
+        self._kept[id(first)] = _Kept(first, messages[-1], len(messages), data)
+        self._bytes += len(data)
+        while self._bytes > self._max_bytes and len(self._kept) > 1:
+            _, oldest = self._kept.popitem(last=False)
+            self._bytes -= len(oldest.data)
+        return data
+
+    @property
+    def kept_bytes(self) -> int:
+        """The bytes held for every kept conversation."""
+        return self._bytes
