@@ -240,6 +240,20 @@ class StoreConfig(Section):
         return value
 
 
+class ClusterConfig(Section):
+    """Scale-out on one Redis: this process's node id and the lease every owner holds.
+
+    Used when ``store.url`` is ``redis://``. ``node_id`` names this process
+    among the others (empty: one generated and kept in ``data_dir``);
+    ``lease_seconds`` is how long a session key, the cron scheduler or a
+    bot's connection stays with a process that stopped renewing it: the
+    longest a dead process's work waits before another takes it over.
+    """
+
+    node_id: str = Field(default="", max_length=64, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
+    lease_seconds: float = Field(default=15.0, ge=0.5, le=3600)
+
+
 class CronConfig(Section):
     """Scheduled wakes: the default zone and the misfire policy."""
 
@@ -305,6 +319,7 @@ class GatewayConfig(Section):
     mcp: McpConfig = Field(default_factory=McpConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -8,6 +8,7 @@ Every error raised here derives from :class:`ThreadsError`::
     │   ├── ExistsError                    create of a session that exists
     │   ├── LockedError                    another writer holds the session   (retry)
     │   ├── StaleError                     the session moved on behind a view (reopen)
+    │   │   └── FencedError                    this process's lease on the key lapsed
     │   ├── ClosedError                    the Session value was closed       (reopen)
     │   ├── CorruptError                   stored bytes that do not decode    (terminal)
     │   ├── NewerFormatError               data written by a newer build      (terminal)
@@ -75,6 +76,23 @@ class StaleError(StoreError):
         self.session = session
         msg = f"session {session} changed since it was opened; open it again to write"
         super().__init__(msg + (f" ({detail})" if detail else ""))
+
+
+class FencedError(StaleError):
+    """A write under a lease this process no longer holds: it lapsed, or another took it.
+
+    The fencing token the write carried is not the lease's current one, so the
+    write is refused whole; the key's current owner runs it from now on.
+    """
+
+    def __init__(self, session: str, lease: str, token: int) -> None:
+        self.lease = lease
+        self.token = token
+        super().__init__(
+            session,
+            f"this process's lease {lease} (fencing token {token}) lapsed or was taken over; "
+            "it writes no more, the lease's current owner does",
+        )
 
 
 class UnsafePathError(StoreError):

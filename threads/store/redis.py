@@ -15,7 +15,14 @@ store, deleted on release. A crashed writer's lock lapses after ``lock_ttl``
 seconds. A store that finds its own lock gone (it lapsed: a stalled process,
 a partition) re-takes it only if the session holds as many lines as this
 store last wrote or saw; otherwise another writer has moved the session on,
-and the append is refused with :class:`StaleError`. Durability is the
+and the append is refused with :class:`StaleError`.
+
+Under scale-out (:mod:`threads.cluster`) a session's writes are also
+*fenced*: the process that owns the session's key registers the key's lease
+and its fencing token (:meth:`RedisStore.fence`), and the append script
+checks, atomically with the write, that the token is still the lease's and
+the lease has not lapsed; a process that lost its lease is refused with
+:class:`FencedError` and never writes again under it. Durability is the
 server's (``appendfsync``); ``flush`` checks the session and has nothing of
 its own to complete.
 
@@ -42,6 +49,7 @@ from redis.exceptions import RedisError
 from config.redaction import redact_text, redact_url
 from threads.errors import (
     ExistsError,
+    FencedError,
     LockedError,
     NewerFormatError,
     NotFoundError,
@@ -49,7 +57,7 @@ from threads.errors import (
     UnreachableError,
 )
 from threads.messages import WireError
-from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
+from threads.store.base import Fence, Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
 from threads.store.entries import Entry, Header, InfoEntry
 from threads.store.inflight import InFlight
@@ -65,7 +73,7 @@ _Headers: TypeAlias = list[Header | None]
 _Rows: TypeAlias = list[tuple[tuple[int, str], Header]]
 _Args: TypeAlias = list[bytes | str | int | float]
 
-_NOT_FOUND, _LOCKED, _EXISTS, _STALE = -1, -2, -3, -4
+_NOT_FOUND, _LOCKED, _EXISTS, _STALE, _FENCED = -1, -2, -3, -4, -5
 
 # KEYS: hash, chunks, lock, index. ARGV: token, ttl_ms, id, created_us, header, meta, gen, listable
 _CREATE = """
@@ -78,14 +86,36 @@ if ARGV[1] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
 return 1
 """
 
-# KEYS: hash, chunks, lock. ARGV: token, ttl_ms, data, newlines, title, expected lines.
-# Takes (or confirms) the lock — refusing, when it must take it, a session whose line
-# count is not the expected one (-1: no expectation) — repairs a torn tail ('torn' is
-# how many bytes of the last chunk are whole, -1 when all are), appends; returns
-# {1, lines, header}, {-4, lines} when stale.
-_APPEND = """
+# The now of a lease check: the caller's (a test's lease clock) or the server's.
+LUA_NOW = """
+local function now_ms(given)
+  if given ~= '' then return tonumber(given) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+# KEYS: hash, chunks, lock, lease. ARGV: token, ttl_ms, data, newlines, title, expected
+# lines, fencing token ('' when unfenced), now.
+# A fenced write first checks the lease (its token still the lease's, not lapsed: else
+# {-5}) and, holding it, takes the session's lock from whoever had it. Then it takes (or
+# confirms) the lock — refusing, when it must take it, a session whose line count is not
+# the expected one (-1: no expectation) — repairs a torn tail ('torn' is how many bytes
+# of the last chunk are whole, -1 when all are), appends; returns {1, lines, header},
+# {-4, lines} when stale.
+_APPEND = (
+    LUA_NOW
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local owner = redis.call('GET', KEYS[3])
+if ARGV[7] ~= '' then
+  local lease = redis.call('HMGET', KEYS[4], 'fence', 'expires')
+  if lease[1] ~= ARGV[7] or tonumber(lease[2]) <= now_ms(ARGV[8]) then return {-5} end
+  if owner and owner ~= ARGV[1] then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+    owner = ARGV[1]
+  end
+end
 if owner and owner ~= ARGV[1] then return {-2} end
 if not owner then
   local lines = tonumber(redis.call('HGET', KEYS[1], 'lines'))
@@ -105,6 +135,7 @@ if ARGV[3] ~= '' then
 end
 return {1, tonumber(redis.call('HGET', KEYS[1], 'lines')), redis.call('HGET', KEYS[1], 'header')}
 """
+)
 
 # KEYS: hash, chunks, lock, index. ARGV: token, id.
 _DELETE = """
@@ -145,7 +176,7 @@ return 1
 
 
 class RedisStore:
-    """A Storage, KeyIndex, Watcher, Flusher, Releaser and Leaser over one Redis database."""
+    """A Storage, KeyIndex, Watcher, Flusher, Releaser, Leaser and Fencer over one Redis database."""
 
     def __init__(
         self,
@@ -176,6 +207,7 @@ class RedisStore:
         self._token = secrets.token_hex(12)
         self._held: set[str] = set()
         self._known: dict[str, int] = {}  # complete lines of each session as this store left it
+        self._fences: dict[str, Fence] = {}
         self._writes = InFlight("redis store", pause)
         self._renewer: asyncio.Task[None] | None = None
         self._leases = Leases()
@@ -279,6 +311,7 @@ class RedisStore:
         finally:
             self._held.clear()
             self._known.clear()
+            self._fences.clear()
             self._leases.clear()
             await self._redis.aclose()
 
@@ -300,6 +333,22 @@ class RedisStore:
         return {_text(k): _text(v) for k, v in found.items()}
 
     # -- capabilities
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The connection pool (scale-out keeps its leases and streams in the same database)."""
+        return self._redis
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def fence(self, session: str, fence: Fence | None) -> None:
+        check_id(session)
+        if fence is None:
+            self._fences.pop(session, None)
+        else:
+            self._fences[session] = fence
 
     async def flush(self, session: str) -> None:
         check_id(session)
@@ -449,11 +498,18 @@ class RedisStore:
         session holds the lines this store knows of (:class:`StaleError`
         otherwise); ``acquire`` takes it whatever the count, and reports it.
         """
-        keys = [self._hash(session), self._chunks(session), self._lock(session)]
+        lock = self._lock(session)
+        fence = self._fences.get(session)
+        keys = [self._hash(session), self._chunks(session), lock, fence.lease if fence else lock]
         expected = self._known.get(session, -1) if expect else -1
         args: _Args = [self._token, self._ttl_ms, data, data.count(b"\n"), title, expected]
+        args += _fence_args(fence)
         result = await self._append(keys=keys, args=args)
         code = int(result[0])
+        if code == _FENCED:
+            assert fence is not None
+            self._held.discard(session)
+            raise FencedError(session, fence.lease.removeprefix(self._prefix), fence.token)
         if code == _STALE:
             raise StaleError(
                 session,
@@ -543,6 +599,13 @@ class RedisStore:
         pieces = [(0, header + b"\n")] + [(first + 1 + i, c) for i, c in enumerate(chunks)]
         data, position = advance(pieces, position)
         return int(generation), data, position
+
+
+def _fence_args(fence: Fence | None) -> _Args:
+    if fence is None:
+        return ["", ""]
+    now = fence.clock()
+    return [fence.token, "" if now is None else now]
 
 
 def _text(value: Any) -> str:
