@@ -9,6 +9,7 @@ a channel user is its caller.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -100,6 +101,33 @@ class Answers(Protocol):
     def answer(self, message_id: str, turn: Turn) -> None:
         """``turn`` is the one the message ``message_id`` started."""
         ...
+
+
+@runtime_checkable
+class Standby(Protocol):
+    """A channel whose updates one process at a time may take: a bot's polling or connection.
+
+    Scaled out, the gateway sets ``standby`` before ``start``: the channel
+    then starts able to deliver but takes no updates until its process leads
+    ``leader`` (:mod:`threads.cluster.leaders`), which calls
+    :meth:`start_receiving`; losing the lead calls :meth:`stop_receiving`.
+    ``leader`` names the bot, never its token (two accounts of one token are
+    one leader).
+    """
+
+    standby: bool
+
+    @property
+    def leader(self) -> str: ...
+
+    async def start_receiving(self) -> None: ...
+
+    async def stop_receiving(self) -> None: ...
+
+
+def leader_name(platform: str, token: str) -> str:
+    """A bot's leader lease name: the platform and a digest of its token (never the token)."""
+    return f"{platform}:{hashlib.sha256(token.encode()).hexdigest()[:16]}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -250,7 +250,7 @@ class ClusterConfig(Section):
     longest a dead process's work waits before another takes it over.
     """
 
-    node_id: str = Field(default="", max_length=64, pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$")
+    node_id: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_-]*$")
     lease_seconds: float = Field(default=15.0, ge=0.5, le=3600)
 
 

@@ -17,14 +17,10 @@ from cron.base import HeldWake
 from threads.errors import NotFoundError
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
-from threads.messages import JSON
-from threads.store.entries import Entry, MessageEntry, ReceiptEntry
+from threads.store.entries import Entry
+from threads.tree import accepted_wake
 from threads.turns import Turn
 from threads.wake import Accepted, Wake
-
-# A prompt entry, or the receipt of a wake accepted while the session was busy; the
-# receipts that settle an earlier one (delivered, deferred, dropped) carry no wake.
-_ACCEPTING = frozenset({"accepted", "queued"})
 
 
 class ManagerWaker:
@@ -69,7 +65,7 @@ def held_in(
     out: list[HeldWake] = []
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for entry in entries:
-        found = _accepted_wake(entry)
+        found = accepted_wake(entry)
         if found is None:
             continue
         run_id, wire = found
@@ -95,12 +91,3 @@ def held_in(
             )
         )
     return out
-
-
-def _accepted_wake(entry: Entry) -> tuple[str, Mapping[str, JSON]] | None:
-    """The run id and wake of an entry that accepted a wake (a prompt or its receipt)."""
-    if isinstance(entry, MessageEntry) or (
-        isinstance(entry, ReceiptEntry) and entry.status in _ACCEPTING
-    ):
-        return (entry.run_id, entry.wake) if entry.run_id and entry.wake else None
-    return None

@@ -50,9 +50,13 @@ from gateway.lifetimes import Lifetimes
 from gateway.metrics import Metrics, TimedModels
 from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import Router, endpoint_of
+from gateway.scaleout import CRON, lead_bots, member_for, node_health, node_identity, stand_by
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
 from threads.agent.tools import Tool, ToolRegistry
+from threads.cluster.leases import LeaseClock, server_time
+from threads.cluster.member import Member
+from threads.cluster.owner import ManagerOwner
 from threads.dispatch import dispatch_tool
 from threads.errors import UnreachableError, UnsafePathError
 from threads.keys import SessionKey
@@ -118,6 +122,7 @@ class Gateway:
         tools: Sequence[Tool[Any]] = (),
         control: bool = True,
         cron_clock: Clock | None = None,
+        lease_clock: LeaseClock = server_time,
     ) -> None:
         self.config = config
         self._model_clients = dict(model_clients or {})
@@ -126,6 +131,8 @@ class Gateway:
         self._extra_tools = list(tools)
         self._control_enabled = control
         self._cron_clock = cron_clock
+        self._lease_clock = lease_clock
+        self.member: Member | None = None
         self._lifetimes = Lifetimes()
         self.channels: dict[str, Channel] = {}
         self.cli: CliChannel | None = None
@@ -193,6 +200,10 @@ class Gateway:
             await check_reachable(self._store)
         except UnreachableError as exc:
             raise StartupError(f"store.url: {exc}") from None
+        self.node = node_identity(config)
+        self.member = member_for(
+            self._store, config, self.node, clock=self._lease_clock, info=self._node_info
+        )
 
         if config.admin.enabled:
             # The dashboard's charts: turns, model calls and their latency, tokens per session.
@@ -224,9 +235,13 @@ class Gateway:
             channel_sinks=self._channel_sink,
             user_sinks=self._user_sink,
             recovery_path=config.data_dir / "state" / "recovery.json",
+            cluster=self.member,
         )
         agent.services = self._manager
         self.send_policy = policy = SendPolicy(self._manager)
+        self._manager.health_sources["node"] = lambda: node_health(self.node, self.member)
+        if self.member is not None:
+            self._manager.health_sources["cluster"] = self.member.view
         self._manager.health_sources["channels"] = self._channel_health
         if self.metrics is not None:
             self._manager.observe(self.metrics.observe)
@@ -262,6 +277,7 @@ class Gateway:
         self._router.commands["/send"] = send_command(policy)
         self._router.commands["/compact"] = compact_command(self._manager, agent.compact_session)
         await self._start_http()
+        bots = stand_by(self.channels) if self.member is not None else []
         for channel in self.channels.values():
             try:
                 await channel.start(self._router.handle)
@@ -275,7 +291,14 @@ class Gateway:
             await self._manager.start()
         except UnsafePathError as exc:
             raise StartupError(f"store.url: {exc}") from None
+        if self.member is not None:
+            await self.member.start(ManagerOwner(self._manager))
+            # Closed after the threads: their leases are renewed while they finish.
+            self._lifetimes.push("cluster", self.member.stop)
         self._lifetimes.push("thread manager", self._manager.close)
+        if self.member is not None:
+            self._lifetimes.push("cluster inbox", self.member.stop_reading)
+            await lead_bots(self.member, bots)
         # Closing, channels stop taking messages first; they deliver while turns finish.
         self._lifetimes.push("channel input", self._stop_receiving)
         Supervisor(self._manager).start()
@@ -351,7 +374,11 @@ class Gateway:
             chat_sink=self._user_sink,
             clock=self._cron_clock,
         )
-        await service.start()
+        if self.member is not None:
+            # One scheduler for all the gateways: the node that leads cron runs it.
+            await self.member.lead(CRON, service.start, service.stop)
+        else:
+            await service.start()
         self._lifetimes.push("cron", service.stop)
         self.cron = service
         for cron_tool in cron_tools(service):
@@ -476,6 +503,23 @@ class Gateway:
     def stop(self) -> None:
         """Ask :meth:`serve_forever` to return."""
         self._stopped.set()
+
+    async def drain(self) -> None:
+        """Hand this node's work to the others, then stop (``gateway drain``).
+
+        It leads nothing from now on, takes no key it does not hold, and
+        stops: its threads finish within the close deadline and the keys
+        still holding input are handed over to other nodes.
+        """
+        if self.member is not None:
+            self.member.draining = True
+            await self.member.resign()
+            await self.member.publish()
+        self.stop()
+
+    def _node_info(self) -> dict[str, Any]:
+        """What this node's cluster record adds: where its HTTP server answers."""
+        return {"http": self.web.url if self.web is not None else ""}
 
     async def serve_forever(self) -> None:
         await self._stopped.wait()

@@ -23,6 +23,7 @@ Every error raised here derives from :class:`ThreadsError`::
     ├── ThreadNotLoadedError (LookupError)  no thread in memory for a key (stop-session)
     ├── NoTurnRunningError             a loaded thread that runs no turn (stop-session)
     ├── ManagerClosedError             a wake for a manager that is shutting down
+    ├── OwnedElsewhereError            a session key another gateway process owns
     ├── ExchangeRefusedError           a wake one session caused that may not run
     │   ├── ExchangeLimitError             past threads.max_exchange_depth
     │   └── ChainStoppedError              its chain was stopped (a stop, a budget)
@@ -234,6 +235,18 @@ class ManagerClosedError(ThreadsError):
         super().__init__(
             f"the thread manager is closed; wake for {key} refused: the gateway is shutting "
             "down and accepted nothing for it — send it again once the gateway is back"
+        )
+
+
+class OwnedElsewhereError(ThreadsError):
+    """The session key is owned by another gateway process (scale-out): its wakes go there."""
+
+    def __init__(self, key: str, node: str) -> None:
+        self.key = key
+        self.node = node
+        super().__init__(
+            f"session {key} is owned by gateway node {node}; its wakes are sent there and it "
+            "is run, stopped and changed there"
         )
 
 

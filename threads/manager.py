@@ -3,6 +3,12 @@
 ``wake(key, wake)`` is the one way in: it finds or starts the key's thread
 (the key index names the current session; a session is created on first
 contact), and returns once the wake is durable in that session.
+
+Scaled out (``cluster``, :mod:`threads.cluster`), a thread starts only on
+the node that holds its key's lease, and its session's writes are fenced
+with that lease; a wake for a key another node owns is forwarded to that
+node's inbox and accepted once it is there. A thread that closes lets its
+key go; one closed at shutdown with input still waiting hands its key over.
 """
 
 from __future__ import annotations
@@ -14,19 +20,22 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
 from threads import reports, stops
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
+from threads.cluster.owner import Ownership
 from threads.errors import (
     ManagerClosedError,
     NotFoundError,
     NotRunError,
+    OwnedElsewhereError,
 )
 from threads.history import strip_for_fork
+from threads.ids import new_session_id
 from threads.keys import SessionKey
 from threads.messages import JSON, Message
 from threads.recovery import RecoveryLog
@@ -34,7 +43,7 @@ from threads.runner import Thread
 from threads.session import Session, SessionOptions
 from threads.session_sink import SessionSink
 from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
-from threads.store.base import Loaded, SessionStore
+from threads.store.base import Fence, Loaded, SessionStore
 from threads.store.entries import MessageEntry, ParentRef
 from threads.tree import unfinished_runs, unsettled_receipts
 from threads.turns import Agent, Run, Turn
@@ -48,6 +57,9 @@ from threads.wake import (
     wake_from_wire,
     wake_to_wire,
 )
+
+if TYPE_CHECKING:
+    from threads.cluster.member import Member
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +91,10 @@ class ThreadManager:
         channel_sinks: ChannelSinks | None = None,
         user_sinks: UserSinks | None = None,
         recovery_path: Path | None = None,
+        cluster: Member | None = None,
     ) -> None:
         self.store = store
+        self.ownership = Ownership(store, cluster)
         self.agent = agent
         self.config = config
         self.tz = ZoneInfo(config.timezone)
@@ -122,14 +136,31 @@ class ThreadManager:
             return
         for key in keys:
             try:
-                await self._continue(SessionKey(key))
+                await self.continue_key(SessionKey(key))
+            except OwnedElsewhereError:
+                continue
             except NotFoundError:
                 log.warning("session key %s names a session that is gone; nothing to continue", key)
 
-    async def _continue(self, key: SessionKey) -> None:
+    async def continue_key(self, key: SessionKey) -> None:
+        """Run what the key's session left unsettled (a crash, a handover); nothing else.
+
+        Scaled out, only when the key is (or now becomes) this node's; a key
+        found with nothing to run is let go again.
+        """
         if key in self._threads:
             await self._threads[key].session.continue_()
             return
+        try:
+            await self.ownership.own(key)
+        except OwnedElsewhereError:
+            return
+        try:
+            await self._continue_loaded(key)
+        finally:
+            await self._let_go_unused(key)
+
+    async def _continue_loaded(self, key: SessionKey) -> None:
         session_id = await self.store.resolve(key)
         if session_id is None:
             return
@@ -170,6 +201,8 @@ class ThreadManager:
         for thread, result in zip(threads, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("closing thread %s failed", thread.key, exc_info=result)
+            self.ownership.unfence(thread.session.id)
+            await self.ownership.release(thread.key, hand_over=str(thread.key) in pending)
         self._threads.clear()
         for task in list(self._tasks):
             task.cancel()
@@ -211,7 +244,10 @@ class ThreadManager:
             raise ManagerClosedError(key)
         session_key = SessionKey(key)
         wake = self.chains.admit(session_key, wake)
-        thread = await self._thread(session_key, create=True, agent=wake.agent)
+        try:
+            thread = await self._thread(session_key, create=True, agent=wake.agent)
+        except OwnedElsewhereError as elsewhere:
+            return await self.ownership.forward(elsewhere.node, session_key, wake)
         assert thread is not None
         return await thread.wake(wake)
 
@@ -260,10 +296,13 @@ class ThreadManager:
             if evicting is not None:
                 # The evicted session lets go of its lease before the next one loads.
                 await asyncio.shield(evicting)
+            fence = await self.ownership.own(key)
             if fork_of is not None:
-                thread = await self._start_fork(key, fork_of, agent=agent)
+                thread = await self._start_fork(key, fork_of, agent=agent, fence=fence)
             else:
-                thread = await self._start_thread(key, create=create, agent=agent, loaded=loaded)
+                thread = await self._start_thread(
+                    key, create=create, agent=agent, loaded=loaded, fence=fence
+                )
             if thread is not None and self.closed:
                 # close() began while the session loaded; it has taken its list of threads.
                 await self._close_late(thread.session, key)
@@ -275,6 +314,7 @@ class ThreadManager:
             del self._starting[key]
         if thread is None:
             future.cancel()
+            await self._let_go_unused(key)
             return None
         self._threads[key] = thread
         future.set_result(thread)
@@ -293,20 +333,45 @@ class ThreadManager:
             )
         raise ManagerClosedError(str(key))
 
+    async def _let_go(self, thread: Thread) -> None:
+        """The thread's session is closed: end its fence and let its key go."""
+        self.ownership.unfence(thread.session.id)
+        if thread.key not in self._threads:
+            await self.ownership.release(thread.key)
+
+    async def _let_go_unused(self, key: SessionKey) -> None:
+        """Let a key go that was claimed but started no thread (nothing to run, no session)."""
+        if key not in self._threads and key not in self._starting:
+            await self.ownership.release(key)
+
     async def _start_thread(
-        self, key: SessionKey, *, create: bool, agent: str | None, loaded: Loaded | None = None
+        self,
+        key: SessionKey,
+        *,
+        create: bool,
+        agent: str | None,
+        loaded: Loaded | None = None,
+        fence: Fence | None = None,
     ) -> Thread | None:
         options = self.session_options()
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
         if loaded is not None:
+            self.ownership.fence(loaded.header.id, fence)
             session = Session.from_loaded(self.store, loaded, self.agent, options=options)
         elif session_id is not None:
+            self.ownership.fence(session_id, fence)
             session = await Session.open(self.store, session_id, self.agent, options=options)
         elif create:
             name = agent or self.config.default_agent
+            session_id = new_session_id()
+            self.ownership.fence(session_id, fence)
             session = await Session.create(
-                self.store, self.agent, meta={"key": str(key), "agent": name}, options=options
+                self.store,
+                self.agent,
+                session_id=session_id,
+                meta={"key": str(key), "agent": name},
+                options=options,
             )
             await self.store.point(key, session.id)
             created = True
@@ -437,11 +502,16 @@ class ThreadManager:
         """Start a fork child: a new session holding the parent's stripped history."""
         await self._thread(key, create=True, agent=agent, fork_of=parent)
 
-    async def _start_fork(self, key: SessionKey, parent: Session, *, agent: str | None) -> Thread:
+    async def _start_fork(
+        self, key: SessionKey, parent: Session, *, agent: str | None, fence: Fence | None
+    ) -> Thread:
         name = agent or parent.header.meta.get("agent", self.config.default_agent)
+        session_id = new_session_id()
+        self.ownership.fence(session_id, fence)
         session = await Session.create(
             self.store,
             self.agent,
+            session_id=session_id,
             meta={"key": str(key), "agent": name},
             parent=ParentRef(session=parent.id, entry=parent.leaf),
             options=self.session_options(),
@@ -458,12 +528,16 @@ class ThreadManager:
         For children that are done for good (``sessions_spawn`` with cleanup=delete).
         """
         session_key = SessionKey(key)
+        if session_key not in self._threads:
+            await self.ownership.own(session_key)
         thread = self._threads.pop(session_key, None)
         session_id = await self.store.resolve(session_key)
         if thread is not None:
             await thread.session.close(self.config.threads.close_deadline_seconds)
+            await self._let_go(thread)
             session_id = session_id or thread.session.id
         await self.store.unpoint(session_key)
+        await self._let_go_unused(session_key)
         if delete and session_id is not None:
             with contextlib.suppress(NotFoundError):
                 await self.store.delete(session_id)
@@ -471,19 +545,28 @@ class ThreadManager:
     async def new_session(self, key: str) -> str:
         """Point the key at a fresh session (``/new``); the old one is kept."""
         session_key = SessionKey(key)
+        fence = self.ownership.held(session_key) or await self.ownership.own(session_key)
         thread = self._threads.pop(session_key, None)
         agent = self.config.default_agent
         if thread is not None:
             agent = thread.agent
             await thread.session.close(self.config.threads.close_deadline_seconds)
-        session = await Session.create(
-            self.store,
-            self.agent,
-            meta={"key": key, "agent": agent},
-            options=self.session_options(),
-        )
-        await self.store.point(session_key, session.id)
-        await session.close()
+            self.ownership.unfence(thread.session.id)
+        session_id = new_session_id()
+        self.ownership.fence(session_id, fence)
+        try:
+            session = await Session.create(
+                self.store,
+                self.agent,
+                session_id=session_id,
+                meta={"key": key, "agent": agent},
+                options=self.session_options(),
+            )
+            await self.store.point(session_key, session.id)
+            await session.close()
+        finally:
+            self.ownership.unfence(session_id)
+            await self._let_go_unused(session_key)
         return session.id
 
     async def stop(
@@ -533,7 +616,7 @@ class ThreadManager:
         ]
         for thread in victims:
             del self._threads[thread.key]
-            task = asyncio.create_task(thread.session.close(), name=f"evict {thread.key}")
+            task = asyncio.create_task(self._evict(thread), name=f"evict {thread.key}")
             self._evicting[thread.key] = task
             task.add_done_callback(partial(self._evicted, thread.key))
         if victims:
@@ -541,6 +624,25 @@ class ThreadManager:
                 *(self._evicting[t.key] for t in victims if t.key in self._evicting)
             )
         return len(victims)
+
+    async def _evict(self, thread: Thread) -> None:
+        await thread.session.close()
+        await self._let_go(thread)
+
+    async def drop(self, key: SessionKey) -> None:
+        """Drop the key's thread at once, writing nothing more: its lease is gone (scale-out).
+
+        The running turn is cancelled; what it would record is refused by the
+        store (the fence), and the key's new owner records it as canceled.
+        """
+        thread = self._threads.pop(key, None)
+        if thread is None:
+            return
+        try:
+            await thread.session.close(0, drain=False)
+        except Exception as exc:
+            log.info("closing %s after its lease was lost: %s", key, exc)
+        self.ownership.unfence(thread.session.id)
 
     def _evicted(self, key: SessionKey, task: asyncio.Task[None]) -> None:
         if self._evicting.get(key) is task:

@@ -44,6 +44,7 @@ class Outcome(StrEnum):
     DROPPED = "dropped"
     FAILED = "failed"
     CANCELED = "canceled"
+    FORWARDED = "forwarded"
 
 
 # -- run events, streamed by Turn.events()

@@ -48,7 +48,7 @@ from telegram.ext import (
     TypeHandler,
 )
 
-from channels.base import InboundHandler
+from channels.base import InboundHandler, leader_name
 from channels.errors import ChannelStartError, DeliveryError
 from channels.feedback import Feedback
 from channels.render import TelegramChunk, telegram_chunks
@@ -170,6 +170,7 @@ class TelegramChannel:
         self._conflict: asyncio.Task[None] | None = None
         self.stopped_reason = ""
         self.bot_username = ""
+        self.standby = False
         self.feedback = Feedback(self, drafts=options.drafts, edit_every=options.edit_every)
 
     # -- lifetime
@@ -191,7 +192,25 @@ class TelegramChannel:
                 [BotCommand(name, about) for name, about in self.options.commands]
             )
         await app.start()
+        if self.standby:
+            log.info(
+                "%s: @%s stands by: another process may take its updates",
+                self.name,
+                self.bot_username,
+            )
+            return
+        await self.start_receiving()
+
+    @property
+    def leader(self) -> str:
+        return leader_name("telegram", self.options.token)
+
+    async def start_receiving(self) -> None:
+        """Take the bot's updates: poll, or point Telegram's webhook at this gateway."""
+        app = self._app
         if app.updater is not None:
+            if app.updater.running:
+                return
             await app.updater.start_polling(
                 allowed_updates=ALLOWED_UPDATES, error_callback=self._polling_error
             )

@@ -88,6 +88,16 @@ return gone
 
 def split_address(url: str) -> tuple[str, str | None]:
     """``url`` without its ``cron_prefix`` parameter, and the state prefix that implies."""
+    address, base = split_base(url)
+    return address, None if base is None else f"{base}state:"
+
+
+def split_base(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``cron_prefix`` parameter, and the base of every prefix it implies.
+
+    ``staging:cron:`` names the base ``staging:``: cron's keys, the state
+    store's (``staging:state:``) and the sessions' (``staging:weft:``) share it.
+    """
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     named = [value for name, value in query if name == CRON_PREFIX_PARAM]
@@ -96,8 +106,7 @@ def split_address(url: str) -> tuple[str, str | None]:
     if not named or not named[-1]:
         return address, None
     cron = named[-1]
-    base = cron.removesuffix("cron:") if cron.endswith("cron:") else cron
-    return address, f"{base}state:"
+    return address, cron.removesuffix("cron:") if cron.endswith("cron:") else cron
 
 
 class RedisStateStore:

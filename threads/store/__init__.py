@@ -54,9 +54,13 @@ def open_store(url: str, options: StoreOptions | None = None) -> SessionStore:
             urlsplit(url)  # let a malformed URL fail here, naming itself
         except ValueError as exc:
             raise ValueError(f"store URL {shown!r} is malformed: {exc}") from None
-        from threads.store.redis import RedisStore
+        from threads.state.redis import split_base
+        from threads.store.redis import DEFAULT_PREFIX, RedisStore
 
-        return RedisStore(url, options)
+        # Gateways sharing a Redis database by their cron prefixes keep their sessions apart too.
+        address, base = split_base(url)
+        prefix = DEFAULT_PREFIX if base is None else f"{base}{DEFAULT_PREFIX}"
+        return RedisStore(address, options, prefix=prefix)
     raise ValueError(
         f"unknown store scheme {scheme!r} in {shown!r}; use one of {', '.join(SCHEMES)}"
     )

@@ -73,6 +73,8 @@ _Headers: TypeAlias = list[Header | None]
 _Rows: TypeAlias = list[tuple[tuple[int, str], Header]]
 _Args: TypeAlias = list[bytes | str | int | float]
 
+DEFAULT_PREFIX = "weft:"
+
 _NOT_FOUND, _LOCKED, _EXISTS, _STALE, _FENCED = -1, -2, -3, -4, -5
 
 # KEYS: hash, chunks, lock, index. ARGV: token, ttl_ms, id, created_us, header, meta, gen, listable
@@ -183,7 +185,7 @@ class RedisStore:
         url: str,
         options: StoreOptions | None = None,
         *,
-        prefix: str = "weft:",
+        prefix: str = DEFAULT_PREFIX,
         lock_ttl: float = 30.0,
         poll_interval: float = 0.05,
         max_connections: int = 32,

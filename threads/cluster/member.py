@@ -1,0 +1,441 @@
+"""This node as a member of the cluster: its leases, its inbox, and taking over from the dead.
+
+A :class:`Member` holds this node's leases — ``node:<id>`` (it is alive),
+``key:<session key>`` for each key it owns, ``leader:…`` for each singleton
+it leads — and renews them all at every *tick* (a third of the lease time).
+At each tick it also publishes its record (:mod:`threads.cluster.nodes`) and
+*sweeps*: a lapsed ``node:`` lease is a dead node, whose inbox it takes over
+(``XAUTOCLAIM``, then its unread entries); a lapsed ``key:`` lease is a key
+whose owner died, which it claims and continues (the interrupted turn is
+recorded as canceled, accepted input runs once), letting the lease go again
+when the key holds nothing to run. Meanwhile a reader task takes entries
+from this node's inbox and hands them to the :class:`Owner` (the thread
+manager), one key's entries in order, acknowledging each once it is durable.
+
+The owner asks :meth:`Member.route` before it starts a key's thread: the key
+is this node's (its lease taken, with the fence its writes carry), or it
+names the node to forward the wake to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from threads.cluster.leaders import Action, Leadership
+from threads.cluster.leases import LeaseClock, LeaseTable, server_time
+from threads.cluster.nodes import NodeBook, thread_rows
+from threads.cluster.wakes import Entry, Forward, WakeStreams, wake_wire
+from threads.node import NodeIdentity
+from threads.store.base import Fence
+from threads.wake import Wake
+
+log = logging.getLogger(__name__)
+
+KEY = "key:"
+NODE = "node:"
+LEADER = "leader:"
+READ_BLOCK_MS = 1000
+
+
+class Owner(Protocol):
+    """What a member asks of the thread manager."""
+
+    async def receive(self, forward: Forward, marker: str) -> None:
+        """Make a forwarded wake durable in its key's session (or send it on to the owner)."""
+        ...
+
+    async def take_over(self, key: str) -> bool:
+        """Continue what the key's session left unsettled; whether a thread now holds the key."""
+        ...
+
+    async def lost(self, key: str) -> None:
+        """The key's lease is gone: drop its thread without another write."""
+        ...
+
+    def thread_rows(self) -> list[dict[str, Any]]:
+        """The live threads, as ``health`` lists them."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Route:
+    """Where a key's wakes run: here (``fence`` set, the lease is ours) or at ``node``."""
+
+    node: str
+    fence: Fence | None = None
+
+    @property
+    def here(self) -> bool:
+        return self.fence is not None
+
+
+class Member:
+    """One node's part in the cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        prefix: str,
+        identity: NodeIdentity,
+        *,
+        ttl: float,
+        clock: LeaseClock = server_time,
+        info: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
+        """A member under ``prefix``; ``info`` adds to the node's record (its HTTP address).
+
+        On the server's clock the member ticks by itself, every third of the
+        lease; a test that brings a lease clock of its own drives the ticks
+        (:meth:`tick`) as it moves the clock. The inbox is read as entries come.
+        """
+        self.identity = identity
+        self.node = identity.node_id
+        self.ttl = ttl
+        self.leases = LeaseTable(redis, prefix, node=self.node, ttl=ttl, clock=clock)
+        self.streams = WakeStreams(redis, prefix, self.node)
+        self.book = NodeBook(redis, prefix)
+        self.owner: Owner | None = None
+        self.draining = False
+        self._auto_tick = clock is server_time
+        self._info = info
+        self._keys: dict[str, int] = {}
+        self._node_fence = 0
+        self._leaders: dict[str, Leadership] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._started = time.time()
+        self._stopped = False
+
+    # -- lifetime
+
+    async def start(self, owner: Owner) -> None:
+        """Join: take this node's lease, then read what its inbox kept from a previous life."""
+        self.owner = owner
+        claim = await self.leases.claim(NODE + self.node)
+        self._node_fence = claim.lease.fence
+        await self.streams.join(self.node)
+        await self.publish()
+        await self._handle(await self.streams.pending())
+        loop = asyncio.get_running_loop()
+        if self._auto_tick:
+            self._ticker = loop.create_task(self._ticking(), name="cluster lease tick")
+        self._reader = loop.create_task(self._reading(), name="cluster inbox")
+
+    async def stop_reading(self) -> None:
+        """Take no more entries from this node's inbox (what is left waits for the next reader)."""
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            self._reader = None
+
+    async def stop(self) -> None:
+        """Stop ticking and reading; lead nothing; let the node lease go (keys are the owner's)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.stop_reading()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        for leadership in self._leaders.values():
+            await self._resign(leadership, "this node is stopping")
+        with contextlib.suppress(RedisError, OSError):
+            await self.leases.release(NODE + self.node, self._node_fence)
+            await self.publish()
+
+    # -- keys
+
+    async def route(self, key: str) -> Route:
+        """Where ``key``'s wakes run: here when its lease is (or now becomes) this node's.
+
+        A draining node takes no key it does not hold: a free key goes to
+        another live node (here when there is none).
+        """
+        if key in self._keys and not self.draining:
+            return Route(node=self.node, fence=self._fence(key))
+        if self.draining and key not in self._keys:
+            current = await self.leases.get(KEY + key)
+            if current is None or current.lapsed(await self.leases.now_ms()):
+                other = await self.pick_node()
+                if other is not None:
+                    return Route(node=other)
+            elif current.node != self.node:
+                return Route(node=current.node)
+        claim = await self.leases.claim(KEY + key)
+        if not claim.won:
+            return Route(node=claim.lease.node)
+        self._keys[key] = claim.lease.fence
+        return Route(node=self.node, fence=self._fence(key))
+
+    def holds(self, key: str) -> bool:
+        return key in self._keys
+
+    def fence(self, key: str) -> Fence | None:
+        """The fence of a key this node holds (None when it holds none)."""
+        return self._fence(key) if key in self._keys else None
+
+    async def let_go(self, key: str) -> None:
+        """Release the key's lease (its thread is closed); the next wake anywhere may take it."""
+        fence = self._keys.pop(key, None)
+        if fence is not None:
+            try:
+                await self.leases.release(KEY + key, fence)
+            except (RedisError, OSError) as exc:
+                log.warning("releasing the lease of %s failed (%s); it lapses by itself", key, exc)
+
+    async def hand_over(self, key: str) -> None:
+        """Release the key and ask another live node to continue it (its input waits)."""
+        await self.let_go(key)
+        other = await self.pick_node()
+        if other is None:
+            log.warning(
+                "no other live node to hand %s over to; it continues at the next start", key
+            )
+            return
+        await self.streams.send(other, Forward(kind="continue", key=key, origin=self.node))
+        log.info("handed %s over to node %s", key, other)
+
+    async def forward(self, node: str, key: str, wake: Wake) -> str:
+        """Send ``wake`` to ``node``'s inbox; the entry id, once Redis holds it."""
+        return await self.streams.send(
+            node, Forward(kind="wake", key=key, origin=self.node, wake=wake_wire(wake))
+        )
+
+    async def pick_node(self) -> str | None:
+        """A live node other than this one that is not draining, at random; None when none is."""
+        now = await self.leases.now_ms()
+        alive = {
+            lease.node
+            for lease in await self.leases.all(NODE)
+            if not lease.lapsed(now) and lease.node != self.node
+        }
+        records = await self.book.records()
+        ready = sorted(n for n in alive if not records.get(n, {}).get("draining"))
+        return random.choice(ready) if ready else None
+
+    # -- singletons
+
+    async def lead(self, name: str, start: Action, stop: Action) -> Leadership:
+        """Register a singleton, run here while this node holds ``leader:<name>``; stand now."""
+        leadership = Leadership(name=LEADER + name, start=start, stop=stop)
+        self._leaders[leadership.name] = leadership
+        if not self.draining:
+            await self._stand(leadership)
+        return leadership
+
+    async def resign(self) -> None:
+        """Stop leading every singleton and let their leases go (a drain)."""
+        for leadership in self._leaders.values():
+            await self._resign(leadership, "this node is draining")
+
+    # -- the tick
+
+    async def tick(self) -> None:
+        """Renew every lease, stand for the singletons, publish, and sweep up after the dead."""
+        held = {KEY + k: f for k, f in self._keys.items()}
+        held[NODE + self.node] = self._node_fence
+        for name, leadership in self._leaders.items():
+            if leadership.fence is not None:
+                held[name] = leadership.fence
+        for name in await self.leases.renew(held):
+            await self._lost(name)
+        if not self.draining:
+            for leadership in self._leaders.values():
+                if not leadership.leading:
+                    await self._stand(leadership)
+        await self.publish()
+        await self.sweep()
+
+    async def sweep(self) -> None:
+        """Take over what lapsed: dead nodes' inboxes, then keys whose owner stopped renewing."""
+        if self.draining:
+            return
+        for name in await self.leases.lapsed():
+            if name.startswith(NODE) and name != NODE + self.node:
+                await self._bury(name.removeprefix(NODE))
+            elif name.startswith(KEY):
+                await self._adopt(name.removeprefix(KEY))
+
+    async def publish(self) -> None:
+        rows = self.owner.thread_rows() if self.owner is not None else []
+        record: dict[str, Any] = {
+            "node": self.node,
+            "boot": self.identity.boot,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": self._started,
+            "draining": self.draining,
+            "stopped": self._stopped,
+            "updated": time.time(),
+            "thread_count": len(rows),
+            "threads": thread_rows(rows),
+        }
+        if self._info is not None:
+            record.update(self._info())
+        await self.book.publish(self.node, record)
+
+    async def read_inbox(self, block_ms: int | None = None) -> int:
+        """Read and hand over what this node's inbox holds; how many entries."""
+        entries = await self.streams.read(block_ms=block_ms)
+        await self._handle(entries)
+        return len(entries)
+
+    # -- views
+
+    async def view(self) -> dict[str, Any]:
+        """Nodes, their leases and the keys each owns: for ``health``, ``nodes``, the dashboard."""
+        now = await self.leases.now_ms()
+        leases = await self.leases.all()
+        records = await self.book.records()
+        nodes: dict[str, dict[str, Any]] = {}
+        for node, record in records.items():
+            nodes[node] = {**record, "alive": False, "keys": [], "leads": []}
+        for lease in leases:
+            if lease.name.startswith(NODE):
+                entry = nodes.setdefault(lease.node, {"node": lease.node, "keys": [], "leads": []})
+                entry["alive"] = not lease.lapsed(now)
+                entry["lease"] = lease.as_json(now)
+        for lease in leases:
+            if lease.lapsed(now) or lease.name.startswith(NODE):
+                continue
+            entry = nodes.setdefault(
+                lease.node, {"node": lease.node, "alive": False, "keys": [], "leads": []}
+            )
+            if lease.name.startswith(KEY):
+                entry["keys"].append(lease.name.removeprefix(KEY))
+            else:
+                entry["leads"].append(lease.name.removeprefix(LEADER))
+        lapsed = [lease.as_json(now) for lease in leases if lease.lapsed(now)]
+        return {
+            "node": self.node,
+            "boot": self.identity.boot,
+            "lease_seconds": self.ttl,
+            "draining": self.draining,
+            "nodes": [nodes[n] for n in sorted(nodes)],
+            "lapsed_leases": lapsed,
+        }
+
+    def local_view(self) -> dict[str, Any]:
+        """This node's own part, without asking Redis."""
+        return {
+            "node": self.node,
+            "boot": self.identity.boot,
+            "lease_seconds": self.ttl,
+            "draining": self.draining,
+            "keys_owned": len(self._keys),
+            "leads": sorted(
+                name.removeprefix(LEADER) for name, lead in self._leaders.items() if lead.leading
+            ),
+        }
+
+    # -- internals
+
+    def _fence(self, key: str) -> Fence:
+        return Fence(
+            lease=self.leases.key(KEY + key), token=self._keys[key], clock=self.leases.clock
+        )
+
+    async def _ticking(self) -> None:
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                await self.tick()
+            except (RedisError, OSError) as exc:
+                log.warning("cluster tick failed (%s); retrying at the next", exc)
+            except Exception:
+                log.exception("cluster tick failed; retrying at the next")
+
+    async def _reading(self) -> None:
+        while True:
+            try:
+                await self.read_inbox(block_ms=READ_BLOCK_MS)
+            except (RedisError, OSError) as exc:
+                log.warning("reading this node's inbox failed (%s); retrying", exc)
+                await asyncio.sleep(self.ttl / 3)
+
+    async def _handle(self, entries: list[Entry]) -> None:
+        """Hand entries to the owner: keys side by side, one key's entries in order."""
+        by_key: dict[str, list[Entry]] = defaultdict(list)
+        for entry in entries:
+            by_key[entry.forward.key].append(entry)
+        await asyncio.gather(*(self._handle_key(batch) for batch in by_key.values()))
+
+    async def _handle_key(self, entries: list[Entry]) -> None:
+        assert self.owner is not None
+        for entry in entries:
+            try:
+                await self.owner.receive(entry.forward, entry.marker)
+            except Exception:
+                # Left pending: read again at this node's next start, or by a survivor.
+                log.exception(
+                    "a %s for %s from node %s was not taken; it stays in the inbox",
+                    entry.forward.kind,
+                    entry.forward.key,
+                    entry.forward.origin,
+                )
+                return
+            await self.streams.done(entry)
+
+    async def _lost(self, name: str) -> None:
+        if name.startswith(KEY):
+            key = name.removeprefix(KEY)
+            if self._keys.pop(key, None) is not None and self.owner is not None:
+                log.warning("the lease of %s lapsed or was taken; its thread is dropped", key)
+                await self.owner.lost(key)
+        elif name.startswith(LEADER) and name in self._leaders:
+            await self._leaders[name].lost("its lease lapsed or was taken")
+        elif name == NODE + self.node:
+            log.warning("this node's own lease lapsed (a stall or a partition); taking it again")
+            claim = await self.leases.claim(name)
+            self._node_fence = claim.lease.fence
+
+    async def _stand(self, leadership: Leadership) -> None:
+        claim = await self.leases.claim(leadership.name)
+        if claim.won and not await leadership.won(claim.lease.fence):
+            await self.leases.release(leadership.name, claim.lease.fence)
+
+    async def _resign(self, leadership: Leadership, why: str) -> None:
+        fence = leadership.fence
+        await leadership.lost(why)
+        if fence is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self.leases.release(leadership.name, fence)
+
+    async def _bury(self, dead: str) -> None:
+        """Take over a dead node's inbox; forget the node once nothing of it is left."""
+        entries = await self.streams.take_over(dead)
+        if entries:
+            log.warning("node %s is gone: taking over %d wakes sent to it", dead, len(entries))
+            await self._handle(entries)
+        if await self.streams.backlog(dead) == 0:
+            lease = await self.leases.get(NODE + dead)
+            if lease is not None:
+                await self.leases.release(NODE + dead, lease.fence)
+            await self.book.forget(dead)
+
+    async def _adopt(self, key: str) -> None:
+        """A key whose owner stopped renewing: claim it, continue it, let go when idle."""
+        route = await self.route(key)
+        if not route.here:
+            return
+        assert self.owner is not None
+        try:
+            kept = await self.owner.take_over(key)
+        except Exception:
+            log.exception("taking over %s failed; its lease lapses for another node to try", key)
+            kept = False
+        if not kept:
+            await self.let_go(key)

@@ -1,0 +1,130 @@
+"""The thread manager's side of scale-out: which keys are this node's, and their fences.
+
+:class:`Ownership` is what the manager asks before it starts a thread (take
+the key's lease or name the node that has it), what fences a session's
+writes with that lease, and what lets the key go when the thread closes.
+Without a cluster (one process, any store) it owns every key and fences
+nothing. :class:`ManagerOwner` is the manager as the cluster member's
+:class:`~threads.cluster.member.Owner`: it takes forwarded wakes and keys
+handed over, and drops a key whose lease was lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+from threads.cluster.member import Member
+from threads.cluster.wakes import MARKER, Forward, wake_of
+from threads.errors import ExchangeRefusedError, OwnedElsewhereError
+from threads.keys import SessionKey
+from threads.store.base import Fence, Fencer, SessionStore
+from threads.tree import holds_wake
+from threads.turns import Outcome, Policy, Turn
+from threads.wake import Accepted, Wake
+
+if TYPE_CHECKING:
+    from threads.manager import ThreadManager
+
+log = logging.getLogger(__name__)
+
+
+class Ownership:
+    """Key leases and session fences for one manager; see the module docstring."""
+
+    def __init__(self, store: SessionStore, member: Member | None) -> None:
+        self.store = store
+        self.member = member
+
+    async def own(self, key: SessionKey) -> Fence | None:
+        """The key's fence once its lease is this node's; :class:`OwnedElsewhereError` if not."""
+        if self.member is None:
+            return None
+        route = await self.member.route(key)
+        if route.fence is None:
+            raise OwnedElsewhereError(str(key), route.node)
+        return route.fence
+
+    def held(self, key: SessionKey) -> Fence | None:
+        """The fence of a key already this node's, without asking Redis."""
+        return self.member.fence(key) if self.member is not None else None
+
+    def fence(self, session_id: str, fence: Fence | None) -> None:
+        """Every write to the session checks the key's lease from now on."""
+        if fence is not None and isinstance(self.store, Fencer):
+            self.store.fence(session_id, fence)
+
+    def unfence(self, session_id: str) -> None:
+        if isinstance(self.store, Fencer):
+            self.store.fence(session_id, None)
+
+    async def release(self, key: SessionKey, *, hand_over: bool = False) -> None:
+        """Let the key go (its thread closed); with ``hand_over`` another node continues it."""
+        if self.member is None:
+            return
+        if hand_over:
+            await self.member.hand_over(key)
+        else:
+            await self.member.let_go(key)
+
+    async def forward(self, node: str, key: SessionKey, wake: Wake) -> tuple[Accepted, Turn]:
+        """Send the wake to the node that owns its key; accepted once it is in that node's inbox.
+
+        The turn handle is decided at once (``forwarded``): the owner runs the
+        turn and delivers its replies.
+        """
+        assert self.member is not None
+        entry = await self.member.forward(node, key, wake)
+        turn = Turn(entry, "", Policy.QUEUE)
+        turn.finish(Outcome.FORWARDED)
+        return Accepted(key=key, session_id="", run_id="", node=node), turn
+
+
+class ManagerOwner:
+    """The thread manager as a cluster member's owner: forwarded wakes in, lost keys out."""
+
+    def __init__(self, manager: ThreadManager) -> None:
+        self.manager = manager
+
+    async def receive(self, forward: Forward, marker: str) -> None:
+        manager = self.manager
+        key = SessionKey(forward.key)
+        if forward.kind == "continue":
+            await manager.continue_key(key)
+            return
+        assert forward.wake is not None
+        wake = wake_of(forward.wake, manager.resolve_sink, marker)
+        try:
+            thread = await manager.open_thread(key, create=True, agent=wake.agent)
+        except OwnedElsewhereError as elsewhere:
+            # The key moved on while the wake travelled: send it after the key, named as it
+            # was first read so the session can tell it again.
+            member = manager.ownership.member
+            assert member is not None
+            wire = {**forward.wake, "meta": dict(wake.meta)}
+            again = dataclasses.replace(forward, wake=wire, origin=member.node)
+            await member.streams.send(elsewhere.node, again)
+            return
+        assert thread is not None
+        first = str(wake.meta.get(MARKER, marker))
+        if forward.redelivered and holds_wake(thread.session.entries(), MARKER, first):
+            log.info("a wake for %s read again (%s) was accepted before; not again", key, first)
+            return
+        try:
+            wake = manager.chains.admit(key, wake)
+        except ExchangeRefusedError as exc:
+            log.warning("a wake forwarded to %s is refused: %s", key, exc)
+            return
+        await thread.wake(wake)
+
+    async def take_over(self, key: str) -> bool:
+        session_key = SessionKey(key)
+        await self.manager.continue_key(session_key)
+        return self.manager.thread(session_key) is not None
+
+    async def lost(self, key: str) -> None:
+        await self.manager.drop(SessionKey(key))
+
+    def thread_rows(self) -> list[dict[str, Any]]:
+        return [t.snapshot() for t in self.manager.threads()]
