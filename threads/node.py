@@ -20,7 +20,7 @@ import orjson
 from threads.store.private import make_private_dir, read_private, write_private
 
 NODE_FILE = "node.json"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,5 +60,5 @@ class NodeIdentity:
 
 def new_node_id() -> str:
     """A readable, unique node id: the host name and six random hex digits."""
-    host = _UNSAFE.sub("-", socket.gethostname()).strip("-.")[:40] or "node"
+    host = _UNSAFE.sub("-", socket.gethostname()).strip("-")[:40] or "node"
     return f"{host}-{secrets.token_hex(3)}"

@@ -4,7 +4,7 @@ The Application runs inside the gateway's event loop, as PTB's own docs embed
 it: ``initialize`` → ``start`` → ``updater.start_polling`` at start, the
 reverse at stop. In webhook mode nothing polls: the gateway's HTTP server
 hands each POSTed update (its ``secret_token`` checked) to :meth:`webhook`,
-which feeds the Application's update queue. Every update is handled in order:
+which processes it as the Application would and answers once it is taken. Every update is handled in order:
 duplicates dropped, turned into an :class:`~channels.base.Inbound` and given
 to the router. Rate limits are PTB's ``AIORateLimiter``'s (``retry_after``
 honoured); outbound markdown is rendered to Telegram HTML in chunks by
@@ -293,7 +293,10 @@ class TelegramChannel:
             update = Update.de_json(data, self._app.bot)
         except (ValueError, TypeError, KeyError) as exc:
             raise web.HTTPBadRequest(text=f"not a Telegram update: {exc}") from None
-        await self._app.update_queue.put(update)
+        # Answered once the message is taken (durable, or its sender told why not): a
+        # gateway that dies before answering leaves the update for Telegram to send again.
+        app = self._app
+        await app.update_processor.process_update(update, app.process_update(update))
         return web.Response(text="ok")
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

@@ -27,8 +27,9 @@ import random
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
@@ -114,7 +115,9 @@ class Member:
         self._keys: dict[str, int] = {}
         self._node_fence = 0
         self._leaders: dict[str, Leadership] = {}
+        self._key_locks: dict[str, asyncio.Lock] = {}
         self._ticker: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._started = time.time()
         self._stopped = False
@@ -132,6 +135,7 @@ class Member:
         loop = asyncio.get_running_loop()
         if self._auto_tick:
             self._ticker = loop.create_task(self._ticking(), name="cluster lease tick")
+            self._sweeper = loop.create_task(self._sweeping(), name="cluster takeover")
         self._reader = loop.create_task(self._reading(), name="cluster inbox")
 
     async def stop_reading(self) -> None:
@@ -147,9 +151,10 @@ class Member:
             return
         self._stopped = True
         await self.stop_reading()
-        if self._ticker is not None:
-            self._ticker.cancel()
-            await asyncio.gather(self._ticker, return_exceptions=True)
+        for task in (self._sweeper, self._ticker):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for leadership in self._leaders.values():
             await self._resign(leadership, "this node is stopping")
         with contextlib.suppress(RedisError, OSError):
@@ -243,8 +248,12 @@ class Member:
 
     # -- the tick
 
-    async def tick(self) -> None:
-        """Renew every lease, stand for the singletons, publish, and sweep up after the dead."""
+    async def tick(self, *, sweep: bool = True) -> None:
+        """Renew every lease, stand for the singletons, publish, and sweep up after the dead.
+
+        The member's own ticks leave the sweep to a task of its own, so a slow
+        takeover never delays a renewal.
+        """
         held = {KEY + k: f for k, f in self._keys.items()}
         held[NODE + self.node] = self._node_fence
         for name, leadership in self._leaders.items():
@@ -257,7 +266,8 @@ class Member:
                 if not leadership.leading:
                     await self._stand(leadership)
         await self.publish()
-        await self.sweep()
+        if sweep:
+            await self.sweep()
 
     async def sweep(self) -> None:
         """Take over what lapsed: dead nodes' inboxes, then keys whose owner stopped renewing."""
@@ -349,14 +359,21 @@ class Member:
         )
 
     async def _ticking(self) -> None:
+        await self._every(partial(self.tick, sweep=False), "renewing this node's leases")
+
+    async def _sweeping(self) -> None:
+        await self._every(self.sweep, "taking over from a lapsed node")
+
+    async def _every(self, step: Callable[[], Awaitable[None]], what: str) -> None:
+        """Run ``step`` every third of the lease, for as long as the member lives."""
         while True:
             await asyncio.sleep(self.ttl / 3)
             try:
-                await self.tick()
+                await step()
             except (RedisError, OSError) as exc:
-                log.warning("cluster tick failed (%s); retrying at the next", exc)
+                log.warning("%s failed (%s); trying again shortly", what, exc)
             except Exception:
-                log.exception("cluster tick failed; retrying at the next")
+                log.exception("%s failed; trying again shortly", what)
 
     async def _reading(self) -> None:
         while True:
@@ -374,6 +391,23 @@ class Member:
         await asyncio.gather(*(self._handle_key(batch) for batch in by_key.values()))
 
     async def _handle_key(self, entries: list[Entry]) -> None:
+        """One key's entries in order, never beside another batch of the same key's.
+
+        The inbox reader and a takeover may hold entries of one key at once (a
+        wake read again is checked against the session before it is taken): one
+        at a time, that check and the taking are one step.
+        """
+        assert self.owner is not None
+        key = entries[0].forward.key
+        lock = self._key_locks.setdefault(key, asyncio.Lock())
+        try:
+            async with lock:
+                await self._receive_all(entries)
+        finally:
+            if not lock.locked() and self._key_locks.get(key) is lock:
+                del self._key_locks[key]
+
+    async def _receive_all(self, entries: list[Entry]) -> None:
         assert self.owner is not None
         for entry in entries:
             try:
@@ -416,7 +450,8 @@ class Member:
 
     async def _bury(self, dead: str) -> None:
         """Take over a dead node's inbox; forget the node once nothing of it is left."""
-        entries = await self.streams.take_over(dead)
+        # A dead node's last reads have been idle at least two thirds of a lease by now.
+        entries = await self.streams.take_over(dead, idle_ms=int(self.ttl * 500))
         if entries:
             log.warning("node %s is gone: taking over %d wakes sent to it", dead, len(entries))
             await self._handle(entries)

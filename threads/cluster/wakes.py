@@ -152,16 +152,18 @@ class WakeStreams:
         """Entries of this node's inbox it read before and never acknowledged (a crash)."""
         return await self._read(self.node, "0", block_ms=None, count=count, redelivered=True)
 
-    async def take_over(self, dead: str, count: int = 64) -> list[Entry]:
+    async def take_over(self, dead: str, idle_ms: int, count: int = 64) -> list[Entry]:
         """Entries of a dead node's inbox: its pending ones (``XAUTOCLAIM``), then its unread.
 
         This node reads them in the dead node's group as itself, so each goes
-        to one survivor, and acknowledges them once they are routed.
+        to one survivor, and acknowledges them once they are routed. Only
+        entries idle ``idle_ms`` are claimed: what another survivor is taking
+        right now stays with it (and one claimed twice is checked before it runs).
         """
         await self.join(dead)
         stream = self.stream(dead)
         answer: list[Any] = await self.redis.xautoclaim(
-            stream, GROUP, self.node, min_idle_time=0, start_id="0-0", count=count
+            stream, GROUP, self.node, min_idle_time=idle_ms, start_id="0-0", count=count
         )
         out = await self._entries(stream, answer[1], redelivered=True)
         return out + await self._read(dead, ">", block_ms=None, count=count)
