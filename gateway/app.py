@@ -504,6 +504,10 @@ class Gateway:
         """Ask :meth:`serve_forever` to return."""
         self._stopped.set()
 
+    def spawn_drain(self) -> None:
+        """Start :meth:`drain` in a task the manager supervises (a control request's answer)."""
+        self.manager.spawn(self.drain(), name="drain")
+
     async def drain(self) -> None:
         """Hand this node's work to the others, then stop (``gateway drain``).
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 import pytest
 
 from channels.testing import FakeTelegram
@@ -109,7 +111,10 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
                 telegram=telegram,
                 model_url=server.base_url,
                 lease_seconds=LEASE,
-                extra={"threads.busy_policy": {"telegram": "queue"}},
+                extra={
+                    "threads": {"close_deadline_seconds": 1.0},
+                    "threads.busy_policy": {"telegram": "queue"},
+                },
             )
             try:
                 yield Stack(cluster, fake, model, balancer, prefix)
@@ -205,3 +210,78 @@ async def test_a_killed_process_keys_are_taken_over_and_their_input_runs_once(
     assert all(count == 1 for count in replies.values()), f"a reply was doubled: {replies}"
     assert "re hold" not in replies
     assert {f"re {body}" for body in expected} <= set(replies)
+
+
+async def gateway_cli(*args: str) -> tuple[int, str, str]:
+    """Run the ``gateway`` CLI; its exit code, stdout and stderr."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    async with asyncio.timeout(DEADLINE):
+        out, err = await child.communicate()
+    return child.returncode or 0, out.decode(), err.decode()
+
+
+async def test_gateway_nodes_lists_every_node_its_leases_and_the_keys_it_owns(
+    stack: Stack,
+) -> None:
+    await stack.start("n1", "n2")
+    ann = stack.telegram.user("Ann")
+    stack.telegram.send_dm(ann, "hi")
+    await stack.telegram.wait_for_sent(ann, 1, timeout=DEADLINE)
+    owner = await stack.owner_of(f"telegram:{ann.id}")
+    config = str(stack.cluster.nodes["n1"].config_path)
+    code, out, err = await gateway_cli("nodes", "--config", config)
+    assert code == 0, err
+    assert re.search(r"n1\s+alive", out)
+    assert re.search(r"n2\s+alive", out)
+    assert f"telegram:{ann.id}" in out
+    code, out, err = await gateway_cli("nodes", "--json", "--config", config)
+    view = orjson.loads(out)
+    rows = {row["node"]: row for row in view["nodes"]}
+    assert rows[owner]["keys"] == [f"telegram:{ann.id}"]
+    leaders = [lead for row in rows.values() for lead in row["leads"]]
+    assert sorted(lead.split(":")[0] for lead in leaders) == ["cron", "telegram"]
+    code, out, err = await gateway_cli("health", "--config", config)
+    assert code == 0, err
+    assert out.startswith("node: n1 (boot 1)")
+    assert "cluster (leases last 3.0 s):" in out
+
+
+async def test_a_drained_node_hands_its_keys_and_its_leads_over_before_it_stops(
+    stack: Stack,
+) -> None:
+    await stack.start("n1", "n2")
+    ann = stack.telegram.user("Ann")
+    key = f"telegram:{ann.id}"
+    stack.model.holds["hold"] = asyncio.Event()
+    stack.telegram.send_dm(ann, "hold")
+    async with asyncio.timeout(DEADLINE):
+        await stack.model.held.wait()
+    owner = await stack.owner_of(key)
+    other = "n2" if owner == "n1" else "n1"
+    stack.telegram.send_dm(ann, "waiting")
+    await stack.telegram.wait_until(
+        lambda: not stack.telegram.pending_updates() or [], timeout=DEADLINE, what="taken"
+    )
+    code, out, err = await gateway_cli(
+        "drain", "--config", str(stack.cluster.nodes[owner].config_path)
+    )
+    assert code == 0, err
+    assert f"node {owner} is draining" in out
+    assert f"node {owner} stopped" in out
+    del stack.balancer.backends[owner]
+    await stack.telegram.wait_until(
+        lambda: any(m.text == "re waiting" for m in stack.telegram.sent(ann)) or [],
+        timeout=DEADLINE,
+        what="the waiting message answered by the other node",
+    )
+    assert await stack.owner_of(key) == other
+    code, out, err = await gateway_cli(
+        "nodes", "--json", "--config", str(stack.cluster.nodes[other].config_path)
+    )
+    rows = {row["node"]: row for row in orjson.loads(out)["nodes"]}
+    assert sorted(lead.split(":")[0] for lead in rows[other]["leads"]) == ["cron", "telegram"]
+    _turns, prompts = await stored_turns(stack, key)
+    assert prompts.count("waiting") == 1

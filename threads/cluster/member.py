@@ -307,35 +307,12 @@ class Member:
 
     async def view(self) -> dict[str, Any]:
         """Nodes, their leases and the keys each owns: for ``health``, ``nodes``, the dashboard."""
-        now = await self.leases.now_ms()
-        leases = await self.leases.all()
-        records = await self.book.records()
-        nodes: dict[str, dict[str, Any]] = {}
-        for node, record in records.items():
-            nodes[node] = {**record, "alive": False, "keys": [], "leads": []}
-        for lease in leases:
-            if lease.name.startswith(NODE):
-                entry = nodes.setdefault(lease.node, {"node": lease.node, "keys": [], "leads": []})
-                entry["alive"] = not lease.lapsed(now)
-                entry["lease"] = lease.as_json(now)
-        for lease in leases:
-            if lease.lapsed(now) or lease.name.startswith(NODE):
-                continue
-            entry = nodes.setdefault(
-                lease.node, {"node": lease.node, "alive": False, "keys": [], "leads": []}
-            )
-            if lease.name.startswith(KEY):
-                entry["keys"].append(lease.name.removeprefix(KEY))
-            else:
-                entry["leads"].append(lease.name.removeprefix(LEADER))
-        lapsed = [lease.as_json(now) for lease in leases if lease.lapsed(now)]
         return {
             "node": self.node,
             "boot": self.identity.boot,
             "lease_seconds": self.ttl,
             "draining": self.draining,
-            "nodes": [nodes[n] for n in sorted(nodes)],
-            "lapsed_leases": lapsed,
+            **await cluster_view(self.leases, self.book),
         }
 
     def local_view(self) -> dict[str, Any]:
@@ -474,3 +451,35 @@ class Member:
             kept = False
         if not kept:
             await self.let_go(key)
+
+
+async def cluster_view(leases: LeaseTable, book: NodeBook) -> dict[str, Any]:
+    """Every node with its record, whether it is alive, the keys it owns and what it leads.
+
+    Read from Redis alone, so any process can show it (``gateway nodes`` with
+    no gateway running). Leases that lapsed and nobody took yet are listed apart.
+    """
+    now = await leases.now_ms()
+    held = await leases.all()
+    nodes: dict[str, dict[str, Any]] = {}
+
+    def row(node: str) -> dict[str, Any]:
+        return nodes.setdefault(node, {"node": node, "alive": False, "keys": [], "leads": []})
+
+    for node, record in (await book.records()).items():
+        row(node).update({**record, "alive": False, "keys": [], "leads": []})
+    for lease in held:
+        if lease.name.startswith(NODE):
+            entry = row(lease.name.removeprefix(NODE))
+            entry["alive"] = not lease.lapsed(now)
+            entry["lease"] = lease.as_json(now)
+        elif not lease.lapsed(now):
+            entry = row(lease.node)
+            if lease.name.startswith(KEY):
+                entry["keys"].append(lease.name.removeprefix(KEY))
+            else:
+                entry["leads"].append(lease.name.removeprefix(LEADER))
+    return {
+        "nodes": [nodes[n] for n in sorted(nodes)],
+        "lapsed_leases": [lease.as_json(now) for lease in held if lease.lapsed(now)],
+    }
