@@ -41,9 +41,10 @@ class Node:
         return self.gateway.member.node
 
 
-def node_config(tmp_path: Path, name: str, space: str) -> GatewayConfig:
+def node_config(tmp_path: Path, name: str, space: str, **more: object) -> GatewayConfig:
     return validate(
-        {
+        more
+        | {
             "data_dir": str(tmp_path / name),
             "models": {
                 "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}

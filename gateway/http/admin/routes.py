@@ -22,7 +22,9 @@ from gateway.http.admin.schemas import Body, Query
 if TYPE_CHECKING:
     from channels.pairing import PairingService
     from cron.service import CronService
+    from threads.cluster.member import Member
     from threads.manager import ThreadManager
+    from threads.node import NodeIdentity
     from threads.sessions.policy import SendPolicy
 
 Q = TypeVar("Q", bound=Query)
@@ -43,6 +45,12 @@ class Parts(Protocol):
 
     @property
     def pairing(self) -> PairingService | None: ...
+
+    @property
+    def node(self) -> NodeIdentity: ...
+
+    @property
+    def member(self) -> Member | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,11 @@
 // The dashboard: log in with the admin token (kept in this tab's sessionStorage),
-// then the views — live threads and charts, sessions, cron, pairing.
+// then the views — live threads and charts, sessions, cron, pairing, nodes.
 'use strict';
 
 import {call, setToken, token, whenUnauthorized} from './api.js';
 import {CronView} from './cron.js';
 import {byId} from './dom.js';
+import {NodesView} from './nodes.js';
 import {PairingView} from './pairing.js';
 import {SessionsView} from './sessions.js';
 import {ThreadsView} from './threads.js';
@@ -24,6 +25,7 @@ const views = {
   sessions,
   cron: new CronView({notify}),
   pairing: new PairingView({notify}),
+  nodes: new NodesView({notify}),
 };
 
 function show(name) {
@@ -34,10 +36,13 @@ function show(name) {
   if (name === 'sessions') sessions.load();
   else if (name === 'cron') views.cron.load();
   else if (name === 'pairing') views.pairing.load();
+  if (name === 'nodes') views.nodes.load();
+  else views.nodes.stop();
 }
 
 function loggedOut(message) {
   views.threads.stopStream();
+  views.nodes.stop();
   sessions.stopTail();
   setToken('');
   app.hidden = true;
