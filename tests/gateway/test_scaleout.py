@@ -21,6 +21,7 @@ from tests.gateway.chat_double import ChatDouble
 from tests.threads.cluster.conftest import REDIS_URL, LeaseClock, lease_clock, space
 
 __all__ = ["lease_clock", "space"]  # the fixtures this module uses from the cluster tests
+from threads.cluster.owner import ManagerOwner
 from threads.keys import SessionKey
 from threads.store.entries import MessageEntry, TurnEntry
 from threads.testing.scripted import ScriptedModel
@@ -41,7 +42,9 @@ class Node:
         return self.gateway.member.node
 
 
-def node_config(tmp_path: Path, name: str, space: str, **more: object) -> GatewayConfig:
+def node_config(
+    tmp_path: Path, name: str, space: str, lease: float = LEASE, **more: object
+) -> GatewayConfig:
     return validate(
         more
         | {
@@ -52,7 +55,7 @@ def node_config(tmp_path: Path, name: str, space: str, **more: object) -> Gatewa
             "agents": {"default": {"model": "scripted/test"}},
             "store": {"url": f"{REDIS_URL}?cron_prefix={space}cron:"},
             "http": {"port": 0},
-            "cluster": {"node_id": name, "lease_seconds": LEASE},
+            "cluster": {"node_id": name, "lease_seconds": lease},
             "channels": {
                 "web": {"enabled": False},
                 "cli": {"enabled": False},
@@ -64,15 +67,21 @@ def node_config(tmp_path: Path, name: str, space: str, **more: object) -> Gatewa
 
 
 @pytest.fixture
+def lease() -> float:
+    """The nodes' lease time: it does not pass by itself (the lease clock moves when told)."""
+    return LEASE
+
+
+@pytest.fixture
 async def nodes(
-    tmp_path: Path, space: str, lease_clock: LeaseClock
+    tmp_path: Path, space: str, lease_clock: LeaseClock, lease: float
 ) -> AsyncIterator[tuple[Node, Node]]:
     started: list[Node] = []
     try:
         for name in ("a", "b"):
             chat, model = ChatDouble("telegram"), ScriptedModel()
             gateway = Gateway(
-                node_config(tmp_path, name, space),
+                node_config(tmp_path, name, space, lease),
                 model_clients={"scripted": model},
                 channels=[chat],
                 control=False,
@@ -219,3 +228,39 @@ async def test_wakes_sent_to_a_dead_nodes_inbox_are_taken_over_and_run_once(
         await b.gateway.wait_idle()
     assert said(b.chat, "5") == ["m0", "m1", "m2"]
     assert await b.gateway.member.streams.backlog("a") == 0
+
+
+@pytest.mark.parametrize("lease", [0.5])  # what a dead node read is claimed once idle half that
+async def test_wakes_a_dead_node_read_but_never_acknowledged_are_claimed_and_run_once(
+    nodes: tuple[Node, Node], lease_clock: LeaseClock, lease: float
+) -> None:
+    a, b = nodes
+    assert a.gateway.member is not None
+    assert b.gateway.member is not None
+    await a.chat.push(chat_id="8", user_id="8", text="own it")
+    await a.chat.wait(1)
+    await a.gateway.member.stop_reading()
+    for n in range(2):
+        await b.chat.push(chat_id="8", user_id="8", text=f"p{n}")
+    read = await a.gateway.member.streams.read(block_ms=None)
+    assert [e.forward.key for e in read] == ["telegram:8", "telegram:8"]
+    # a makes the first durable and dies before it acknowledges either.
+    await ManagerOwner(a.gateway.manager).receive(read[0].forward, read[0].marker)
+    async with asyncio.timeout(DEADLINE):
+        await a.gateway.wait_idle()
+    lease_clock.advance(lease)
+    async with asyncio.timeout(DEADLINE):
+        while await b.gateway.member.streams.backlog("a"):
+            await b.gateway.member.tick()  # XAUTOCLAIM takes a's entries once they are idle
+            await asyncio.sleep(lease / 10)
+    await b.chat.wait(1)
+    async with asyncio.timeout(DEADLINE):
+        await b.gateway.wait_idle()
+    assert said(a.chat, "8") == ["own it", "p0"]
+    assert said(b.chat, "8") == ["p1"]
+    prompts = [
+        e.message.text().rsplit("\n", 1)[-1]
+        for e in await entries_of(b, "telegram:8")
+        if isinstance(e, MessageEntry) and e.run_id and e.message.role == "user"
+    ]
+    assert prompts == ["own it", "p0", "p1"]
