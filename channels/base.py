@@ -104,6 +104,15 @@ class Answers(Protocol):
 
 
 @runtime_checkable
+class Attached(Protocol):
+    """A channel whose chats are connections to this process: a browser's socket, a waiting
+    HTTP request, a terminal. Only this process can deliver to them; scaled out, another
+    process relays its messages for them here (:mod:`threads.cluster.relay`)."""
+
+    attached: bool
+
+
+@runtime_checkable
 class Standby(Protocol):
     """A channel whose updates one process at a time may take: a bot's polling or connection.
 

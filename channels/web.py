@@ -90,6 +90,7 @@ class WebChannel:
     """The browser chat channel."""
 
     name = "web"
+    attached = True  # its chats are connections to this process (channels.base.Attached)
 
     def __init__(
         self,

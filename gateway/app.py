@@ -25,7 +25,7 @@ from aiohttp import web
 
 from channels.access import Access
 from channels.api import ApiChannel
-from channels.base import Channel, ChannelSink
+from channels.base import Attached, Channel, ChannelSink
 from channels.cli import CliChannel
 from channels.errors import ChannelError, ChannelStartError, DeliveryError
 from channels.pairing import PairingService
@@ -57,6 +57,7 @@ from threads.agent.tools import Tool, ToolRegistry
 from threads.cluster.leases import LeaseClock, server_time
 from threads.cluster.member import Member
 from threads.cluster.owner import ManagerOwner
+from threads.cluster.relay import RelaySink
 from threads.dispatch import dispatch_tool
 from threads.errors import UnreachableError, UnsafePathError
 from threads.keys import SessionKey
@@ -69,7 +70,7 @@ from threads.sessions.access import SubagentToolFilter
 from threads.sessions.delegation import settle_unsettled
 from threads.sessions.policy import SendPolicy, key_of_endpoint, send_command
 from threads.sessions.tools import SESSION_TOOLS
-from threads.sinks import DropSink, OutboundMessage, Sink
+from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
 from threads.state import StateStore, StateStoreError, open_state_store
 from threads.store import check_reachable, open_store
 from threads.store.base import SessionStore, StoreOptions
@@ -292,7 +293,7 @@ class Gateway:
         except UnsafePathError as exc:
             raise StartupError(f"store.url: {exc}") from None
         if self.member is not None:
-            await self.member.start(ManagerOwner(self._manager))
+            await self.member.start(ManagerOwner(self._manager), deliver=self._deliver_here)
             # Closed after the threads: their leases are renewed while they finish.
             self._lifetimes.push("cluster", self.member.stop)
         self._lifetimes.push("thread manager", self._manager.close)
@@ -534,11 +535,22 @@ class Gateway:
         channel = self.channels.get(wire.get("channel", ""))
         if channel is None:
             return DropSink(reason=f"the {wire.get('channel', '?')} channel, which is not running")
-        sink = ChannelSink(
-            channel=channel, chat_id=wire.get("chat", ""), reply_to=wire.get("reply_to", "")
-        )
-        key = wire.get("key") or key_of_endpoint(channel.name, sink.chat_id)
+        chat = wire.get("chat", "")
+        sink: Sink = ChannelSink(channel=channel, chat_id=chat, reply_to=wire.get("reply_to", ""))
+        origin = wire.get("node", "")
+        elsewhere = self.member is not None and origin not in ("", self.member.node)
+        if elsewhere and self.member is not None and isinstance(channel, Attached):
+            # The chat is a connection to the node the wake came in on: deliver there.
+            sink = RelaySink(relay=self.member.relay, node=origin, wire=wire)
+        key = wire.get("key") or key_of_endpoint(channel.name, chat)
         return self.send_policy.wrap(key, sink) if self.send_policy else sink
+
+    async def _deliver_here(self, name: str, chat: str, message: OutboundMessage) -> Delivery:
+        """A message another node relays for a chat on this node (scale-out)."""
+        channel = self.channels.get(name)
+        if channel is None:
+            raise DeliveryError(name, chat, "the channel is not running on this node")
+        return await channel.deliver(chat, message)
 
     def _user_sink(self, key: SessionKey) -> Sink | None:
         """The user of a chat key, through the send policy; None when its channel is not running."""

@@ -12,7 +12,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from config import GatewayConfig, validate
@@ -43,27 +45,25 @@ class Node:
 
 
 def node_config(
-    tmp_path: Path, name: str, space: str, lease: float = LEASE, **more: object
+    tmp_path: Path, name: str, space: str, lease: float = LEASE, **more: Any
 ) -> GatewayConfig:
-    return validate(
-        more
-        | {
-            "data_dir": str(tmp_path / name),
-            "models": {
-                "providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}
-            },
-            "agents": {"default": {"model": "scripted/test"}},
-            "store": {"url": f"{REDIS_URL}?cron_prefix={space}cron:"},
-            "http": {"port": 0},
-            "cluster": {"node_id": name, "lease_seconds": lease},
-            "channels": {
-                "web": {"enabled": False},
-                "cli": {"enabled": False},
-                "telegram": {"access": {"dm_policy": "open"}},
-            },
+    """Node ``name``'s configuration: a data directory of its own, the shared Redis prefix."""
+    base: dict[str, Any] = {
+        "data_dir": str(tmp_path / name),
+        "models": {"providers": {"scripted": {"kind": "openai", "base_url": "http://127.0.0.1:9"}}},
+        "agents": {"default": {"model": "scripted/test"}},
+        "store": {"url": f"{REDIS_URL}?cron_prefix={space}cron:"},
+        "http": {"port": 0},
+        "cluster": {"node_id": name, "lease_seconds": lease},
+        "channels": {
+            "web": {"enabled": False},
+            "cli": {"enabled": False},
+            "telegram": {"access": {"dm_policy": "open"}},
         },
-        "test",
-    )
+    }
+    for section, table in more.items():
+        base[section] = {**base.get(section, {}), **table}
+    return validate(base, "test")
 
 
 @pytest.fixture
@@ -74,14 +74,14 @@ def lease() -> float:
 
 @pytest.fixture
 async def nodes(
-    tmp_path: Path, space: str, lease_clock: LeaseClock, lease: float
+    tmp_path: Path, space: str, lease_clock: LeaseClock, lease: float, api: dict[str, Any]
 ) -> AsyncIterator[tuple[Node, Node]]:
     started: list[Node] = []
     try:
         for name in ("a", "b"):
             chat, model = ChatDouble("telegram"), ScriptedModel()
             gateway = Gateway(
-                node_config(tmp_path, name, space, lease),
+                node_config(tmp_path, name, space, lease, **api),
                 model_clients={"scripted": model},
                 channels=[chat],
                 control=False,
@@ -264,3 +264,34 @@ async def test_wakes_a_dead_node_read_but_never_acknowledged_are_claimed_and_run
         if isinstance(e, MessageEntry) and e.run_id and e.message.role == "user"
     ]
     assert prompts == ["own it", "p0", "p1"]
+
+
+@pytest.fixture
+def api() -> dict[str, Any]:
+    """More configuration for every node (the API channel, in the API test)."""
+    return {}
+
+
+@pytest.mark.parametrize(
+    "api", [{"channels": {"web": {"enabled": False}, "cli": {"enabled": False},
+                          "api": {"enabled": True}}}]
+)  # fmt: skip
+async def test_an_api_request_to_a_node_that_does_not_own_the_session_gets_the_owners_answer(
+    nodes: tuple[Node, Node], api: dict[str, Any]
+) -> None:
+    a, b = nodes
+    headers = {"X-Session-Key": "api:notes"}
+    body = {"model": "default", "messages": [{"role": "user", "content": "remember 7"}]}
+    async with aiohttp.ClientSession() as http:
+        urls = [f"{n.gateway.http.url}v1/chat/completions" for n in (a, b) if n.gateway.http]
+        async with http.post(urls[0], json=body, headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+            first = await answer.json()
+        body["messages"] = [{"role": "user", "content": "what was it?"}]
+        async with http.post(urls[1], json=body, headers=headers) as answer:
+            assert answer.status == 200, await answer.text()
+            second = await answer.json()
+    assert first["choices"][0]["message"]["content"].endswith("remember 7")
+    assert second["choices"][0]["message"]["content"].endswith("what was it?")
+    assert b.gateway.manager.thread("api:notes") is None, "a runs the session; b relayed"
+    assert len(a.model.requests) == 2

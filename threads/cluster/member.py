@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 from threads.cluster.leaders import Action, Leadership
 from threads.cluster.leases import LeaseClock, LeaseTable, server_time
 from threads.cluster.nodes import NodeBook, thread_rows
+from threads.cluster.relay import Deliver, Relay
 from threads.cluster.wakes import Entry, Forward, WakeStreams, wake_wire
 from threads.node import NodeIdentity
 from threads.store.base import Fence
@@ -108,6 +109,7 @@ class Member:
         self.leases = LeaseTable(redis, prefix, node=self.node, ttl=ttl, clock=clock)
         self.streams = WakeStreams(redis, prefix, self.node)
         self.book = NodeBook(redis, prefix)
+        self.relay = Relay(redis, prefix, self.node)
         self.owner: Owner | None = None
         self.draining = False
         self._auto_tick = clock is server_time
@@ -118,18 +120,24 @@ class Member:
         self._key_locks: dict[str, asyncio.Lock] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._relayer: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._started = time.time()
         self._stopped = False
 
     # -- lifetime
 
-    async def start(self, owner: Owner) -> None:
-        """Join: take this node's lease, then read what its inbox kept from a previous life."""
+    async def start(self, owner: Owner, deliver: Deliver | None = None) -> None:
+        """Join: take this node's lease, then read what its inbox kept from a previous life.
+
+        ``deliver`` delivers what other nodes relay to this node's chats (see
+        :mod:`threads.cluster.relay`); without it nothing is relayed here.
+        """
         self.owner = owner
         claim = await self.leases.claim(NODE + self.node)
         self._node_fence = claim.lease.fence
         await self.streams.join(self.node)
+        await self.relay.start()
         await self.publish()
         await self._handle(await self.streams.pending())
         loop = asyncio.get_running_loop()
@@ -137,6 +145,8 @@ class Member:
             self._ticker = loop.create_task(self._ticking(), name="cluster lease tick")
             self._sweeper = loop.create_task(self._sweeping(), name="cluster takeover")
         self._reader = loop.create_task(self._reading(), name="cluster inbox")
+        if deliver is not None:
+            self._relayer = loop.create_task(self._relaying(deliver), name="cluster relay")
 
     async def stop_reading(self) -> None:
         """Take no more entries from this node's inbox (what is left waits for the next reader)."""
@@ -151,7 +161,7 @@ class Member:
             return
         self._stopped = True
         await self.stop_reading()
-        for task in (self._sweeper, self._ticker):
+        for task in (self._relayer, self._sweeper, self._ticker):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -214,9 +224,17 @@ class Member:
         log.info("handed %s over to node %s", key, other)
 
     async def forward(self, node: str, key: str, wake: Wake) -> str:
-        """Send ``wake`` to ``node``'s inbox; the entry id, once Redis holds it."""
+        """Send ``wake`` to ``node``'s inbox; the entry id, once Redis holds it.
+
+        A reply to a chat goes back through this node (its sink names it):
+        the owner delivers there itself only when the chat is not tied to this
+        process (see :mod:`threads.cluster.relay`).
+        """
+        wire = wake_wire(wake)
+        if wire["sink"].get("kind") == "channel":
+            wire["sink"] = {**wire["sink"], "node": self.node}
         return await self.streams.send(
-            node, Forward(kind="wake", key=key, origin=self.node, wake=wake_wire(wake))
+            node, Forward(kind="wake", key=key, origin=self.node, wake=wire)
         )
 
     async def pick_node(self) -> str | None:
@@ -358,6 +376,14 @@ class Member:
                 await self.read_inbox(block_ms=READ_BLOCK_MS)
             except (RedisError, OSError) as exc:
                 log.warning("reading this node's inbox failed (%s); retrying", exc)
+                await asyncio.sleep(self.ttl / 3)
+
+    async def _relaying(self, deliver: Deliver) -> None:
+        while True:
+            try:
+                await self.relay.read(deliver, block_ms=READ_BLOCK_MS)
+            except (RedisError, OSError) as exc:
+                log.warning("reading this node's relay stream failed (%s); retrying", exc)
                 await asyncio.sleep(self.ttl / 3)
 
     async def _handle(self, entries: list[Entry]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from threads.cluster.member import Member
@@ -74,10 +75,15 @@ class Ownership:
         The turn handle is decided at once (``forwarded``): the owner runs the
         turn and delivers its replies.
         """
-        assert self.member is not None
-        entry = await self.member.forward(node, key, wake)
+        member = self.member
+        assert member is not None
+        entry = await member.forward(node, key, wake)
         turn = Turn(entry, "", Policy.QUEUE)
-        turn.finish(Outcome.FORWARDED)
+        if wake.sink.to_wire().get("kind") == "channel":
+            # The owner says how the turn ended: the channel here may be waiting on it.
+            member.relay.expect(f"{member.streams.stream(node)}/{entry}", turn)
+        else:
+            turn.finish(Outcome.FORWARDED)
         return Accepted(key=key, session_id="", run_id="", node=node), turn
 
 
@@ -116,7 +122,16 @@ class ManagerOwner:
         except ExchangeRefusedError as exc:
             log.warning("a wake forwarded to %s is refused: %s", key, exc)
             return
-        await thread.wake(wake)
+        _accepted, turn = await thread.wake(wake)
+        origin = wake.sink.to_wire().get("node", "")
+        member = manager.ownership.member
+        if origin and member is not None and origin != member.node:
+            turn.add_done_callback(partial(self._report, member, origin, first))
+
+    def _report(self, member: Member, origin: str, marker: str, turn: Turn) -> None:
+        """Tell the origin how the turn of the wake ``marker`` names ended."""
+        report = member.relay.send_outcome(origin, marker, turn)
+        self.manager.spawn(report, name=f"relay the end of {marker}")
 
     async def take_over(self, key: str) -> bool:
         session_key = SessionKey(key)
