@@ -50,6 +50,7 @@ KEY = "key:"
 NODE = "node:"
 LEADER = "leader:"
 READ_BLOCK_MS = 1000
+LAPSE_MARGIN = 0.05
 
 
 class Owner(Protocol):
@@ -357,7 +358,29 @@ class Member:
         await self._every(partial(self.tick, sweep=False), "renewing this node's leases")
 
     async def _sweeping(self) -> None:
-        await self._every(self.sweep, "taking over from a lapsed node")
+        """Sweep as soon as another node's lease may have lapsed, and every third of a lease."""
+        while True:
+            try:
+                await asyncio.sleep(await self._until_next_lapse())
+                await self.sweep()
+            except (RedisError, OSError) as exc:
+                log.warning("taking over from a lapsed node failed (%s); trying again", exc)
+                await asyncio.sleep(self.ttl / 3)
+            except Exception:
+                log.exception("taking over from a lapsed node failed; trying again")
+                await asyncio.sleep(self.ttl / 3)
+
+    async def _until_next_lapse(self) -> float:
+        """Seconds until the soonest lease still held lapses (a live node renews it first)."""
+        now = await self.leases.now_ms()
+        soonest = await self.leases.redis.zrangebyscore(
+            self.leases.index, f"({now}", "+inf", start=0, num=1, withscores=True
+        )
+        period = self.ttl / 3
+        if not soonest:
+            return period
+        until = (float(soonest[0][1]) - now) / 1000 + LAPSE_MARGIN
+        return min(period, max(LAPSE_MARGIN, until))
 
     async def _every(self, step: Callable[[], Awaitable[None]], what: str) -> None:
         """Run ``step`` every third of the lease, for as long as the member lives."""
@@ -453,6 +476,10 @@ class Member:
 
     async def _bury(self, dead: str) -> None:
         """Take over a dead node's inbox; forget the node once nothing of it is left."""
+        stream = self.streams.stream(dead)
+        if self.relay.waiting:
+            inbox = {_text(eid) for eid, _ in await self.streams.redis.xrange(stream) or []}
+            self.relay.abandon(stream, inbox, dead)
         # A dead node's last reads have been idle at least two thirds of a lease by now.
         entries = await self.streams.take_over(dead, idle_ms=int(self.ttl * 500))
         if entries:
@@ -509,3 +536,7 @@ async def cluster_view(leases: LeaseTable, book: NodeBook) -> dict[str, Any]:
         "nodes": [nodes[n] for n in sorted(nodes)],
         "lapsed_leases": [lease.as_json(now) for lease in held if lease.lapsed(now)],
     }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -125,8 +125,11 @@ class ManagerOwner:
         _accepted, turn = await thread.wake(wake)
         origin = wake.sink.to_wire().get("node", "")
         member = manager.ownership.member
-        if origin and member is not None and origin != member.node:
-            turn.add_done_callback(partial(self._report, member, origin, first))
+        if origin and member is not None:
+            if origin != member.node:
+                turn.add_done_callback(partial(self._report, member, origin, first))
+            else:  # it came back to the node it came in on (a takeover)
+                turn.add_done_callback(partial(member.relay.settle, first))
 
     def _report(self, member: Member, origin: str, marker: str, turn: Turn) -> None:
         """Tell the origin how the turn of the wake ``marker`` names ended."""
