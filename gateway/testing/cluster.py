@@ -2,7 +2,8 @@
 
 A :class:`Cluster` writes one configuration per node (its own data
 directory and HTTP port, the same ``redis://`` store under a key prefix of
-its own, the same Telegram bot in webhook mode, the same model provider),
+its own, the same Telegram bot in webhook mode or the OpenAI-compatible API,
+the same model provider),
 starts the processes, and stops or kills them. A :class:`Balancer` stands
 where a load balancer stands in front of the gateways: Telegram (the fake
 Bot API) posts every update to it, and it passes each one on to a node
@@ -155,14 +156,16 @@ class Cluster:
         root: Path,
         *,
         store_url: str,
-        telegram: dict[str, Any],
         model_url: str,
+        telegram: dict[str, Any] | None = None,
+        api: bool = False,
         lease_seconds: float,
         extra: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.root = root
         self.store_url = store_url
         self.telegram = telegram
+        self.api = api
         self.model_url = model_url
         self.lease_seconds = lease_seconds
         self.extra = extra or {}
@@ -179,9 +182,11 @@ class Cluster:
                                       "api_key": "sk-fake", "max_retries": 0},
             "channels.cli": {"enabled": False},
             "channels.web": {"enabled": False},
-            "channels.telegram": self.telegram,
-            "channels.telegram.access": {"dm_policy": "open"},
+            "channels.api": {"enabled": self.api},
         }  # fmt: skip
+        if self.telegram is not None:
+            tables["channels.telegram"] = self.telegram
+            tables["channels.telegram.access"] = {"dm_policy": "open"}
         for name, table in self.extra.items():
             tables[name] = {**tables.get(name, {}), **table}
         return toml_text(tables)

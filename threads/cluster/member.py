@@ -122,6 +122,7 @@ class Member:
         self._ticker: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._relayer: asyncio.Task[None] | None = None
+        self._timers: set[asyncio.TimerHandle] = set()
         self._reader: asyncio.Task[None] | None = None
         self._started = time.time()
         self._stopped = False
@@ -162,6 +163,8 @@ class Member:
             return
         self._stopped = True
         await self.stop_reading()
+        for timer in self._timers:
+            timer.cancel()
         for task in (self._relayer, self._sweeper, self._ticker):
             if task is not None:
                 task.cancel()
@@ -479,11 +482,23 @@ class Member:
         stream = self.streams.stream(dead)
         if self.relay.waiting:
             inbox = {_text(eid) for eid, _ in await self.streams.redis.xrange(stream) or []}
-            self.relay.abandon(stream, inbox, dead)
+            gone = self.relay.gone_from(stream, inbox)
+            if gone:
+                # Taken by the dead node, or by another survivor that answers soon: a lease
+                # later, whatever is still waiting was the dead node's.
+                timer = asyncio.get_running_loop().call_later(
+                    self.ttl, self.relay.abandon, gone, dead
+                )
+                self._timers.add(timer)
         # A dead node's last reads have been idle at least two thirds of a lease by now.
         entries = await self.streams.take_over(dead, idle_ms=int(self.ttl * 500))
         if entries:
-            log.warning("node %s is gone: taking over %d wakes sent to it", dead, len(entries))
+            log.warning(
+                "node %s is gone: taking over %d wakes sent to it (%s)",
+                dead,
+                len(entries),
+                ", ".join(f"{e.id}{' again' if e.forward.redelivered else ''}" for e in entries),
+            )
             await self._handle(entries)
         if await self.streams.backlog(dead) == 0:
             lease = await self.leases.get(NODE + dead)

@@ -129,7 +129,7 @@ class ManagerOwner:
             if origin != member.node:
                 turn.add_done_callback(partial(self._report, member, origin, first))
             else:  # it came back to the node it came in on (a takeover)
-                turn.add_done_callback(partial(member.relay.settle, first))
+                member.relay.settle(first, turn)
 
     def _report(self, member: Member, origin: str, marker: str, turn: Turn) -> None:
         """Tell the origin how the turn of the wake ``marker`` names ended."""

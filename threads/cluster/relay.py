@@ -105,30 +105,34 @@ class Relay:
         self._waiting.pop(marker, None)
 
     def settle(self, marker: str, turn: Turn) -> None:
-        """The wake ``marker`` names ran here after all (this node took its key over):
-        the handle waiting for it ends as ``turn`` ended."""
+        """The wake ``marker`` names is taken here after all (this node took its key over):
+        the handle waiting for it ends as ``turn`` ends."""
         waiting = self._waiting.pop(marker, None)
         if waiting is not None:
-            finish_from_wire(waiting, outcome_wire(turn))
+            turn.add_done_callback(lambda done: finish_from_wire(waiting, outcome_wire(done)))
 
-    def abandon(self, stream: str, still_there: set[str], dead: str) -> int:
-        """End the handles of wakes a dead node took into its sessions: no one will say how
-        their turns end (another node continues them, answering in the chat). A wake still
-        in the dead node's inbox (``still_there``: entry ids) is taken over, and answered."""
-        ended = 0
-        for marker in [m for m in self._waiting if m.startswith(f"{stream}/")]:
-            if marker.removeprefix(f"{stream}/") in still_there:
-                continue
-            turn = self._waiting.pop(marker)
-            turn.finish(
-                Outcome.FAILED,
-                error=TurnError(
-                    f"the gateway node {dead} running this turn stopped; the message is kept "
-                    "and another node continues it, answering in the conversation"
-                ),
-            )
-            ended += 1
-        return ended
+    def gone_from(self, stream: str, still_there: set[str]) -> list[str]:
+        """The waiting markers of wakes a dead node's inbox (``stream``) no longer holds."""
+        return [
+            m
+            for m in self._waiting
+            if m.startswith(f"{stream}/") and m.removeprefix(f"{stream}/") not in still_there
+        ]
+
+    def abandon(self, markers: list[str], dead: str) -> None:
+        """End the handles still waiting for wakes a dead node had taken into its sessions:
+        no one will say how their turns end (another node continues them, answering in
+        the conversation)."""
+        for marker in markers:
+            turn = self._waiting.pop(marker, None)
+            if turn is not None:
+                turn.finish(
+                    Outcome.FAILED,
+                    error=TurnError(
+                        f"the gateway node {dead} running this turn stopped; the message is "
+                        "kept and another node continues it, answering in the conversation"
+                    ),
+                )
 
     @property
     def waiting(self) -> int:
