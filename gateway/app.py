@@ -576,9 +576,13 @@ class Gateway:
         return out
 
     async def wait_idle(self) -> None:
-        """Wait until no thread has a turn running or queued."""
+        """Wait until no thread has a turn running or queued, here or (forwarded) elsewhere."""
         while True:
-            busy = [t.session for t in self.manager.threads() if t.session.busy]
+            busy: list[Awaitable[object]] = [
+                t.session.wait_idle() for t in self.manager.threads() if t.session.busy
+            ]
+            if self.member is not None:
+                busy += [turn.wait() for turn in self.member.relay.handles()]
             if not busy:
                 return
-            await asyncio.gather(*(s.wait_idle() for s in busy))
+            await asyncio.gather(*busy, return_exceptions=True)

@@ -172,8 +172,9 @@ class Member:
         for leadership in self._leaders.values():
             await self._resign(leadership, "this node is stopping")
         with contextlib.suppress(RedisError, OSError):
+            # A node that stopped cleanly leaves no trace; a dead one shows as gone.
             await self.leases.release(NODE + self.node, self._node_fence)
-            await self.publish()
+            await self.book.forget(self.node)
 
     # -- keys
 
@@ -310,7 +311,6 @@ class Member:
             "host": socket.gethostname(),
             "started": self._started,
             "draining": self.draining,
-            "stopped": self._stopped,
             "updated": time.time(),
             "thread_count": len(rows),
             "threads": thread_rows(rows),

@@ -138,6 +138,10 @@ class Relay:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def handles(self) -> list[Turn]:
+        """The turn handles still waiting for another node to say how their turns ended."""
+        return list(self._waiting.values())
+
     async def send_delivery(
         self, node: str, wire: Mapping[str, str], message: OutboundMessage
     ) -> None:
