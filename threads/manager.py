@@ -34,6 +34,7 @@ from threads.errors import (
     NotRunError,
     OwnedElsewhereError,
 )
+from threads.eviction import Eviction
 from threads.history import strip_for_fork
 from threads.ids import new_session_id
 from threads.keys import SessionKey
@@ -103,12 +104,13 @@ class ThreadManager:
         self._recovery = RecoveryLog(recovery_path)
         self._threads: dict[SessionKey, Thread] = {}
         self._starting: dict[SessionKey, asyncio.Future[Thread]] = {}
-        self._evicting: dict[SessionKey, asyncio.Task[None]] = {}
         self._gate = asyncio.Semaphore(config.threads.max_concurrent_turns)
         self._turns_in_flight = 0
         self._observers: list[TurnObserver] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._eviction = Eviction(
+            self._threads, self._evict, idle_after=config.threads.idle_evict_seconds
+        )
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
@@ -128,7 +130,7 @@ class ThreadManager:
         the crash cut short is recorded as canceled and resumed, accepted wakes
         run in acceptance order, each once.
         """
-        self._sweeper = asyncio.create_task(self._sweep(), name="thread eviction")
+        self._eviction.start()
         keys = await self._recovery.begin(self.store)
         self.chains.load(self._recovery.stopped)
         if not self.config.threads.continue_on_start:
@@ -183,12 +185,7 @@ class ThreadManager:
         wake, so nothing runs after close and no session is left open.
         """
         self._closed = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-        if self._evicting:
-            await asyncio.gather(*self._evicting.values(), return_exceptions=True)
+        await self._eviction.stop()
         while self._starting:
             # asyncio.wait, not gather: a cancelled close must not cancel the starts.
             await asyncio.wait(list(self._starting.values()))
@@ -292,7 +289,7 @@ class ThreadManager:
         future: asyncio.Future[Thread] = asyncio.get_running_loop().create_future()
         self._starting[key] = future
         try:
-            evicting = self._evicting.get(key)
+            evicting = self._eviction.closing(key)
             if evicting is not None:
                 # The evicted session lets go of its lease before the next one loads.
                 await asyncio.shield(evicting)
@@ -543,9 +540,18 @@ class ThreadManager:
                 await self.store.delete(session_id)
 
     async def new_session(self, key: str) -> str:
-        """Point the key at a fresh session (``/new``); the old one is kept."""
+        """Point the key at a fresh session (``/new``); the old one is kept.
+
+        Scaled out, a key another node runs gets its new session there.
+        """
         session_key = SessionKey(key)
-        fence = self.ownership.held(session_key) or await self.ownership.own(session_key)
+        try:
+            fence = self.ownership.held(session_key) or await self.ownership.own(session_key)
+        except OwnedElsewhereError:
+            answer = await self.ownership.ask_owner(session_key, "new", {})
+            if answer is None:  # the owner let go meanwhile: ask again, it is free now
+                return await self.new_session(key)
+            return str(answer["session_id"])
         thread = self._threads.pop(session_key, None)
         agent = self.config.default_agent
         if thread is not None:
@@ -572,8 +578,17 @@ class ThreadManager:
     async def stop(
         self, key: str, *, drain: bool = False, by_user: bool = False
     ) -> stops.StopReport:
-        """Stop a key's turn and its exchange chains: see :func:`threads.stops.stop_key`."""
-        return await stops.stop_key(self, SessionKey(key), drain=drain, by_user=by_user)
+        """Stop a key's turn and its exchange chains: see :func:`threads.stops.stop_key`.
+
+        Scaled out, a key another node runs is stopped there.
+        """
+        session_key = SessionKey(key)
+        if session_key not in self._threads:
+            args = {"drain": drain, "by_user": by_user}
+            answer = await self.ownership.ask_owner(session_key, "stop", args)
+            if answer is not None:
+                return stops.StopReport.from_json(answer["report"])
+        return await stops.stop_key(self, session_key, drain=drain, by_user=by_user)
 
     async def stop_all(self, *, drain: bool = False) -> stops.StopReport:
         """Stop every running turn and queued system wake: see :func:`threads.stops.stop_all`."""
@@ -597,33 +612,9 @@ class ThreadManager:
 
     # -- eviction
 
-    async def _sweep(self) -> None:
-        idle_after = self.config.threads.idle_evict_seconds
-        period = min(max(idle_after / 4, 0.05), 30.0)
-        while True:
-            await asyncio.sleep(period)
-            await self.evict_idle(idle_after)
-
     async def evict_idle(self, idle_after: float) -> int:
-        """Close threads idle longer than ``idle_after`` seconds; their sessions stay on disk.
-
-        A thread with a wake on its way in, a turn running or input waiting is
-        never evicted. A wake for an evicted key loads the session again.
-        """
-        now = time.monotonic()
-        victims = [
-            t for t in self._threads.values() if t.evictable and now - t.last_activity >= idle_after
-        ]
-        for thread in victims:
-            del self._threads[thread.key]
-            task = asyncio.create_task(self._evict(thread), name=f"evict {thread.key}")
-            self._evicting[thread.key] = task
-            task.add_done_callback(partial(self._evicted, thread.key))
-        if victims:
-            await asyncio.gather(
-                *(self._evicting[t.key] for t in victims if t.key in self._evicting)
-            )
-        return len(victims)
+        """Close threads idle longer than ``idle_after`` seconds; see :mod:`threads.eviction`."""
+        return await self._eviction.evict_idle(idle_after)
 
     async def _evict(self, thread: Thread) -> None:
         await thread.session.close()
@@ -643,12 +634,6 @@ class ThreadManager:
         except Exception as exc:
             log.info("closing %s after its lease was lost: %s", key, exc)
         self.ownership.unfence(thread.session.id)
-
-    def _evicted(self, key: SessionKey, task: asyncio.Task[None]) -> None:
-        if self._evicting.get(key) is task:
-            del self._evicting[key]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("closing the evicted thread %s failed", key, exc_info=task.exception())
 
 
 async def _tell(wake: Wake, text: str) -> None:

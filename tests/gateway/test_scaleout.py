@@ -295,3 +295,26 @@ async def test_an_api_request_to_a_node_that_does_not_own_the_session_gets_the_o
     assert second["choices"][0]["message"]["content"].endswith("what was it?")
     assert b.gateway.manager.thread("api:notes") is None, "a runs the session; b relayed"
     assert len(a.model.requests) == 2
+
+
+async def test_stop_and_new_sent_to_a_node_that_does_not_own_the_chat_act_on_the_owner(
+    nodes: tuple[Node, Node],
+) -> None:
+    a, b = nodes
+    a.model.gate = asyncio.Event()
+    await a.chat.push(chat_id="9", user_id="9", text="long")
+    async with asyncio.timeout(DEADLINE):
+        await a.model.called.wait()
+    await b.chat.push(chat_id="9", user_id="9", text="/stop")
+    assert b.chat.to("9") == ["Stopped the running turn and what it started."]
+    async with asyncio.timeout(DEADLINE):
+        await a.gateway.wait_idle()
+    turns = [e for e in await entries_of(a, "telegram:9") if isinstance(e, TurnEntry)]
+    assert [t.canceled for t in turns] == [True]
+    before = await a.gateway.store.resolve(SessionKey("telegram:9"))
+    await b.chat.push(chat_id="9", user_id="9", text="/new")
+    assert b.chat.to("9")[-1].startswith("Started a new conversation")
+    after = await a.gateway.store.resolve(SessionKey("telegram:9"))
+    assert after != before
+    thread = a.gateway.manager.thread("telegram:9")
+    assert thread is None or thread.session.id == after

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import random
+import secrets
 import socket
 import time
 from collections import defaultdict
@@ -241,6 +242,37 @@ class Member:
         return await self.streams.send(
             node, Forward(kind="wake", key=key, origin=self.node, wake=wire)
         )
+
+    async def call(self, node: str, key: str, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Ask ``node``, which owns ``key``, to run ``op`` on the key's thread; its answer.
+
+        The op waits in the owner's inbox behind the key's earlier wakes.
+        :class:`TimeoutError` when no answer comes within two leases (the
+        owner died: its successor runs the key, ask again).
+        """
+        call_id = secrets.token_hex(8)
+        answer = self.relay.call(call_id)
+        try:
+            await self.streams.send(
+                node,
+                Forward(
+                    kind="op",
+                    key=key,
+                    origin=self.node,
+                    op={"op": op, "args": dict(args), "call": call_id},
+                ),
+            )
+            async with asyncio.timeout(self.ttl * 2):
+                return await answer
+        finally:
+            answer.cancel()
+
+    async def owner_of(self, key: str) -> str | None:
+        """The other node whose lease on ``key`` is live, or None (free, lapsed or ours)."""
+        lease = await self.leases.get(KEY + key)
+        if lease is None or lease.node == self.node or lease.lapsed(await self.leases.now_ms()):
+            return None
+        return lease.node
 
     async def pick_node(self) -> str | None:
         """A live node other than this one that is not draining, at random; None when none is."""

@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from threads.cluster.member import Member
 from threads.cluster.wakes import MARKER, Forward, wake_of
-from threads.errors import ExchangeRefusedError, OwnedElsewhereError
+from threads.errors import (
+    ExchangeRefusedError,
+    NoTurnRunningError,
+    OwnedElsewhereError,
+    ThreadNotLoadedError,
+    ThreadsError,
+)
 from threads.keys import SessionKey
 from threads.store.base import Fence, Fencer, SessionStore
 from threads.tree import holds_wake
@@ -69,6 +76,23 @@ class Ownership:
         else:
             await self.member.let_go(key)
 
+    async def ask_owner(
+        self, key: SessionKey, op: str, args: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Have the node that owns ``key`` run ``op`` on its thread; None when no other node does.
+
+        An answer that is a refusal is raised here as the owner raised it.
+        """
+        if self.member is None:
+            return None
+        node = await self.member.owner_of(key)
+        if node is None:
+            return None
+        answer = await self.member.call(node, key, op, args)
+        if not answer.get("ok"):
+            raise _refusal(key, answer)
+        return answer
+
     async def forward(self, node: str, key: SessionKey, wake: Wake) -> tuple[Accepted, Turn]:
         """Send the wake to the node that owns its key; accepted once it is in that node's inbox.
 
@@ -98,6 +122,13 @@ class ManagerOwner:
         key = SessionKey(forward.key)
         if forward.kind == "continue":
             await manager.continue_key(key)
+            return
+        if forward.kind == "op":
+            assert forward.op is not None
+            answer = await self._run_op(key, str(forward.op.get("op")), forward.op.get("args", {}))
+            member = manager.ownership.member
+            assert member is not None
+            await member.relay.send_answer(forward.origin, str(forward.op.get("call")), answer)
             return
         assert forward.wake is not None
         wake = wake_of(forward.wake, manager.resolve_sink, marker)
@@ -136,6 +167,21 @@ class ManagerOwner:
         report = member.relay.send_outcome(origin, marker, turn)
         self.manager.spawn(report, name=f"relay the end of {marker}")
 
+    async def _run_op(self, key: SessionKey, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Another node's op on a key this node owns (or that moved on: asked on from here)."""
+        manager = self.manager
+        try:
+            if op == "stop":
+                drain, by_user = bool(args.get("drain")), bool(args.get("by_user"))
+                report = await manager.stop(key, drain=drain, by_user=by_user)
+                return {"ok": True, "report": report.to_json()}
+            if op == "new":
+                return {"ok": True, "session_id": await manager.new_session(key)}
+        except ThreadsError as exc:
+            state = exc.state if isinstance(exc, NoTurnRunningError) else ""
+            return {"ok": False, "error": type(exc).__name__, "message": str(exc), "state": state}
+        return {"ok": False, "error": "ValueError", "message": f"no op {op!r} on a key's thread"}
+
     async def take_over(self, key: str) -> bool:
         session_key = SessionKey(key)
         await self.manager.continue_key(session_key)
@@ -146,3 +192,15 @@ class ManagerOwner:
 
     def thread_rows(self) -> list[dict[str, Any]]:
         return [t.snapshot() for t in self.manager.threads()]
+
+
+def _refusal(key: SessionKey, answer: Mapping[str, Any]) -> Exception:
+    """The error the owner's answer names, raised on the asking node."""
+    kind, message = str(answer.get("error")), str(answer.get("message", ""))
+    if kind == "ThreadNotLoadedError":
+        return ThreadNotLoadedError(str(key))
+    if kind == "NoTurnRunningError":
+        return NoTurnRunningError(str(key), str(answer.get("state", "idle")))
+    if kind == "ValueError":
+        return ValueError(message)
+    return ThreadsError(message)

@@ -8,7 +8,9 @@ origin node, and the owner sends back, on ``<prefix>relay:<origin>``:
 
 * ``deliver`` — each message for such a chat (the origin's channel delivers it);
 * ``turn`` — how the forwarded wake's turn ended, which finishes the turn
-  handle the origin gave its channel (an API request gets its answer then).
+  handle the origin gave its channel (an API request gets its answer then);
+* ``answer`` — the owner's answer to an op the origin asked of a key's
+  thread (``/stop``, ``/new``: :meth:`Relay.call`).
 
 The origin reads its relay stream as entries come (``XREAD``) and deletes
 what it handled. A relay entry is only useful while the origin's
@@ -17,6 +19,7 @@ connections live, so a starting node drops what a previous life left there.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -87,6 +90,7 @@ class Relay:
         self.prefix = prefix
         self.node = node
         self._waiting: dict[str, Turn] = {}
+        self._calls: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._last = "0-0"
 
     def stream(self, node: str) -> str:
@@ -160,6 +164,18 @@ class Relay:
         }
         await self._send(node, fields)
 
+    def call(self, call_id: str) -> asyncio.Future[dict[str, Any]]:
+        """A future for the answer to the op ``call_id`` names (see :meth:`send_answer`)."""
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = future
+        future.add_done_callback(lambda _done: self._calls.pop(call_id, None))
+        return future
+
+    async def send_answer(self, node: str, call_id: str, answer: Mapping[str, Any]) -> None:
+        await self._send(
+            node, {"kind": "answer", "call": call_id, "answer": orjson.dumps(dict(answer))}
+        )
+
     async def send_outcome(self, node: str, marker: str, turn: Turn) -> None:
         await self._send(
             node, {"kind": "turn", "marker": marker, "outcome": orjson.dumps(outcome_wire(turn))}
@@ -196,6 +212,10 @@ class Relay:
             turn = self._waiting.pop(_text(fields["marker"]), None)
             if turn is not None:
                 finish_from_wire(turn, orjson.loads(fields["outcome"]))
+        elif kind == "answer":
+            future = self._calls.pop(_text(fields["call"]), None)
+            if future is not None and not future.done():
+                future.set_result(orjson.loads(fields["answer"]))
 
     async def _send(self, node: str, fields: dict[Any, Any]) -> None:
         await self.redis.xadd(self.stream(node), fields, maxlen=MAX_RELAY_ENTRIES, approximate=True)

@@ -35,29 +35,34 @@ GROUP = "owners"
 MARKER = "forward"
 """The wake meta key naming the stream entry a forwarded wake came in (for the redelivery check)."""
 
-Kind = Literal["wake", "continue"]
+Kind = Literal["wake", "continue", "op"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Forward:
-    """One stream entry: a wake for ``key`` (``kind="wake"``) or a key to continue.
+    """One stream entry: a wake for ``key`` (``kind="wake"``), a key to continue, or an op.
 
     ``continue`` hands over a key whose input is accepted but not yet run (a
     node that drains or stops): the receiver takes the key's lease and runs
-    it. ``origin`` is the node that sent it; ``redelivered`` says the entry
-    was read before (the receiver checks the session before accepting it).
+    it. ``op`` asks the key's owner to do something to its thread (``/stop``,
+    ``/new``) and answer on the origin's relay stream: ``{"op", "args", "call"}``.
+    ``origin`` is the node that sent it; ``redelivered`` says the entry was
+    read before (the receiver checks the session before accepting it).
     """
 
     kind: Kind
     key: str
     origin: str
     wake: Mapping[str, Any] | None = None
+    op: Mapping[str, Any] | None = None
     redelivered: bool = False
 
     def fields(self) -> dict[str, bytes | str]:
         out: dict[str, bytes | str] = {"kind": self.kind, "key": self.key, "origin": self.origin}
         if self.wake is not None:
             out["wake"] = orjson.dumps(self.wake)
+        if self.op is not None:
+            out["op"] = orjson.dumps(self.op)
         if self.redelivered:
             out["redelivered"] = "1"
         return out
@@ -66,14 +71,14 @@ class Forward:
     def parse(cls, fields: Mapping[Any, Any]) -> Forward:
         got = {_text(k): v for k, v in fields.items()}
         kind = _text(got.get("kind", b"wake"))
-        if kind not in ("wake", "continue"):
+        if kind not in _KINDS:
             raise ValueError(f"a forwarded entry of unknown kind {kind!r}")
-        wake = orjson.loads(got["wake"]) if "wake" in got else None
         return cls(
-            kind="wake" if kind == "wake" else "continue",
+            kind=_KINDS[kind],
             key=_text(got["key"]),
             origin=_text(got.get("origin", b"")),
-            wake=wake,
+            wake=orjson.loads(got["wake"]) if "wake" in got else None,
+            op=orjson.loads(got["op"]) if "op" in got else None,
             redelivered=_text(got.get("redelivered", b"")) == "1",
         )
 
@@ -217,6 +222,7 @@ class WakeStreams:
 
 
 _UNREADABLE = Forward(kind="wake", key="", origin="")
+_KINDS: dict[str, Kind] = {"wake": "wake", "continue": "continue", "op": "op"}
 
 
 def _text(value: Any) -> str:
