@@ -179,12 +179,19 @@ class DiscordChannel:
             await asyncio.gather(self._connection, return_exceptions=True)
         self._handler = None
 
+    @property
+    def receiving(self) -> bool:
+        """Whether this process holds the bot's gateway connection."""
+        return self._connection is not None and not self._connection.done()
+
     def health(self) -> dict[str, object]:
         user = self._client.user
         out: dict[str, object] = {
             "running": self._client.is_ready() and not self.stopped_reason,
             "bot": str(user) if user is not None else "",
         }
+        if self.standby:
+            out["receiving"] = self.receiving
         if self.stopped_reason:
             out["stopped"] = self.stopped_reason
         return out

@@ -171,6 +171,7 @@ class TelegramChannel:
         self.stopped_reason = ""
         self.bot_username = ""
         self.standby = False
+        self._webhook_set = False
         self.feedback = Feedback(self, drafts=options.drafts, edit_every=options.edit_every)
 
     # -- lifetime
@@ -220,14 +221,18 @@ class TelegramChannel:
                 secret_token=self.options.webhook_secret,
                 allowed_updates=ALLOWED_UPDATES,
             )
+            self._webhook_set = True
         log.info("%s: @%s is %s", self.name, self.bot_username, self.options.mode)
 
     async def stop_receiving(self) -> None:
         """Stop taking updates (polling ends, offsets confirmed); delivery still works.
 
         The gateway calls this before it lets running turns finish, so no message
-        is fetched that a closing gateway could not accept.
+        is fetched that a closing gateway could not accept. In webhook mode the
+        webhook stays set: the next leader sets it again, and every gateway
+        serves it meanwhile.
         """
+        self._webhook_set = False
         if self._app.updater is not None and self._app.updater.running:
             await self._app.updater.stop()
 
@@ -243,12 +248,20 @@ class TelegramChannel:
         await app.shutdown()
         self._handler = None
 
+    @property
+    def receiving(self) -> bool:
+        """Whether this process takes the bot's updates: it polls, or set the webhook to itself."""
+        updater = self._app.updater
+        return updater.running if updater is not None else self._webhook_set
+
     def health(self) -> dict[str, object]:
         out: dict[str, object] = {
             "running": self._app.running and not self.stopped_reason,
             "bot": f"@{self.bot_username}" if self.bot_username else "",
             "mode": self.options.mode,
         }
+        if self.standby:
+            out["receiving"] = self.receiving
         if self.stopped_reason:
             out["stopped"] = self.stopped_reason
         return out
@@ -256,6 +269,11 @@ class TelegramChannel:
     def _polling_error(self, error: TelegramError) -> None:
         if not isinstance(error, Conflict):
             log.warning("%s: polling Telegram failed, retrying: %s", self.name, error)
+            return
+        if self.standby:
+            # Scaled out, the other poller is a node whose lease lapsed: it stops at its
+            # next renewal, and this one, the leader now, goes on polling.
+            log.warning("%s: another gateway node still polls the bot; retrying", self.name)
             return
         if self._conflict is not None:
             return

@@ -17,9 +17,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from channels.testing import FakeDiscord, FakeTelegram
 from config import GatewayConfig, validate
 from gateway.app import Gateway
 from tests.gateway.chat_double import ChatDouble
+from tests.gateway.telegram_rig import telegram_config
 from tests.threads.cluster.conftest import REDIS_URL, LeaseClock, lease_clock, space
 
 __all__ = ["lease_clock", "space"]  # the fixtures this module uses from the cluster tests
@@ -318,3 +320,44 @@ async def test_stop_and_new_sent_to_a_node_that_does_not_own_the_chat_act_on_the
     assert after != before
     thread = a.gateway.manager.thread("telegram:9")
     assert thread is None or thread.session.id == after
+
+
+async def test_cron_and_each_bots_updates_move_to_another_node_when_their_leader_stops_renewing(
+    tmp_path: Path, space: str, lease_clock: LeaseClock
+) -> None:
+    async with FakeTelegram() as telegram, FakeDiscord() as discord:
+        channels = {
+            "web": {"enabled": False},
+            "cli": {"enabled": False},
+            "telegram": telegram_config(tmp_path, telegram),
+            "discord": {"enabled": True, "token": discord.token, "api_base": discord.api_url,
+                        "gateway_url": discord.ws_url, "ready_timeout_seconds": 0.05},
+        }  # fmt: skip
+        started: list[Gateway] = []
+        try:
+            for name in ("a", "b"):
+                config = node_config(tmp_path, name, space, channels=channels)
+                gateway = Gateway(config, control=False, lease_clock=lease_clock)
+                await gateway.start()
+                started.append(gateway)
+
+            def leading(gw: Gateway) -> list[str]:
+                bots = [gw.channels["telegram"], gw.channels["discord"]]
+                parts = [c.name for c in bots if getattr(c, "receiving", False)]
+                return parts + (["cron"] if gw.cron is not None and gw.cron.running else [])
+
+            first, second = started
+            assert leading(first) == ["telegram", "discord", "cron"]
+            assert leading(second) == []
+            lease_clock.advance(LEASE)  # first stalls: it renews nothing
+            assert second.member is not None
+            await second.member.tick()
+            assert leading(second) == ["telegram", "discord", "cron"]
+            assert first.member is not None
+            await first.member.tick()  # first learns it lost the leases: it stops all three
+            assert leading(first) == []
+            await discord.wait_for_ready()
+            await telegram.wait_for_poll()
+        finally:
+            for gateway in reversed(started):
+                await gateway.close()
