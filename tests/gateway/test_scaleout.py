@@ -361,3 +361,22 @@ async def test_cron_and_each_bots_updates_move_to_another_node_when_their_leader
         finally:
             for gateway in reversed(started):
                 await gateway.close()
+
+
+async def test_a_node_that_stops_hands_the_wakes_left_in_its_inbox_to_another_node(
+    nodes: tuple[Node, Node],
+) -> None:
+    a, b = nodes
+    assert a.gateway.member is not None
+    await a.chat.push(chat_id="10", user_id="10", text="own it")
+    await a.chat.wait(1)
+    await a.gateway.member.stop_reading()
+    for n in range(2):
+        await b.chat.push(chat_id="10", user_id="10", text=f"late {n}")
+    await a.gateway.close()
+    await b.chat.wait(2)
+    async with asyncio.timeout(DEADLINE):
+        await b.gateway.wait_idle()
+    assert said(b.chat, "10") == ["late 0", "late 1"]
+    assert b.gateway.member is not None
+    assert await b.gateway.member.streams.backlog("a") == 0

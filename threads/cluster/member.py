@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -40,7 +41,7 @@ from threads.cluster.leaders import Action, Leadership
 from threads.cluster.leases import LeaseClock, LeaseTable, server_time
 from threads.cluster.nodes import NodeBook, thread_rows
 from threads.cluster.relay import Deliver, Relay
-from threads.cluster.wakes import Entry, Forward, WakeStreams, wake_wire
+from threads.cluster.wakes import MARKER, Entry, Forward, WakeStreams, wake_wire
 from threads.node import NodeIdentity
 from threads.store.base import Fence
 from threads.wake import Wake
@@ -173,9 +174,32 @@ class Member:
         for leadership in self._leaders.values():
             await self._resign(leadership, "this node is stopping")
         with contextlib.suppress(RedisError, OSError):
+            if not await self._hand_over_inbox():
+                return  # kept for this node's next start: its lease lapses, its record stays
             # A node that stopped cleanly leaves no trace; a dead one shows as gone.
             await self.leases.release(NODE + self.node, self._node_fence)
             await self.book.forget(self.node)
+
+    async def _hand_over_inbox(self) -> bool:
+        """Send what this node's inbox still holds to live nodes; False when none is left.
+
+        Each keeps the name it was first read under (see :func:`wake_of`).
+        """
+        while entries := [*await self.streams.pending(), *await self.streams.read(block_ms=None)]:
+            for entry in entries:
+                other = await self.pick_node()
+                if other is None:
+                    log.warning("no other live node takes this node's inbox; it waits here")
+                    return False
+                forward = entry.forward
+                if forward.wake is not None:
+                    # Named as first read here: its origin waits on that name, and a wake
+                    # read before is checked against the session under it.
+                    meta = {MARKER: entry.marker, **dict(forward.wake.get("meta", {}))}
+                    forward = dataclasses.replace(forward, wake={**forward.wake, "meta": meta})
+                await self.streams.send(other, forward)
+                await self.streams.done(entry)
+        return True
 
     # -- keys
 
