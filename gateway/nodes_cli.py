@@ -78,8 +78,7 @@ async def _view(settings: GatewayConfig) -> dict[str, Any] | None:
         cluster = answer.get("cluster")
         return dict(cluster) if isinstance(cluster, dict) else None
     from threads.cluster.leases import LeaseTable
-    from threads.cluster.member import cluster_view
-    from threads.cluster.nodes import NodeBook
+    from threads.cluster.nodes import NodeBook, cluster_view
     from threads.store.redis import RedisStore
 
     store = open_store(settings.store.url)

@@ -2,15 +2,17 @@
 
 A :class:`Member` holds this node's leases — ``node:<id>`` (it is alive),
 ``key:<session key>`` for each key it owns, ``leader:…`` for each singleton
-it leads — and renews them all at every *tick* (a third of the lease time).
-At each tick it also publishes its record (:mod:`threads.cluster.nodes`) and
-*sweeps*: a lapsed ``node:`` lease is a dead node, whose inbox it takes over
-(``XAUTOCLAIM``, then its unread entries); a lapsed ``key:`` lease is a key
-whose owner died, which it claims and continues (the interrupted turn is
-recorded as canceled, accepted input runs once), letting the lease go again
-when the key holds nothing to run. Meanwhile a reader task takes entries
-from this node's inbox and hands them to the :class:`Owner` (the thread
-manager), one key's entries in order, acknowledging each once it is durable.
+it leads — and renews them all at every *tick* (a third of the lease time),
+when it also stands for the singletons it does not lead and publishes its
+record (:mod:`threads.cluster.nodes`). It *sweeps* as soon as another
+node's lease can lapse: a lapsed ``node:`` lease is a dead node, whose inbox
+it takes over (``XAUTOCLAIM``, then its unread entries); a lapsed ``key:``
+lease is a key whose owner died, which it claims and continues (the
+interrupted turn is recorded as canceled, accepted input runs once), letting
+the lease go again when the key holds nothing to run. Meanwhile a reader
+task takes entries from this node's inbox and hands them to the owner (the
+thread manager, :mod:`threads.cluster.inbox`), one key's entries in order,
+acknowledging each once it is durable.
 
 The owner asks :meth:`Member.route` before it starts a key's thread: the key
 is this node's (its lease taken, with the fence its writes carry), or it
@@ -21,58 +23,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import random
 import secrets
 import socket
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from threads.cluster.inbox import Inbox, Owner
 from threads.cluster.leaders import Action, Leadership
 from threads.cluster.leases import LeaseClock, LeaseTable, server_time
-from threads.cluster.nodes import NodeBook, thread_rows
+from threads.cluster.nodes import KEY, LEADER, NODE, NodeBook, cluster_view, thread_rows
 from threads.cluster.relay import Deliver, Relay
-from threads.cluster.wakes import MARKER, Entry, Forward, WakeStreams, wake_wire
+from threads.cluster.wakes import Forward, WakeStreams, wake_wire
 from threads.node import NodeIdentity
 from threads.store.base import Fence
 from threads.wake import Wake
 
 log = logging.getLogger(__name__)
 
-KEY = "key:"
-NODE = "node:"
-LEADER = "leader:"
 READ_BLOCK_MS = 1000
 LAPSE_MARGIN = 0.05
-
-
-class Owner(Protocol):
-    """What a member asks of the thread manager."""
-
-    async def receive(self, forward: Forward, marker: str) -> None:
-        """Make a forwarded wake durable in its key's session (or send it on to the owner)."""
-        ...
-
-    async def take_over(self, key: str) -> bool:
-        """Continue what the key's session left unsettled; whether a thread now holds the key."""
-        ...
-
-    async def lost(self, key: str) -> None:
-        """The key's lease is gone: drop its thread without another write."""
-        ...
-
-    def thread_rows(self) -> list[dict[str, Any]]:
-        """The live threads, as ``health`` lists them."""
-        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,13 +92,13 @@ class Member:
         self.book = NodeBook(redis, prefix)
         self.relay = Relay(redis, prefix, self.node)
         self.owner: Owner | None = None
+        self.inbox = Inbox(self.streams)
         self.draining = False
         self._auto_tick = clock is server_time
         self._info = info
         self._keys: dict[str, int] = {}
         self._node_fence = 0
         self._leaders: dict[str, Leadership] = {}
-        self._key_locks: dict[str, asyncio.Lock] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._relayer: asyncio.Task[None] | None = None
@@ -138,12 +116,13 @@ class Member:
         :mod:`threads.cluster.relay`); without it nothing is relayed here.
         """
         self.owner = owner
+        self.inbox.owner = owner
         claim = await self.leases.claim(NODE + self.node)
         self._node_fence = claim.lease.fence
         await self.streams.join(self.node)
         await self.relay.start()
         await self.publish()
-        await self._handle(await self.streams.pending())
+        await self.inbox.handle(await self.streams.pending())
         loop = asyncio.get_running_loop()
         if self._auto_tick:
             self._ticker = loop.create_task(self._ticking(), name="cluster lease tick")
@@ -174,32 +153,11 @@ class Member:
         for leadership in self._leaders.values():
             await self._resign(leadership, "this node is stopping")
         with contextlib.suppress(RedisError, OSError):
-            if not await self._hand_over_inbox():
+            if not await self.inbox.hand_over(self.pick_node):
                 return  # kept for this node's next start: its lease lapses, its record stays
             # A node that stopped cleanly leaves no trace; a dead one shows as gone.
             await self.leases.release(NODE + self.node, self._node_fence)
             await self.book.forget(self.node)
-
-    async def _hand_over_inbox(self) -> bool:
-        """Send what this node's inbox still holds to live nodes; False when none is left.
-
-        Each keeps the name it was first read under (see :func:`wake_of`).
-        """
-        while entries := [*await self.streams.pending(), *await self.streams.read(block_ms=None)]:
-            for entry in entries:
-                other = await self.pick_node()
-                if other is None:
-                    log.warning("no other live node takes this node's inbox; it waits here")
-                    return False
-                forward = entry.forward
-                if forward.wake is not None:
-                    # Named as first read here: its origin waits on that name, and a wake
-                    # read before is checked against the session under it.
-                    meta = {MARKER: entry.marker, **dict(forward.wake.get("meta", {}))}
-                    forward = dataclasses.replace(forward, wake={**forward.wake, "meta": meta})
-                await self.streams.send(other, forward)
-                await self.streams.done(entry)
-        return True
 
     # -- keys
 
@@ -375,12 +333,6 @@ class Member:
             record.update(self._info())
         await self.book.publish(self.node, record)
 
-    async def read_inbox(self, block_ms: int | None = None) -> int:
-        """Read and hand over what this node's inbox holds; how many entries."""
-        entries = await self.streams.read(block_ms=block_ms)
-        await self._handle(entries)
-        return len(entries)
-
     # -- views
 
     async def view(self) -> dict[str, Any]:
@@ -455,7 +407,7 @@ class Member:
     async def _reading(self) -> None:
         while True:
             try:
-                await self.read_inbox(block_ms=READ_BLOCK_MS)
+                await self.inbox.handle(await self.streams.read(block_ms=READ_BLOCK_MS))
             except (RedisError, OSError) as exc:
                 log.warning("reading this node's inbox failed (%s); retrying", exc)
                 await asyncio.sleep(self.ttl / 3)
@@ -467,46 +419,6 @@ class Member:
             except (RedisError, OSError) as exc:
                 log.warning("reading this node's relay stream failed (%s); retrying", exc)
                 await asyncio.sleep(self.ttl / 3)
-
-    async def _handle(self, entries: list[Entry]) -> None:
-        """Hand entries to the owner: keys side by side, one key's entries in order."""
-        by_key: dict[str, list[Entry]] = defaultdict(list)
-        for entry in entries:
-            by_key[entry.forward.key].append(entry)
-        await asyncio.gather(*(self._handle_key(batch) for batch in by_key.values()))
-
-    async def _handle_key(self, entries: list[Entry]) -> None:
-        """One key's entries in order, never beside another batch of the same key's.
-
-        The inbox reader and a takeover may hold entries of one key at once (a
-        wake read again is checked against the session before it is taken): one
-        at a time, that check and the taking are one step.
-        """
-        assert self.owner is not None
-        key = entries[0].forward.key
-        lock = self._key_locks.setdefault(key, asyncio.Lock())
-        try:
-            async with lock:
-                await self._receive_all(entries)
-        finally:
-            if not lock.locked() and self._key_locks.get(key) is lock:
-                del self._key_locks[key]
-
-    async def _receive_all(self, entries: list[Entry]) -> None:
-        assert self.owner is not None
-        for entry in entries:
-            try:
-                await self.owner.receive(entry.forward, entry.marker)
-            except Exception:
-                # Left pending: read again at this node's next start, or by a survivor.
-                log.exception(
-                    "a %s for %s from node %s was not taken; it stays in the inbox",
-                    entry.forward.kind,
-                    entry.forward.key,
-                    entry.forward.origin,
-                )
-                return
-            await self.streams.done(entry)
 
     async def _lost(self, name: str) -> None:
         if name.startswith(KEY):
@@ -555,7 +467,7 @@ class Member:
                 len(entries),
                 ", ".join(f"{e.id}{' again' if e.forward.redelivered else ''}" for e in entries),
             )
-            await self._handle(entries)
+            await self.inbox.handle(entries)
         if await self.streams.backlog(dead) == 0:
             lease = await self.leases.get(NODE + dead)
             if lease is not None:
@@ -575,38 +487,6 @@ class Member:
             kept = False
         if not kept:
             await self.let_go(key)
-
-
-async def cluster_view(leases: LeaseTable, book: NodeBook) -> dict[str, Any]:
-    """Every node with its record, whether it is alive, the keys it owns and what it leads.
-
-    Read from Redis alone, so any process can show it (``gateway nodes`` with
-    no gateway running). Leases that lapsed and nobody took yet are listed apart.
-    """
-    now = await leases.now_ms()
-    held = await leases.all()
-    nodes: dict[str, dict[str, Any]] = {}
-
-    def row(node: str) -> dict[str, Any]:
-        return nodes.setdefault(node, {"node": node, "alive": False, "keys": [], "leads": []})
-
-    for node, record in (await book.records()).items():
-        row(node).update({**record, "alive": False, "keys": [], "leads": []})
-    for lease in held:
-        if lease.name.startswith(NODE):
-            entry = row(lease.name.removeprefix(NODE))
-            entry["alive"] = not lease.lapsed(now)
-            entry["lease"] = lease.as_json(now)
-        elif not lease.lapsed(now):
-            entry = row(lease.node)
-            if lease.name.startswith(KEY):
-                entry["keys"].append(lease.name.removeprefix(KEY))
-            else:
-                entry["leads"].append(lease.name.removeprefix(LEADER))
-    return {
-        "nodes": [nodes[n] for n in sorted(nodes)],
-        "lapsed_leases": [lease.as_json(now) for lease in held if lease.lapsed(now)],
-    }
 
 
 def _text(value: Any) -> str:

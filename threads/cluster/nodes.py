@@ -14,6 +14,13 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
+from threads.cluster.leases import LeaseTable
+
+KEY = "key:"
+NODE = "node:"
+LEADER = "leader:"
+"""The lease names' kinds: a session key, a node's liveness, a singleton's leader."""
+
 MAX_THREAD_ROWS = 200
 """A node's record lists at most this many threads (running first); the count is whole."""
 
@@ -51,3 +58,35 @@ def thread_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows, key=lambda r: (order.get(r.get("state", ""), 2), -float(r.get("last_activity", 0)))
     )
     return ranked[:MAX_THREAD_ROWS]
+
+
+async def cluster_view(leases: LeaseTable, book: NodeBook) -> dict[str, Any]:
+    """Every node with its record, whether it is alive, the keys it owns and what it leads.
+
+    Read from Redis alone, so any process can show it (``gateway nodes`` with
+    no gateway running). Leases that lapsed and nobody took yet are listed apart.
+    """
+    now = await leases.now_ms()
+    held = await leases.all()
+    nodes: dict[str, dict[str, Any]] = {}
+
+    def row(node: str) -> dict[str, Any]:
+        return nodes.setdefault(node, {"node": node, "alive": False, "keys": [], "leads": []})
+
+    for node, record in (await book.records()).items():
+        row(node).update({**record, "alive": False, "keys": [], "leads": []})
+    for lease in held:
+        if lease.name.startswith(NODE):
+            entry = row(lease.name.removeprefix(NODE))
+            entry["alive"] = not lease.lapsed(now)
+            entry["lease"] = lease.as_json(now)
+        elif not lease.lapsed(now):
+            entry = row(lease.node)
+            if lease.name.startswith(KEY):
+                entry["keys"].append(lease.name.removeprefix(KEY))
+            else:
+                entry["leads"].append(lease.name.removeprefix(LEADER))
+    return {
+        "nodes": [nodes[n] for n in sorted(nodes)],
+        "lapsed_leases": [lease.as_json(now) for lease in held if lease.lapsed(now)],
+    }

@@ -5,7 +5,7 @@ the key's lease or name the node that has it), what fences a session's
 writes with that lease, and what lets the key go when the thread closes.
 Without a cluster (one process, any store) it owns every key and fences
 nothing. :class:`ManagerOwner` is the manager as the cluster member's
-:class:`~threads.cluster.member.Owner`: it takes forwarded wakes and keys
+:class:`~threads.cluster.inbox.Owner`: it takes forwarded wakes and keys
 handed over, and drops a key whose lease was lost.
 """
 
