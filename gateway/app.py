@@ -293,7 +293,8 @@ class Gateway:
         except UnsafePathError as exc:
             raise StartupError(f"store.url: {exc}") from None
         if self.member is not None:
-            await self.member.start(ManagerOwner(self._manager), deliver=self._deliver_here)
+            owner = ManagerOwner(self._manager, ops={"send_policy": policy.set_here})
+            await self.member.start(owner, deliver=self._deliver_here)
             # Closed after the threads: their leases are renewed while they finish.
             self._lifetimes.push("cluster", self.member.stop)
         self._lifetimes.push("thread manager", self._manager.close)

@@ -380,3 +380,17 @@ async def test_a_node_that_stops_hands_the_wakes_left_in_its_inbox_to_another_no
     assert said(b.chat, "10") == ["late 0", "late 1"]
     assert b.gateway.member is not None
     assert await b.gateway.member.streams.backlog("a") == 0
+
+
+async def test_a_send_policy_set_on_a_node_that_does_not_own_the_session_is_set_by_the_owner(
+    nodes: tuple[Node, Node],
+) -> None:
+    a, b = nodes
+    await a.chat.push(chat_id="11", user_id="11", text="hi")
+    await a.chat.wait(1)
+    assert b.gateway.send_policy is not None
+    decision = await b.gateway.send_policy.set("telegram:11", "deny")
+    assert not decision.allowed
+    assert a.gateway.send_policy is not None
+    assert not (await a.gateway.send_policy.check("telegram:11")).allowed
+    assert b.gateway.manager.thread("telegram:11") is None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -111,11 +111,20 @@ class Ownership:
         return Accepted(key=key, session_id="", run_id="", node=node), turn
 
 
-class ManagerOwner:
-    """The thread manager as a cluster member's owner: forwarded wakes in, lost keys out."""
+OwnerOp = Callable[[SessionKey, Mapping[str, Any]], Awaitable[dict[str, Any]]]
+"""An op another node asks of a key's thread here: its answer, ``{"ok": True, …}``."""
 
-    def __init__(self, manager: ThreadManager) -> None:
+
+class ManagerOwner:
+    """The thread manager as a cluster member's owner: forwarded wakes in, lost keys out.
+
+    ``ops`` adds ops to the manager's own (``stop``, ``new``): the gateway's
+    ``send_policy``.
+    """
+
+    def __init__(self, manager: ThreadManager, ops: Mapping[str, OwnerOp] | None = None) -> None:
         self.manager = manager
+        self.ops: dict[str, OwnerOp] = {"stop": self._stop, "new": self._new, **(ops or {})}
 
     async def receive(self, forward: Forward, marker: str) -> None:
         manager = self.manager
@@ -169,18 +178,24 @@ class ManagerOwner:
 
     async def _run_op(self, key: SessionKey, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
         """Another node's op on a key this node owns (or that moved on: asked on from here)."""
-        manager = self.manager
+        run = self.ops.get(op)
+        if run is None:
+            return {"ok": False, "error": "ValueError", "message": f"no op {op!r} on a thread"}
         try:
-            if op == "stop":
-                drain, by_user = bool(args.get("drain")), bool(args.get("by_user"))
-                report = await manager.stop(key, drain=drain, by_user=by_user)
-                return {"ok": True, "report": report.to_json()}
-            if op == "new":
-                return {"ok": True, "session_id": await manager.new_session(key)}
-        except ThreadsError as exc:
+            return await run(key, args)
+        except Exception as exc:  # answered: the asking node raises it for its caller
+            if not isinstance(exc, ThreadsError | ValueError):
+                log.exception("the %s op asked of %s failed", op, key)
             state = exc.state if isinstance(exc, NoTurnRunningError) else ""
             return {"ok": False, "error": type(exc).__name__, "message": str(exc), "state": state}
-        return {"ok": False, "error": "ValueError", "message": f"no op {op!r} on a key's thread"}
+
+    async def _stop(self, key: SessionKey, args: Mapping[str, Any]) -> dict[str, Any]:
+        drain, by_user = bool(args.get("drain")), bool(args.get("by_user"))
+        report = await self.manager.stop(key, drain=drain, by_user=by_user)
+        return {"ok": True, "report": report.to_json()}
+
+    async def _new(self, key: SessionKey, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "session_id": await self.manager.new_session(key)}
 
     async def take_over(self, key: str) -> bool:
         session_key = SessionKey(key)
