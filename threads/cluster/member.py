@@ -473,6 +473,8 @@ class Member:
             if lease is not None:
                 await self.leases.release(NODE + dead, lease.fence)
             await self.book.forget(dead)
+            # What was relayed to its chats has no one to read it (a restart drops it too).
+            await self.leases.redis.delete(self.relay.stream(dead))
 
     async def _adopt(self, key: str) -> None:
         """A key whose owner stopped renewing: claim it, continue it, let go when idle."""
