@@ -52,6 +52,7 @@ from threads.errors import (
     InvalidKeyError,
     ManagerClosedError,
     NewerFormatError,
+    QuarantinedError,
     StoreError,
 )
 from threads.sinks import Delivery, OutboundMessage
@@ -347,7 +348,7 @@ def refusal_of(exc: Exception, chat: str) -> str:
     """The line the person reads for a message the gateway did not take; the cause is logged."""
     known: list[tuple[type[Exception] | tuple[type[Exception], ...], str]] = [
         (BusyError, BUSY),
-        ((CorruptError, NewerFormatError), UNREADABLE),
+        ((QuarantinedError, CorruptError, NewerFormatError), UNREADABLE),
         (ManagerClosedError, CLOSING),
         (InvalidKeyError, BAD_CHAT),
         ((StoreError, OSError), NOT_SAVED),

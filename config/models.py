@@ -243,14 +243,13 @@ class StoreConfig(Section):
 class ClusterConfig(Section):
     """Scale-out on one Redis: this process's node id and the lease every owner holds.
 
-    Used when ``store.url`` is ``redis://``. ``node_id`` names this process
-    among the others (empty: one generated and kept in ``data_dir``);
-    ``lease_seconds`` is how long a session key, the cron scheduler or a
-    bot's connection stays with a process that stopped renewing it: the
-    longest a dead process's work waits before another takes it over.
+    Used when ``store.url`` is ``redis://``; the top-level ``node_id`` names
+    this process among the others. ``lease_seconds`` is how long a session
+    key, the cron scheduler or a bot's connection stays with a process that
+    stopped renewing it: the longest a dead process's work waits before
+    another takes it over.
     """
 
-    node_id: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9_-]*$")
     lease_seconds: float = Field(default=15.0, ge=0.5, le=3600)
 
 
@@ -306,6 +305,9 @@ class GatewayConfig(Section):
 
     timezone: TimeZoneName = "UTC"
     data_dir: Path = Path("./data")
+    # The name this gateway's locks carry in a shared store; empty: one generated once
+    # and kept in <data_dir>/state/node.json. Give each process of a cluster its own.
+    node_id: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,64}$")
     default_agent: str = "default"
     store: StoreConfig = Field(default_factory=StoreConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)

@@ -50,7 +50,7 @@ from gateway.lifetimes import Lifetimes
 from gateway.metrics import Metrics, TimedModels
 from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import Router, endpoint_of
-from gateway.scaleout import CRON, lead_bots, member_for, node_health, node_identity, stand_by
+from gateway.scaleout import CRON, lead_bots, member_for, node_health, stand_by
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
 from threads.agent.tools import Tool, ToolRegistry
@@ -59,12 +59,13 @@ from threads.cluster.member import Member
 from threads.cluster.owner import ManagerOwner
 from threads.cluster.relay import RelaySink
 from threads.dispatch import dispatch_tool
-from threads.errors import UnreachableError, UnsafePathError
+from threads.errors import NodeBusyError, UnreachableError, UnsafePathError
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient
 from threads.llm.errors import ModelError
 from threads.manager import ThreadManager
 from threads.media import Media
+from threads.node import NodeIdentity, claim_node
 from threads.ops import check_session_tool, health_tool
 from threads.sessions.access import SubagentToolFilter
 from threads.sessions.delegation import settle_unsettled
@@ -153,6 +154,7 @@ class Gateway:
         self.pairing: PairingService | None = None
         self.access: dict[str, Access] = {}
         self.mcp: McpHub | None = None
+        self.node: NodeIdentity | None = None
 
     @property
     def store(self) -> SessionStore:
@@ -191,17 +193,19 @@ class Gateway:
     async def _start(self) -> None:
         config = self.config
         self._prepare_directories()
+        self.node = self._claim_node()
         if self._given_store is not None:
             self._store = self._given_store
         else:
-            options = StoreOptions(salvage=config.store.salvage, fsync=config.store.fsync)
+            options = StoreOptions(
+                salvage=config.store.salvage, fsync=config.store.fsync, node=self.node
+            )
             self._store = open_store(config.store.url, options)
             self._lifetimes.push("session store", self._store.close)
         try:
             await check_reachable(self._store)
         except UnreachableError as exc:
             raise StartupError(f"store.url: {exc}") from None
-        self.node = node_identity(config)
         self.member = member_for(
             self._store, config, self.node, clock=self._lease_clock, info=self._node_info
         )
@@ -248,7 +252,8 @@ class Gateway:
             self._manager.observe(self.metrics.observe)
 
         if self._control_enabled:
-            # First, so a second gateway on the same data directory stops here.
+            # The node claim has stopped a second gateway on this data directory already;
+            # the socket lets `gateway chat`, `health` and the other commands find this one.
             from gateway.control import ControlServer
 
             server = ControlServer(self, config.data_dir / "gateway.sock")
@@ -311,6 +316,26 @@ class Gateway:
         if self.pairing is not None:
             # Approvals and denials made while no gateway ran are told now.
             self._manager.spawn(self.pairing.deliver_notices(), name="pairing notices")
+
+    def _claim_node(self) -> NodeIdentity:
+        """This process's node identity, held until the gateway closes (one process per node).
+
+        Its locks in a shared store carry it, so this start takes over at once
+        the locks an earlier run of this data directory left (decision
+        reliability-03).
+        """
+        try:
+            claim = claim_node(self.config.data_dir / "state", node_id=self.config.node_id)
+        except NodeBusyError as exc:
+            raise StartupError(str(exc)) from None
+        except (OSError, UnsafePathError) as exc:
+            raise StartupError(f"data_dir: the node record cannot be written: {exc}") from None
+
+        async def release() -> None:
+            claim.close()
+
+        self._lifetimes.push("node identity", release)
+        return claim.identity
 
     async def _start_access(self) -> None:
         """Access control for the channels with an access section, and their pairing.

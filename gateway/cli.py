@@ -146,7 +146,7 @@ async def _run(config: GatewayConfig) -> None:
                 )
             if gw.member is not None:
                 print(
-                    f"  node:      {gw.member.node} (boot {gw.node.boot}), one of the gateways "
+                    f"  node:      {gw.member.node} (boot {gw.member.identity.boot}), one of the gateways "
                     "on this Redis (`gateway nodes` lists them)",
                     flush=True,
                 )
@@ -173,7 +173,7 @@ def _print_reply(text: str) -> None:
     print(text, flush=True)
 
 
-async def _read_lines(submit: Callable[[str], Awaitable[None]]) -> None:
+async def _read_lines(submit: Callable[[str], Awaitable[object]]) -> None:
     """Read stdin lines until end of input and hand each non-empty one to ``submit``."""
     async for line in input_lines(sys.stdin.fileno()):
         text = line.strip()

@@ -186,6 +186,12 @@ def session_lines(info: dict[str, Any]) -> list[str]:
     if not info.get("exists"):
         return [f"{key}: no such session (nothing stored under this key)"]
     lines = [f"{key}", f"  session id      {info.get('session_id', '-')}"]
+    if info.get("quarantined"):
+        record = info["quarantined"]
+        lines.append("  readable        no: set aside, its key answers with an error")
+        lines.append(f"  where           {place_text(record)}")
+        lines.append(f"  why             {record.get('reason', '?')}")
+        return lines
     lines.append(f"  agent           {info.get('agent', '-')}")
     lines.append(
         f"  on disk         {info.get('message_count', 0)} messages, "
@@ -306,8 +312,28 @@ def _sessions_section(info: dict[str, Any]) -> list[str]:
         f"  store            {sessions.get('store', '?')} ({sessions.get('backend', '?')})",
         f"  keys             {sessions.get('keys', '?')}",
     ]
-    extra = set(sessions) - {"store", "backend", "keys"}
+    if sessions.get("writable") is False:
+        lines.append(
+            f"  writable         no, for {duration_text(float(sessions.get('down_seconds', 0)))}"
+            f"; {sessions.get('writes_waiting', 0)} write(s) wait for it: {sessions.get('error')}"
+        )
+    quarantined = sessions.get("quarantined") or []
+    lines.append(f"  quarantined      {len(quarantined) or 'none'}")
+    lines += [f"    {quarantine_text(record)}" for record in quarantined]
+    shown = {"store", "backend", "keys", "writable", "down_seconds", "writes_waiting", "error"}
+    extra = set(sessions) - shown - {"quarantined"}
     return lines + [f"  {name:<16} {_value(sessions[name])}" for name in sorted(extra)]
+
+
+def quarantine_text(record: dict[str, Any]) -> str:
+    """One quarantined session: its key, where it is kept (and the line), and why."""
+    return f"{record.get('session_key', '?')}: {place_text(record)} — {record.get('reason', '?')}"
+
+
+def place_text(record: dict[str, Any]) -> str:
+    """Where a quarantined session is kept, with the line that could not be read."""
+    where = str(record.get("where", "?"))
+    return f"{where}, line {record['line']}" if record.get("line") else where
 
 
 def _cron_section(info: dict[str, Any]) -> list[str]:

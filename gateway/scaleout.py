@@ -1,7 +1,7 @@
 """The gateway's part in scale-out: its node, and what it leads when it leads.
 
 Every gateway has a node identity (:class:`threads.node.NodeIdentity`,
-shown in ``health``). With sessions in Redis it is also a cluster member
+claimed at start-up, shown in ``health``). With sessions in Redis it is also a cluster member
 (:class:`threads.cluster.member.Member`): its keys are leased and fenced,
 wakes for keys other nodes own travel on their inboxes, and the singletons —
 the cron scheduler, each Telegram bot's polling (or webhook registration),
@@ -27,11 +27,6 @@ from threads.store.redis import RedisStore
 log = logging.getLogger(__name__)
 
 CRON = "cron"
-
-
-def node_identity(config: GatewayConfig) -> NodeIdentity:
-    """This start's node id (configured, or kept in the data directory) and boot count."""
-    return NodeIdentity.load(config.data_dir / "state", config.cluster.node_id)
 
 
 def member_for(
@@ -75,9 +70,11 @@ async def lead_bots(member: Member, bots: list[Standby]) -> None:
         await member.lead(bot.leader, bot.start_receiving, bot.stop_receiving)
 
 
-def node_health(identity: NodeIdentity, member: Member | None) -> dict[str, Any]:
+def node_health(identity: NodeIdentity | None, member: Member | None) -> dict[str, Any]:
     """The ``node`` part of ``health``: who this process is among the gateways."""
-    out: dict[str, Any] = {"id": identity.node_id, "boot": identity.boot}
+    out: dict[str, Any] = {}
+    if identity is not None:
+        out.update(id=identity.node_id, boot=identity.boot)
     if member is not None:
         out.update(member.local_view())
         out.pop("node", None)

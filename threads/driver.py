@@ -13,6 +13,12 @@ the ledger whatever the outcome. The driver task runs the queue: one turn at
 a time, through the gate the session's owner gives it (the manager's cap on
 concurrent turns). When input waits, the next turn's prompt is written in the
 same append as the end of the turn before it: one durable write, not two.
+
+A write of accepted work the store cannot take (:class:`UnavailableError`) is
+not given up: a prompt stays at the head of the queue, a step or a turn end
+stays with its run, and each is tried again with the outage's backoff until
+the store takes it — the run is never run twice. Only a close past its
+deadline gives up; what was accepted is durable and runs at the next start.
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from threads.errors import BusyError, ClosedError, NotRunError
+from threads.errors import BusyError, ClosedError, NotRunError, UnavailableError
 from threads.ids import new_entry_id
 from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
 from threads.messages import JSON, Message
@@ -37,6 +44,8 @@ if TYPE_CHECKING:
     from threads.session import Injected, Session, SessionOptions, SessionState
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -84,6 +93,8 @@ class TurnDriver:
         self._idle = asyncio.Event()
         self._idle.set()
         self._arrival = asyncio.Event()
+        self._give_up = asyncio.Event()  # set by a close past its deadline: stop retrying writes
+        self.end_unwritten = False
 
     # -- what the session reports
 
@@ -262,6 +273,7 @@ class TurnDriver:
             except TimeoutError:
                 self._cancel_running("the session is closing")
                 self._stop_queue = True
+                self._give_up.set()
                 await asyncio.shield(task)
         self._inbox.close(self._session.id)
 
@@ -289,7 +301,9 @@ class TurnDriver:
                 self._idle.set()
 
     async def _next_active(self) -> _Active | None:
+        tries = 0
         while True:
+            held = False
             async with self._lock:
                 head = self._inbox.head
                 if head is None or (self._stop_queue and not head.started):
@@ -300,11 +314,20 @@ class TurnDriver:
                 if head.policy is Policy.COLLECT and not self._closing:
                     wait = self._inbox.collect_deadline() - self._options.clock.monotonic()
                 if wait <= 0:
-                    active = await self._start_active()
-                    if active is not None:
-                        return active
-                    continue
+                    try:
+                        active = await self._start_active()
+                    except UnavailableError:
+                        tries += 1
+                        held = True
+                    else:
+                        if active is not None:
+                            return active
+                        continue
                 self._arrival.clear()
+            if held:
+                # The prompt waits at the head for the store; a close (arrival) ends the wait.
+                await self._options.outage.pause(tries, self._arrival, self._give_up)
+                continue
             # The window's end or an arrival (which moves it), whichever comes first.
             timer = self._options.clock.call_later(wait, self._arrival.set)
             try:
@@ -334,6 +357,10 @@ class TurnDriver:
             leaf = prompt.id
         try:
             await self._write(prompts)
+        except UnavailableError as exc:
+            self._inbox.requeue(batch)
+            self._held(batch, exc, f"the prompt of {head.turn.run_id}")
+            raise
         except Exception as exc:
             log.exception(
                 "session %s: the prompt of %s was not written", self._session.id, head.turn.run_id
@@ -388,7 +415,12 @@ class TurnDriver:
         await asyncio.shield(self._finish(active, result))
 
     async def _finish(self, active: _Active, result: RunResult | None) -> None:
-        """Write the run's unwritten messages and its turn entry; decide its turns."""
+        """Write the run's unwritten messages and its turn entry; decide its turns.
+
+        While the store cannot take the end it is tried again (the run is done
+        and is not run again); a close past its deadline gives up on it, and
+        the next start records the turn as interrupted.
+        """
         run = active.run
         if result is None:
             result = RunResult(
@@ -399,10 +431,37 @@ class TurnDriver:
         if result.stop_reason == "error":
             outcome = Outcome.FAILED
         async with self._lock:
-            messages, run.staged = run.staged, []
-            messages += interruption_results(still_open(self._tree.open_calls(), messages))
-            entries, leaf = _linked(self._tree.leaf, messages)
-            turn_entry = TurnEntry(
+            ending = self._ending(active, result, canceled=canceled)
+        deferred: list[Deferral] = []
+        try:
+            deferred = await self._until_written(
+                partial(self._end, ending), f"the end of turn {run.run_id}"
+            )
+        except Exception as exc:
+            log.exception(
+                "session %s: the end of turn %s was not written", self._session.id, run.run_id
+            )
+            outcome = Outcome.FAILED
+            result = dataclasses.replace(
+                result, stop_reason="error", error=f"turn end not persisted: {exc}"
+            )
+            self.end_unwritten = True
+            self._running = None
+        run.emit(RunFinish(result=result))
+        for pending in active.pendings:
+            pending.turn.finish(outcome, result)
+        for old, new in deferred:
+            old.turn.next = new.turn
+            old.turn.finish(Outcome.DEFERRED)
+
+    def _ending(self, active: _Active, result: RunResult, *, canceled: bool) -> list[Entry]:
+        """The run's last messages and its turn entry (lock held): built once, written until landed."""
+        run = active.run
+        messages, run.staged = run.staged, []
+        messages += interruption_results(still_open(self._tree.open_calls(), messages))
+        entries, leaf = _linked(self._tree.leaf, messages)
+        entries.append(
+            TurnEntry(
                 id=new_entry_id(),
                 parent=leaf,
                 run_id=run.run_id,
@@ -414,48 +473,48 @@ class TurnDriver:
                 policy=run.policy.value,
                 last_input=result.last_input,
             )
-            entries.append(turn_entry)
-            if active.rollback:
-                prompt = self._tree.by_id.get(active.prompt_id)
-                entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
-            steers = self._inbox.take_steers()
-            deferred = self._inbox.plan_deferrals(steers)
-            entries.extend(deferral_receipts(deferred))
-            linked = self._chain(*entries)
-            upcoming = self._upcoming(deferred)
-            if upcoming is not None:
-                # The next turn's prompt rides in the same append: one write, not two.
-                last = linked[-1]
-                upcoming_prompt = MessageEntry(
+        )
+        if active.rollback:
+            prompt = self._tree.by_id.get(active.prompt_id)
+            entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
+        return entries
+
+    async def _end(self, ending: list[Entry]) -> list[Deferral]:
+        """Write the turn's end with the steers it leaves and the next prompt.
+
+        Steers no run drained become deferrals; when input waits, the next
+        turn's prompt rides in the same append: one write, not two. On a
+        failure nothing of it is kept in memory and the steers are put back.
+        """
+        async with self._lock:
+            return await self._end_locked(ending)
+
+    async def _end_locked(self, ending: list[Entry]) -> list[Deferral]:
+        steers = self._inbox.take_steers()
+        deferred = self._inbox.plan_deferrals(steers)
+        linked = self._chain(*ending, *deferral_receipts(deferred))
+        upcoming = self._upcoming(deferred)
+        if upcoming is not None:
+            last = linked[-1]
+            linked.append(
+                MessageEntry(
                     id=upcoming.prompt_id,
                     parent=last.entry if isinstance(last, LeafEntry) else last.id,
                     message=upcoming.message,
                     run_id=upcoming.turn.run_id,
                     wake=upcoming.wake,
                 )
-                linked.append(upcoming_prompt)
-            try:
-                await self._write(linked)
-                if upcoming is not None:
-                    upcoming.started = True
-            except Exception as exc:
-                log.exception(
-                    "session %s: the end of turn %s was not written", self._session.id, run.run_id
-                )
-                outcome = Outcome.FAILED
-                result = dataclasses.replace(
-                    result, stop_reason="error", error=f"turn end not persisted: {exc}"
-                )
-                self._inbox.return_steers(steers)
-                deferred = []
-            self._inbox.queue_deferred(deferred)
-            self._running = None
-        run.emit(RunFinish(result=result))
-        for pending in active.pendings:
-            pending.turn.finish(outcome, result)
-        for old, new in deferred:
-            old.turn.next = new.turn
-            old.turn.finish(Outcome.DEFERRED)
+            )
+        try:
+            await self._write(linked)
+        except BaseException:
+            self._inbox.return_steers(steers)
+            raise
+        if upcoming is not None:
+            upcoming.started = True
+        self._inbox.queue_deferred(deferred)
+        self._running = None
+        return deferred
 
     def _upcoming(self, deferred: list[Deferral]) -> Pending | None:
         """The input that will run next, when its prompt can be written now (lock held)."""
@@ -469,14 +528,42 @@ class TurnDriver:
     async def _flush_run(self, run: Run) -> None:
         async with self._lock:
             messages, run.staged = run.staged, []
-            await self._write(_linked(self._tree.leaf, messages)[0])
+            entries = _linked(self._tree.leaf, messages)[0]
+        try:
+            await self._until_written(
+                partial(self._write_linked, entries), f"a step of {run.run_id}"
+            )
+        except BaseException:
+            if entries and entries[0].id not in self._tree.by_id:
+                run.staged = messages + run.staged  # the turn end writes them
+            raise
+
+    async def _write_linked(self, entries: list[Entry]) -> None:
+        async with self._lock:
+            await self._write(self._chain(*entries))
 
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:
             messages, run.staged = run.staged, []
+            entries = _linked(self._tree.leaf, messages)[0]
+        try:
+            steers = await self._until_written(
+                partial(self._drain_steers, run, entries), f"a step of {run.run_id}"
+            )
+        except BaseException:
+            if entries and entries[0].id not in self._tree.by_id:
+                run.staged = messages + run.staged
+            raise
+        for steer in steers:
+            steer.turn.run_id = run.run_id
+            steer.turn.finish(Outcome.DELIVERED)
+        return [steer.injected or steer.message for steer in steers]
+
+    async def _drain_steers(self, run: Run, staged: list[Entry]) -> list[Pending]:
+        """Write the run's staged messages and every waiting steer into it; the steers."""
+        async with self._lock:
             steers = self._inbox.take_steers()
-            entries, _ = _linked(self._tree.leaf, messages)
-            delivered: list[Message] = []
+            entries = list(staged)
             for steer in steers:
                 entries.append(
                     ReceiptEntry(
@@ -486,18 +573,42 @@ class TurnDriver:
                         run_id=run.run_id,
                     )
                 )
-                message = steer.injected or steer.message
-                entries.append(MessageEntry(id=new_entry_id(), message=message))
-                delivered.append(message)
+                entries.append(
+                    MessageEntry(id=new_entry_id(), message=steer.injected or steer.message)
+                )
             try:
                 await self._write(self._chain(*entries))
             except BaseException:
                 self._inbox.return_steers(steers)
                 raise
-        for steer in steers:
-            steer.turn.run_id = run.run_id
-            steer.turn.finish(Outcome.DELIVERED)
-        return delivered
+        return steers
+
+    async def _until_written(self, write: Callable[[], Awaitable[T]], what: str) -> T:
+        """``write()``, tried again with the outage's backoff while the store cannot take it."""
+        tries = 0
+        while True:
+            try:
+                return await write()
+            except UnavailableError as exc:
+                if self._give_up.is_set():
+                    raise
+                tries += 1
+                if tries == 1:
+                    log.warning(
+                        "session %s: %s waits for the store: %s", self._session.id, what, exc
+                    )
+            await self._options.outage.pause(tries, self._give_up)
+
+    def _held(self, batch: Sequence[Pending], error: UnavailableError, what: str) -> None:
+        """Accepted input whose turn waits for the store: logged, and told once per input."""
+        fresh = [pending for pending in batch if not pending.held]
+        if not fresh:
+            return
+        for pending in fresh:
+            pending.held = True
+        log.warning("session %s: %s waits for the store: %s", self._session.id, what, error)
+        if self._options.on_held is not None:
+            self._options.on_held(self._session, [pending.payload for pending in fresh])
 
 
 def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:

@@ -15,7 +15,10 @@ Every error raised here derives from :class:`ThreadsError`::
     │   ├── InvalidIdError (ValueError)    an id that is not one path component
     │   ├── UnsafePathError                a symbolic link or a foreign file where
     │   │                                  the store keeps its data (refused, not followed)
-    │   └── UnreachableError               the store's server cannot be reached
+    │   ├── UnavailableError               the store cannot take the call now (retry)
+    │   │   └── UnreachableError               its server cannot be reached
+    │   └── QuarantinedError               a session key whose session cannot be read
+    ├── NodeBusyError                  another live process holds this data directory's node
     ├── InvalidKeyError (ValueError)   a session key that breaks a rule
     ├── BusyError                      a turn is running (reject policy, between-turn ops)
     ├── ReservedKeyError (ValueError)  a ``weft.`` metadata key in set_info
@@ -104,15 +107,50 @@ class UnsafePathError(StoreError):
         super().__init__(f"{path} {detail}")
 
 
-class UnreachableError(StoreError):
+class UnavailableError(StoreError):
+    """The store cannot take the call now: its server is down, its disk is full.
+
+    Transient: the same call succeeds once the store is back. ``where`` names
+    the store (a URL with its password redacted, a directory, a file).
+    """
+
+    def __init__(self, where: str, detail: str) -> None:
+        self.where = where
+        self.detail = detail
+        super().__init__(self._text(where, detail))
+
+    @staticmethod
+    def _text(where: str, detail: str) -> str:
+        return f"the session store {where} cannot take writes now: {detail}"
+
+
+class UnreachableError(UnavailableError):
     """The store's server cannot be reached (down, a wrong address, refused credentials).
 
     ``where`` is the store's URL with its password redacted.
     """
 
-    def __init__(self, where: str, detail: str) -> None:
-        self.where = where
-        super().__init__(f"the session store {where} cannot be reached: {detail}")
+    @staticmethod
+    def _text(where: str, detail: str) -> str:
+        return f"the session store {where} cannot be reached: {detail}"
+
+
+class QuarantinedError(StoreError):
+    """The key's session cannot be read (corrupt, newer format, unreadable); nothing was taken.
+
+    The session is set aside at start-up or when first loaded; every other
+    session runs. ``/new`` points the key at a fresh session.
+    """
+
+    def __init__(self, key: str, session: str, reason: str) -> None:
+        self.key = key
+        self.session = session
+        self.reason = reason
+        super().__init__(
+            f"session {session} of {key} cannot be read and is set aside ({reason}); "
+            "nothing was taken: start a fresh conversation with /new, or repair the session "
+            "and restart the gateway"
+        )
 
 
 class ClosedError(StoreError):
@@ -148,7 +186,12 @@ class NewerFormatError(StoreError):
     """Data written by a newer build: an unknown kind or a higher version.
 
     Never skipped, not even by salvage: upgrade the gateway to read it.
+    ``line`` is the 1-based line it was met on (0 when not known).
     """
+
+    def __init__(self, message: str, *, line: int = 0) -> None:
+        self.line = line
+        super().__init__(message)
 
 
 class InvalidIdError(StoreError, ValueError):
@@ -224,6 +267,19 @@ class NoTurnRunningError(ThreadsError):
         super().__init__(
             f"session {key} is not running a turn (its thread is loaded and {state}): there is "
             "nothing to stop — no turn runs and no system wake waits there"
+        )
+
+
+class NodeBusyError(ThreadsError):
+    """Another live process holds this data directory's node identity (``threads.node``)."""
+
+    def __init__(self, data_dir: str, pid: int) -> None:
+        self.data_dir = data_dir
+        self.pid = pid
+        holder = f"process {pid}" if pid else "another process"
+        super().__init__(
+            f"{holder} is already running a gateway on the data directory {data_dir}: "
+            "stop it first, or give this gateway a data_dir of its own"
         )
 
 

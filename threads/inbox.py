@@ -63,6 +63,7 @@ class Pending:
     arrived: float = field(default_factory=time.monotonic)
     cancel_reason: str = ""
     rollback: bool = False
+    held: bool = False
 
 
 Deferral = tuple[Pending, Pending]
@@ -314,6 +315,10 @@ class Inbox:
                 batch.append(self._queue.popleft())
         return batch
 
+    def requeue(self, batch: Sequence[Pending]) -> None:
+        """Put a taken batch back at the head (its prompts could not be written)."""
+        self._queue.extendleft(reversed(batch))
+
     def take_steers(self) -> list[Pending]:
         """Take every waiting steer, for a run to drain."""
         steers = list(self._steers)
@@ -363,7 +368,7 @@ class Inbox:
         """Record turns a dead writer left running as canceled, and queue their resumes."""
         if not self._unfinished:
             return
-        unfinished, self._unfinished = self._unfinished, []
+        unfinished = self._unfinished
         entries: list[Entry] = [
             MessageEntry(id=new_entry_id(), message=m)
             for m in interruption_results(self._tree.open_calls())
@@ -405,6 +410,7 @@ class Inbox:
             )
             resumes.append(pending)
         await self._write(self._chain(*entries))
+        self._unfinished = []
         self._queue.extendleft(reversed(resumes))
 
     # -- ending

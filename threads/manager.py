@@ -2,7 +2,15 @@
 
 ``wake(key, wake)`` is the one way in: it finds or starts the key's thread
 (the key index names the current session; a session is created on first
-contact), and returns once the wake is durable in that session.
+contact), and returns once the wake is durable in that session. A wake that
+could not be made durable raises, and nothing of it was taken: the store
+cannot take it now (:class:`UnavailableError`), the key's session cannot be
+read (:class:`QuarantinedError`), the thread is busy, the manager closing.
+
+Start-up is never blocked by one session: a session that cannot be read is
+quarantined (:mod:`threads.quarantine`), one another process holds or the
+store cannot give now is logged in one line and kept for the next start, and
+every other session starts.
 
 Scaled out (``cluster``, :mod:`threads.cluster`), a thread starts only on
 the node that holds its key's lease, and its session's writes are fenced
@@ -24,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
-from threads import reports, stops
+from threads import reports, restart, stops
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
 from threads.cluster.owner import Ownership
@@ -33,20 +41,22 @@ from threads.errors import (
     NotFoundError,
     NotRunError,
     OwnedElsewhereError,
+    UnavailableError,
 )
 from threads.eviction import Eviction
 from threads.history import strip_for_fork
 from threads.ids import new_session_id
 from threads.keys import SessionKey
 from threads.messages import JSON, Message
+from threads.outage import StoreOutage
+from threads.quarantine import UNREADABLE, Quarantine
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
 from threads.session import Session, SessionOptions
 from threads.session_sink import SessionSink
 from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
-from threads.store.base import Fence, Loaded, SessionStore
+from threads.store.base import Fence, Loaded, SessionStore, location
 from threads.store.entries import MessageEntry, ParentRef
-from threads.tree import unfinished_runs, unsettled_receipts
 from threads.turns import Agent, Run, Turn
 from threads.wake import (
     Accepted,
@@ -67,6 +77,10 @@ log = logging.getLogger(__name__)
 NOT_STARTED = (
     "(Sorry — your message was received but its turn could not start: the gateway could not "
     "write to its store. It is kept and runs once the store is back.)"
+)
+HELD = (
+    "(Your message is saved, but the gateway cannot write to its store right now: "
+    "it runs as soon as the store is back. No need to send it again.)"
 )
 
 RESUME_BODY = (
@@ -101,7 +115,9 @@ class ThreadManager:
         self.tz = ZoneInfo(config.timezone)
         self._channel_sinks = channel_sinks
         self._user_sinks = user_sinks
-        self._recovery = RecoveryLog(recovery_path)
+        self.recovery = RecoveryLog(recovery_path)
+        self.quarantine = Quarantine()
+        self.outage = StoreOutage()
         self._threads: dict[SessionKey, Thread] = {}
         self._starting: dict[SessionKey, asyncio.Future[Thread]] = {}
         self._gate = asyncio.Semaphore(config.threads.max_concurrent_turns)
@@ -114,9 +130,7 @@ class ThreadManager:
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
-        self.chains = Chains(
-            config.threads.max_exchange_depth, record=self._recovery.record_stopped
-        )
+        self.chains = Chains(config.threads.max_exchange_depth, record=self.recovery.record_stopped)
         self.budget = Budget(config.threads.budget)
 
     # -- lifetime
@@ -131,18 +145,12 @@ class ThreadManager:
         run in acceptance order, each once.
         """
         self._eviction.start()
-        keys = await self._recovery.begin(self.store)
-        self.chains.load(self._recovery.stopped)
+        keys = await self.recovery.begin(self.store)
+        self.chains.load(self.recovery.stopped)
         if not self.config.threads.continue_on_start:
-            self._recovery.carry(keys)
+            self.recovery.carry(keys)
             return
-        for key in keys:
-            try:
-                await self.continue_key(SessionKey(key))
-            except OwnedElsewhereError:
-                continue
-            except NotFoundError:
-                log.warning("session key %s names a session that is gone; nothing to continue", key)
+        await restart.continue_keys(self, keys)
 
     async def continue_key(self, key: SessionKey) -> None:
         """Run what the key's session left unsettled (a crash, a handover); nothing else.
@@ -150,31 +158,15 @@ class ThreadManager:
         Scaled out, only when the key is (or now becomes) this node's; a key
         found with nothing to run is let go again.
         """
-        if key in self._threads:
-            await self._threads[key].session.continue_()
-            return
+        if key not in self._threads:
+            try:
+                await self.ownership.own(key)
+            except OwnedElsewhereError:
+                return
         try:
-            await self.ownership.own(key)
-        except OwnedElsewhereError:
-            return
-        try:
-            await self._continue_loaded(key)
+            await restart.continue_key(self, key)
         finally:
             await self._let_go_unused(key)
-
-    async def _continue_loaded(self, key: SessionKey) -> None:
-        session_id = await self.store.resolve(key)
-        if session_id is None:
-            return
-        loaded = await self.store.load(session_id)
-        if not _has_unsettled(loaded.entries):
-            return
-        thread = await self._thread(key, create=False, loaded=loaded)
-        if thread is not None:
-            if self.chains.any_cut:
-                # Wakes of a chain stopped before the restart stay stopped.
-                await thread.session.drop_queued(self.chains.refused)
-            await thread.session.continue_()
 
     async def close(self) -> None:
         """Let running turns finish within the deadline; queued input stays durable.
@@ -191,21 +183,26 @@ class ThreadManager:
             await asyncio.wait(list(self._starting.values()))
         deadline = self.config.threads.close_deadline_seconds
         threads = list(self._threads.values())
-        pending = sorted(str(t.key) for t in threads if t.state != "idle")
+        waiting = {str(t.key) for t in threads if t.state != "idle"}
         results = await asyncio.gather(
             *(t.session.close(deadline, drain=False) for t in threads), return_exceptions=True
         )
         for thread, result in zip(threads, results, strict=True):
-            if isinstance(result, BaseException):
+            if isinstance(result, UnavailableError):
+                log.warning("closing thread %s: %s", thread.key, result)
+            elif isinstance(result, BaseException):
                 log.error("closing thread %s failed", thread.key, exc_info=result)
+        # Input that waited, and turn ends the store never took.
+        pending = sorted(waiting | {str(t.key) for t in threads if t.session.unsettled})
+        self._threads.clear()
+        for thread in threads:
             self.ownership.unfence(thread.session.id)
             await self.ownership.release(thread.key, hand_over=str(thread.key) in pending)
-        self._threads.clear()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._recovery.end(pending)
+        await self.recovery.end(pending)
 
     @property
     def closed(self) -> bool:
@@ -240,6 +237,7 @@ class ThreadManager:
         if self._closed:
             raise ManagerClosedError(key)
         session_key = SessionKey(key)
+        self.quarantine.check(session_key)
         wake = self.chains.admit(session_key, wake)
         try:
             thread = await self._thread(session_key, create=True, agent=wake.agent)
@@ -259,10 +257,18 @@ class ThreadManager:
         return list(self._threads.values())
 
     async def open_thread(
-        self, key: str, *, create: bool = False, agent: str | None = None
+        self,
+        key: str,
+        *,
+        create: bool = False,
+        agent: str | None = None,
+        loaded: Loaded | None = None,
     ) -> Thread | None:
-        """The key's thread, started if its session exists (or ``create``)."""
-        return await self._thread(SessionKey(key), create=create, agent=agent)
+        """The key's thread, started if its session exists (or ``create``).
+
+        ``loaded`` is the key's session as just loaded (:meth:`load_stored`).
+        """
+        return await self._thread(SessionKey(key), create=create, agent=agent, loaded=loaded)
 
     async def _thread(
         self,
@@ -353,12 +359,11 @@ class ThreadManager:
         options = self.session_options()
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
+        if loaded is None and session_id is not None:
+            loaded = await self.load_stored(key, session_id)
         if loaded is not None:
             self.ownership.fence(loaded.header.id, fence)
-            session = Session.from_loaded(self.store, loaded, self.agent, options=options)
-        elif session_id is not None:
-            self.ownership.fence(session_id, fence)
-            session = await Session.open(self.store, session_id, self.agent, options=options)
+            session = self._from_loaded(key, loaded, options)
         elif create:
             name = agent or self.config.default_agent
             session_id = new_session_id()
@@ -380,6 +385,26 @@ class ThreadManager:
             agent=session.header.meta.get("agent", self.config.default_agent),
             created=created,
         )
+
+    async def load_stored(self, key: SessionKey, session_id: str) -> Loaded:
+        """The key's session as stored; one this build cannot read is set aside.
+
+        Raises :class:`QuarantinedError` for a key set aside (now or before).
+        """
+        self.quarantine.check(key)
+        try:
+            return await self.store.load(session_id)
+        except UNREADABLE as exc:
+            raise self.quarantine.add(
+                key, session_id, location(self.store, session_id), exc
+            ) from None
+
+    def _from_loaded(self, key: SessionKey, loaded: Loaded, options: SessionOptions) -> Session:
+        try:
+            return Session.from_loaded(self.store, loaded, self.agent, options=options)
+        except UNREADABLE as exc:  # the tree's validation: a damaged link between entries
+            where = location(self.store, loaded.header.id)
+            raise self.quarantine.add(key, loaded.header.id, where, exc) from None
 
     def _make_thread(
         self, key: SessionKey, session: Session, *, agent: str, created: bool
@@ -405,6 +430,8 @@ class ThreadManager:
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
             resume=self._resume,
+            outage=self.outage,
+            on_held=self._held,
         )
 
     @contextlib.asynccontextmanager
@@ -421,6 +448,19 @@ class ThreadManager:
             turn.add_done_callback(partial(self._not_started, wake))
         for observer in self._observers:
             observer(thread, wake, turn)
+
+    def _held(self, session: Session, payloads: list[Any]) -> None:
+        """Accepted input waits for the store: the key is marked, each user told once."""
+        self.recovery.mark(session.header.meta.get("key", session.id))
+        if self._closed:
+            return
+        for wake in payloads:
+            if (
+                isinstance(wake, Wake)
+                and isinstance(wake.caller, UserCaller)
+                and not wake.sink.drops
+            ):
+                self.spawn(_tell(wake, HELD), name="tell a turn waits for the store")
 
     def _not_started(self, wake: Wake, turn: Turn) -> None:
         """A user's accepted message whose turn could not start is told so (the agent never ran)."""
@@ -535,6 +575,7 @@ class ThreadManager:
             session_id = session_id or thread.session.id
         await self.store.unpoint(session_key)
         await self._let_go_unused(session_key)
+        self.quarantine.lift(session_key)
         if delete and session_id is not None:
             with contextlib.suppress(NotFoundError):
                 await self.store.delete(session_id)
@@ -569,6 +610,7 @@ class ThreadManager:
                 options=self.session_options(),
             )
             await self.store.point(session_key, session.id)
+            self.quarantine.lift(session_key)
             await session.close()
         finally:
             self.ownership.unfence(session_id)
@@ -641,7 +683,3 @@ async def _tell(wake: Wake, text: str) -> None:
         await wake.sink.deliver(OutboundMessage(text=text))
     except Exception:
         log.exception("telling the user that their turn did not start failed")
-
-
-def _has_unsettled(entries: list[Any]) -> bool:
-    return bool(unsettled_receipts(entries) or unfinished_runs(entries))

@@ -1,64 +1,153 @@
-"""This process's identity among the gateways sharing one store: a node id and a boot count.
+"""This gateway process's identity: a node id kept in the data directory, and a boot counter.
 
-The node id is stable across restarts: given in the configuration
-(``[cluster] node_id``) or generated once and kept in the data directory, so
-a gateway that restarts finds the wakes that were sent to it before it died
-and the keys it owned. The boot counter goes up by one at every start, so
-two lives of one node are told apart (in logs, in ``gateway nodes``).
+Locks a process takes in a store other processes share (a Redis lock key, a
+SQLite lock row) name their owner as ``<node id>/<boot>``. The node id is
+generated once and kept in ``<state>/node.json`` (or set in the config's
+``node_id``); the boot counter there goes up by one at every start.
+
+While it runs, the process holds an exclusive ``flock`` on
+``<state>/node.lock``, so at most one live process has a node's identity at a
+time. That is what makes a lock of this node with an older boot *provably*
+abandoned: the process that took it let go of the node lock, which the kernel
+does for a process that died. A start reclaims such locks at once instead of
+waiting for them to lapse (decision reliability-03).
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
+import os
 import re
 import secrets
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from threads.store.private import make_private_dir, read_private, write_private
+from threads.errors import NodeBusyError
+from threads.store.keyfile import fsync_dir
+from threads.store.private import make_private_dir, open_private, read_private
+
+log = logging.getLogger(__name__)
 
 NODE_FILE = "node.json"
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+LOCK_FILE = "node.lock"
+_OWNER = re.compile(r"(?P<node>[A-Za-z0-9_-]{1,64})/(?P<boot>[0-9]{1,18})(?:/.*)?")
+_NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeIdentity:
-    """A node id and which start of that node this is (1 for the first)."""
+    """Who owns a lock: a node (one data directory) and the boot of its current process."""
 
     node_id: str
     boot: int
 
-    @classmethod
-    def load(cls, state_dir: Path, configured: str = "") -> NodeIdentity:
-        """This start's identity, recorded in ``state_dir``: the boot counter goes up by one.
+    @property
+    def owner(self) -> str:
+        """The owner string a lock carries: ``<node id>/<boot>``."""
+        return f"{self.node_id}/{self.boot}"
 
-        ``configured`` wins over a kept id (an operator renaming a node); with
-        neither, a new id is made from the host name and a random suffix.
+    def left_by_earlier_boot(self, owner: str) -> bool:
+        """Whether a lock owned by ``owner`` was taken by an earlier process of this node.
+
+        Such a process is gone (this one holds the node lock), so its locks
+        can be taken over at once. An owner string of another shape — another
+        node, an older build's random token — is never taken over here.
         """
-        path = state_dir / NODE_FILE
-        kept: dict[str, object] = {}
+        parsed = parse_owner(owner)
+        return parsed is not None and parsed[0] == self.node_id and parsed[1] < self.boot
+
+
+def parse_owner(owner: str) -> tuple[str, int] | None:
+    """The (node id, boot) an owner string names, or None when it names none."""
+    found = _OWNER.fullmatch(owner)
+    if found is None:
+        return None
+    return found["node"], int(found["boot"])
+
+
+def check_node_id(value: str) -> str:
+    """``value`` when it can be a node id (1-64 letters, digits, '_' or '-'); else ValueError."""
+    if not _NODE_ID.fullmatch(value):
+        raise ValueError(
+            f"node_id {value!r} must be 1 to 64 letters, digits, '_' or '-' "
+            "(it is written into every lock this gateway takes)"
+        )
+    return value
+
+
+class NodeClaim:
+    """This process's hold on its node identity, from :func:`claim_node` until :meth:`close`."""
+
+    def __init__(self, identity: NodeIdentity, fd: int, directory: Path) -> None:
+        self.identity = identity
+        self.directory = directory
+        self._fd = fd
+
+    def close(self) -> None:
+        """Let go of the node lock (the kernel does the same if the process dies)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def claim_node(directory: Path, *, node_id: str = "") -> NodeClaim:
+    """Take this data directory's node identity for the life of the process, with a new boot.
+
+    ``directory`` is the gateway's state directory (made private if missing);
+    ``node_id`` overrides the stored id (from config). Raises
+    :class:`NodeBusyError` when a live process holds the identity.
+    """
+    make_private_dir(directory)
+    fd = open_private(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
         try:
-            record = orjson.loads(read_private(path))
-            if isinstance(record, dict):
-                kept = record
-        except FileNotFoundError:
-            pass
-        except orjson.JSONDecodeError:
-            kept = {}  # a torn record: a new id is better than none
-        node_id = configured or str(kept.get("node_id") or "") or new_node_id()
-        previous = kept.get("boot") if kept.get("node_id") == node_id else 0
-        boot = (previous if isinstance(previous, int) else 0) + 1
-        make_private_dir(state_dir)
-        write_private(path, orjson.dumps({"node_id": node_id, "boot": boot}))
-        return cls(node_id=node_id, boot=boot)
-
-    def __str__(self) -> str:
-        return f"{self.node_id}#{self.boot}"
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise NodeBusyError(str(directory.parent), _holder_pid(fd)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        identity = _next_boot(directory / NODE_FILE, node_id)
+    except BaseException:
+        os.close(fd)
+        raise
+    log.info("node %s, boot %d", identity.node_id, identity.boot)
+    return NodeClaim(identity, fd, directory)
 
 
-def new_node_id() -> str:
-    """A readable, unique node id: the host name and six random hex digits."""
-    host = _UNSAFE.sub("-", socket.gethostname()).strip("-")[:40] or "node"
-    return f"{host}-{secrets.token_hex(3)}"
+def _next_boot(path: Path, configured: str) -> NodeIdentity:
+    """Read the node record, count this start, write it back durably; the identity now."""
+    stored_id, boot = "", 0
+    try:
+        record = orjson.loads(read_private(path))
+        stored_id = str(record.get("node_id", ""))
+        boot = int(record.get("boot", 0))
+    except FileNotFoundError:
+        pass
+    except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
+        # The boot counter only has to grow: a fresh id makes every old lock another node's.
+        log.warning("node record %s not read (%s); this node takes a new id", path, exc)
+        stored_id, boot = "", 0
+    node_id = configured or stored_id or f"n_{secrets.token_hex(8)}"
+    identity = NodeIdentity(node_id=check_node_id(node_id), boot=boot + 1)
+    record_bytes = orjson.dumps({"node_id": stored_id or node_id, "boot": identity.boot})
+    tmp = path.with_name(path.name + ".tmp")
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, record_bytes)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(str(path.parent))
+    return identity
+
+
+def _holder_pid(fd: int) -> int:
+    """The pid the holder of the node lock wrote into it (0 when it cannot be read)."""
+    try:
+        return int(os.pread(fd, 32, 0).split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -3,7 +3,9 @@
 One small JSON record beside the store, replaced atomically. A start marks it
 unclean; a clean close writes the keys that still hold queued input. A start
 that finds no clean record (a first run, or a process that died) looks at
-every key. The record also keeps the exchange chains that were stopped
+every key. A key whose accepted input waits for an unavailable store is
+marked in the record as soon as it waits (``unsettled``), and stays in every
+record until a start has run it. The record also keeps the exchange chains that were stopped
 (:mod:`threads.chains`), written as soon as one is, so none starts again.
 The record (it names sessions) is mode 0600 in a 0700 directory, and is never
 read or written through a symbolic link.
@@ -34,12 +36,30 @@ class RecoveryLog:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._carried: list[str] = []
+        self._carried: set[str] = set()
         self.stopped: dict[str, Any] = {}
 
     def carry(self, keys: list[str]) -> None:
-        """Keys this run leaves unexamined: the next clean record keeps them."""
-        self._carried = list(keys)
+        """Keys this run leaves unexamined or unsettled: the next clean record keeps them."""
+        self._carried.update(keys)
+
+    def mark(self, key: str) -> None:
+        """A key's accepted input waits for the store: name it now, and in the clean record.
+
+        Written at once, so the record names the key even if this process dies
+        before the store is back.
+        """
+        if key in self._carried:
+            return
+        self._carried.add(key)
+        try:
+            self._write({"clean": False})
+        except (OSError, UnsafePathError) as exc:
+            log.warning(
+                "recovery record %s not written (%s); a start after a crash scans every key",
+                self.path,
+                exc,
+            )
 
     async def begin(self, store: SessionStore) -> list[str]:
         record = self._read()
@@ -48,7 +68,7 @@ class RecoveryLog:
         if record.get("clean"):
             keys = [str(k) for k in record.get("pending", [])]
         else:
-            keys = sorted(await store.keys())
+            keys = sorted({*await store.keys(), *map(str, record.get("unsettled", []))})
         self._write({"clean": False})
         return keys
 
@@ -78,6 +98,8 @@ class RecoveryLog:
     def _write(self, record: dict[str, Any]) -> None:
         if self.stopped:
             record = {**record, "stopped": self.stopped}
+        if not record.get("clean") and self._carried:
+            record = {**record, "unsettled": sorted(self._carried)}
         if self.path is None:
             return
         make_private_dir(self.path.parent)

@@ -13,8 +13,10 @@ import resource
 import time
 from typing import TYPE_CHECKING, Any
 
-from threads.errors import NotFoundError
+from threads.errors import NotFoundError, UnavailableError
 from threads.keys import SessionKey
+from threads.quarantine import UNREADABLE, Quarantined
+from threads.store.base import location
 from threads.store.codec import encode_entry
 from threads.store.entries import Entry, MessageEntry, TurnEntry
 
@@ -28,7 +30,8 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
     ``exists`` and ``thread_active`` tell them apart; a stored session adds
     its message count, size, last modification and agent; a loaded thread
     adds ``thread_state`` (running, pending or idle), its iterations,
-    current tool and elapsed seconds.
+    current tool and elapsed seconds. A session that cannot be read adds
+    ``quarantined``: where it is kept, the line and why.
     """
     thread = manager.thread(key)
     out: dict[str, Any] = {"session_key": str(key), "exists": False, "thread_active": False}
@@ -40,11 +43,18 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
         session_id = await manager.store.resolve(key)
         if session_id is None:
             return out
+        record = manager.quarantine.get(key)
         try:
-            loaded = await manager.store.load(session_id)
+            if record is None:
+                loaded = await manager.store.load(session_id)
+                header, entries = loaded.header, loaded.entries
         except NotFoundError:
             return out
-        header, entries = loaded.header, loaded.entries
+        except UNREADABLE as exc:
+            record = Quarantined.of(key, session_id, location(manager.store, session_id), exc)
+        if record is not None:
+            out.update(exists=True, session_id=session_id, quarantined=record.to_json())
+            return out
     assert header is not None
     last = entries[-1].created if entries else header.created
     out.update(
@@ -72,6 +82,10 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
 async def health(manager: ThreadManager) -> dict[str, Any]:
     """Every active thread, with store, model, channel, cron and process figures.
 
+    ``sessions`` says whether the store takes writes now (and, when it does
+    not, for how long and how many writes wait) and lists the quarantined
+    sessions.
+
     Channel and cron figures come from :attr:`ThreadManager.health_sources`, which the
     gateway fills (name → a function returning a value or an awaitable).
     """
@@ -92,7 +106,9 @@ async def health(manager: ThreadManager) -> dict[str, Any]:
         "sessions": {
             "store": manager.config.store.safe_url,
             "backend": type(manager.store).__name__,
-            "keys": len(await manager.store.keys()),
+            "keys": await _key_count(manager),
+            **manager.outage.snapshot(),
+            "quarantined": manager.quarantine.listing(),
         },
         "process": process_figures(manager.started_at),
     }
@@ -100,6 +116,14 @@ async def health(manager: ThreadManager) -> dict[str, Any]:
         value = source()
         out[name] = await value if inspect.isawaitable(value) else value
     return out
+
+
+async def _key_count(manager: ThreadManager) -> int | str:
+    """How many session keys the store indexes; what went wrong when it cannot say now."""
+    try:
+        return len(await manager.store.keys())
+    except UnavailableError as exc:
+        return f"unknown: {exc}"
 
 
 def process_figures(started_at: float) -> dict[str, Any]:

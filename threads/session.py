@@ -30,9 +30,11 @@ from threads.errors import (
     NoEntryError,
     ReservedKeyError,
     StaleError,
+    UnavailableError,
 )
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, Usage
+from threads.outage import StoreOutage
 from threads.store.base import Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
     BranchSummaryEntry,
@@ -59,6 +61,7 @@ PayloadLoader = Callable[[Mapping[str, JSON]], Any]
 Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, JSON]] | None"]
 SessionState = Literal["running", "pending", "idle"]
 Injected = Message | Callable[[], Message]
+HeldNotice = Callable[["Session", list[Any]], None]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,9 @@ class SessionOptions:
     on ``clock`` (the real monotonic time unless a test brings its own).
     ``load_payload`` rebuilds a restored input's payload from its stored wake;
     ``resume`` makes the follow-up of a turn a dead writer left running.
+    ``outage`` paces the retries of writes the store could not take (shared
+    by a manager's sessions); ``on_held`` is told the payloads of accepted
+    input whose turn waits for the store, once per input.
     """
 
     gate: Gate = _no_gate
@@ -87,6 +93,8 @@ class SessionOptions:
     clock: Clock = field(default_factory=MonotonicClock)
     load_payload: PayloadLoader | None = None
     resume: Resumer | None = None
+    outage: StoreOutage = field(default_factory=StoreOutage)
+    on_held: HeldNotice | None = None
 
 
 class Session:
@@ -115,6 +123,7 @@ class Session:
         self._leaser = store if isinstance(store, Leaser) else None
         self._leased = False
         self._sealed = False
+        self._unsure: list[Entry] | None = None  # a write the store failed, that may have landed
         self._driver = TurnDriver(
             self,
             tree=tree,
@@ -222,6 +231,11 @@ class Session:
     def closed(self) -> bool:
         return self._driver.closing
 
+    @property
+    def unsettled(self) -> bool:
+        """Input waits or runs, or the store holds a turn whose end could not be written."""
+        return self.state != "idle" or self._driver.end_unwritten
+
     def entries(self) -> list[Entry]:
         return list(self._tree.entries)
 
@@ -280,10 +294,16 @@ class Session:
         return out
 
     async def _write(self, entries: Sequence[Entry]) -> None:
-        """Append a batch; the lock is held by the caller."""
+        """Append a batch; the lock is held by the caller.
+
+        :class:`UnavailableError` when the store cannot take it now; the next
+        write first checks whether this one landed after all.
+        """
         if self._sealed:
             raise ClosedError(self.id)
         if not entries:
+            return
+        if self._unsure is not None and await self._reconcile(entries):
             return
         await self._take_lease()
         # Once submitted, the write finishes even if the caller is cancelled (an
@@ -291,6 +311,10 @@ class Session:
         append = asyncio.ensure_future(self._store.append(self.id, entries))
         try:
             await asyncio.shield(append)
+        except UnavailableError as exc:
+            self._unsure = list(entries)
+            self._options.outage.failed(exc)
+            raise
         except asyncio.CancelledError:
             await asyncio.wait([append])
             if append.cancelled():
@@ -304,7 +328,38 @@ class Session:
                     "session %s: a write whose caller was cancelled failed: %s", self.id, failure
                 )
             raise
+        self._options.outage.succeeded()
         self._record(entries)
+
+    async def _reconcile(self, entries: Sequence[Entry]) -> bool:
+        """After a failed write: keep it if it landed after all; True when ``entries`` is it.
+
+        A store can fail a write it made (the connection lost after the server
+        ran it, an fsync error after the bytes reached the file). Writing the
+        same entries again would store their ids twice, so the first write
+        after a failure compares the stored line count with this view, and
+        when the failed batch is there, records it instead of writing it again.
+        """
+        unsure = self._unsure
+        assert unsure is not None
+        if self._leaser is None:
+            self._unsure = None
+            return False
+        count, _ = await self._leaser.acquire(self.id, self._holder)
+        self._leased = True
+        if count == self._view:
+            self._unsure = None
+            return False
+        stored = (await self._store.load(self.id)).entries[-len(unsure) :]
+        if count != self._view + len(unsure) or [e.id for e in stored] != [e.id for e in unsure]:
+            raise StaleError(self.id, f"it holds {count} entries, this view {self._view}")
+        log.warning(
+            "session %s: a write the store reported as failed had landed; it is kept", self.id
+        )
+        self._unsure = None
+        self._record(unsure)
+        self._options.outage.succeeded()
+        return [e.id for e in entries] == [e.id for e in unsure]
 
     def _record(self, entries: Sequence[Entry]) -> None:
         for entry in entries:

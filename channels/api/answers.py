@@ -23,6 +23,7 @@ from threads.errors import (
     ManagerClosedError,
     NewerFormatError,
     NotRunError,
+    QuarantinedError,
     StoreError,
 )
 from threads.llm import errors as model_errors
@@ -160,7 +161,7 @@ def refusal_of(exc: Exception, session: str) -> ApiError:
             type="requests",
             code="session_busy",
         )
-    if isinstance(exc, CorruptError | NewerFormatError):
+    if isinstance(exc, QuarantinedError | CorruptError | NewerFormatError):
         log.warning("%s: request not taken: %s", session, exc)
         return ApiError(
             409,

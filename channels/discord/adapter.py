@@ -39,8 +39,8 @@ from channels.discord.address import Address
 from channels.discord.inbound import address_of, inbound_of
 from channels.errors import DeliveryError
 from channels.feedback import Feedback
+from channels.refusals import refusal_of
 from channels.render import render_discord
-from threads.errors import ManagerClosedError
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import Turn
 
@@ -50,8 +50,6 @@ DEFAULT_API = "https://discord.com/api/v10"
 SEEN_MESSAGES = 4096
 INTERACTIONS = 512
 INTERACTION = "interaction:"
-ACCEPT_FAILED = "(Sorry — your message could not be taken right now. Please send it again.)"
-CLOSING = "(The bot is restarting and did not take your message. Please send it again.)"
 NOTHING_TO_SAY = "Nothing to answer here."
 # Ping nobody from model text but the person a reply answers.
 MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True)
@@ -230,12 +228,8 @@ class DiscordChannel:
         try:
             async with lock:
                 await self._handler(inbound)
-        except ManagerClosedError:
-            log.warning("%s: message %s came as the gateway closed", self.name, inbound.message_id)
-            await self._tell(inbound, CLOSING)
-        except Exception:
-            log.exception("%s: message %s was not accepted", self.name, inbound.message_id)
-            await self._tell(inbound, ACCEPT_FAILED)
+        except Exception as exc:
+            await self._tell(inbound, refusal_of(exc, f"{self.name}:{chat}").line)
         finally:
             if not lock.locked() and self._order.get(chat) is lock:
                 del self._order[chat]

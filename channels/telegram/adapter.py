@@ -51,10 +51,10 @@ from telegram.ext import (
 from channels.base import InboundHandler, leader_name
 from channels.errors import ChannelStartError, DeliveryError
 from channels.feedback import Feedback
+from channels.refusals import refusal_of
 from channels.render import TelegramChunk, telegram_chunks
 from channels.telegram.address import Address
 from channels.telegram.inbound import inbound_of
-from threads.errors import ManagerClosedError
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import Turn
 
@@ -69,8 +69,6 @@ CONCURRENT_UPDATES = 64
 # httpcore assigns each waiting request by scanning every pooled connection, so a
 # big pool costs more than it saves; Telegram's own limits need few connections.
 CONNECTIONS = 16
-ACCEPT_FAILED = "(Sorry — your message could not be taken right now. Please send it again.)"
-CLOSING = "(The bot is restarting and did not take your message. Please send it again.)"
 
 _Call = Callable[[str, str | None], Awaitable[str]]
 _Thunk = Callable[[], Awaitable[str]]
@@ -329,12 +327,9 @@ class TelegramChannel:
         )
         try:
             await self._handler(inbound)
-        except ManagerClosedError:
-            log.warning("%s: update %s came as the gateway closed", self.name, update.update_id)
-            await self._tell(inbound.chat_id, CLOSING)
-        except Exception:
-            log.exception("%s: update %s was not accepted", self.name, update.update_id)
-            await self._tell(inbound.chat_id, ACCEPT_FAILED)
+        except Exception as exc:
+            refusal = refusal_of(exc, f"{self.name}:{inbound.chat_id}")
+            await self._tell(inbound.chat_id, refusal.line)
 
     def _seen_before(self, update: Update) -> bool:
         """A duplicate: the same message (or the same edit of it) handled before.

@@ -173,9 +173,9 @@ class Cluster:
 
     def config(self, node: Node) -> str:
         tables: dict[str, dict[str, Any]] = {
-            "": {"data_dir": str(node.data_dir)},
+            "": {"data_dir": str(node.data_dir), "node_id": node.name},
             "store": {"url": self.store_url},
-            "cluster": {"node_id": node.name, "lease_seconds": self.lease_seconds},
+            "cluster": {"lease_seconds": self.lease_seconds},
             "http": {"port": node.port},
             "models": {"default": "fake/model"},
             "models.providers.fake": {"kind": "openai", "base_url": self.model_url,

@@ -95,7 +95,7 @@ async def test_a_data_dir_that_is_a_link_refuses_the_start(tmp_path: Path) -> No
     assert list(real.iterdir()) == []
 
 
-async def test_a_session_file_replaced_by_a_link_stops_the_start_and_is_not_followed(
+async def test_a_session_file_replaced_by_a_link_is_set_aside_and_not_followed(
     tmp_path: Path,
 ) -> None:
     config = make_config(tmp_path)
@@ -111,8 +111,9 @@ async def test_a_session_file_replaced_by_a_link_stops_the_start_and_is_not_foll
     before = target.read_bytes()
     session.symlink_to(target)
     (config.data_dir / "state" / "recovery.json").write_text('{"clean": false}')
-    with pytest.raises(StartupError, match=rf"^store.url: {session} is a symbolic link"):
-        await Gateway(config).start()
+    async with Gateway(config) as gw:
+        (quarantined,) = (await gw.manager.health())["sessions"]["quarantined"]
+        assert quarantined["reason"].startswith(f"{session} is a symbolic link")
     assert target.read_bytes() == before
 
 

@@ -56,7 +56,8 @@ def node_config(
         "agents": {"default": {"model": "scripted/test"}},
         "store": {"url": f"{REDIS_URL}?cron_prefix={space}cron:"},
         "http": {"port": 0},
-        "cluster": {"node_id": name, "lease_seconds": lease},
+        "node_id": name,
+        "cluster": {"lease_seconds": lease},
         "channels": {
             "web": {"enabled": False},
             "cli": {"enabled": False},

@@ -12,7 +12,7 @@ import pytest
 
 from config import GatewayConfig
 from gateway.app import Gateway
-from gateway.errors import ControlError
+from gateway.errors import StartupError
 from tests.gateway.conftest import Replies
 
 
@@ -99,7 +99,7 @@ async def test_a_second_gateway_on_the_same_data_dir_refuses_to_start(
 ) -> None:
     async with Gateway(config) as first:
         second = Gateway(config)
-        with pytest.raises(ControlError, match="another gateway is running"):
+        with pytest.raises(StartupError, match="already running a gateway on the data directory"):
             await second.start()
         # It stopped before starting any channel, and the first one still answers.
         assert second.channels == {}

@@ -9,9 +9,12 @@ sleeps to wait: turns are held open on events.
 from __future__ import annotations
 
 import asyncio
+import errno
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolRegistry, tool
 from threads.dispatch import dispatch_tool
+from threads.ids import new_entry_id, new_session_id
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.messages import Message
@@ -33,7 +37,7 @@ from threads.store.base import SessionStore
 from threads.store.entries import Entry, Header, MessageEntry, ReceiptEntry, TurnEntry
 from threads.testing.scripted import ScriptedModel
 from threads.turns import Run, RunResult
-from threads.wake import SessionCaller, SystemCaller, UserCaller, Wake, WakeSource
+from threads.wake import SessionCaller, SystemCaller, UserCaller, Wake, WakeSource, wake_to_wire
 
 DEADLINE = 10.0
 
@@ -85,6 +89,61 @@ async def plant(store: SessionStore, header: Header, entries: Iterable[Entry]) -
 
     data = encode_header(header) + b"".join(encode_entry(e) for e in entries)
     await store.plant(header.id, data)  # type: ignore[attr-defined]
+
+
+async def accepted_and_never_run(
+    store: SessionStore, key: str, body: str, *, chat: str, created: datetime | None = None
+) -> str:
+    """A session a killed gateway left under ``key``: one user wake accepted, never run.
+
+    Its replies go to the channel chat ``chat`` (a runtime's inbox of that name).
+    """
+    header = Header(
+        id=new_session_id(),
+        created=created or datetime.now(UTC),
+        meta={"key": key, "agent": "default"},
+    )
+    wake = Wake(
+        source=WakeSource.TELEGRAM,
+        body=body,
+        caller=UserCaller(channel="telegram", user_id="7"),
+        sink=Inbox(name=chat),
+    )
+    receipt = ReceiptEntry(
+        id=new_entry_id(),
+        status="accepted",
+        msg=Message.user(body),
+        run_id=f"{header.id}-t1",
+        turn=new_entry_id(),
+        policy="queue",
+        wake=wake_to_wire(wake),
+    )
+    await plant(store, header, [receipt])
+    await store.point(key, header.id)
+    return header.id
+
+
+class FullDisk:
+    """A jsonl store's seam: file writes fail with ENOSPC half-way through a batch while full.
+
+    Pass it as ``JsonlStore(..., pause=FullDisk())``; it runs on the store's
+    writer thread, as the ``os.write`` it stands for does.
+    """
+
+    def __init__(self) -> None:
+        self._full = threading.Event()
+        self.refused = 0
+
+    def fill(self) -> None:
+        self._full.set()
+
+    def free(self) -> None:
+        self._full.clear()
+
+    def __call__(self, point: str) -> None:
+        if point == "append:half-written" and self._full.is_set():
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
 
 
 # -- a hand-driven agent for session tests

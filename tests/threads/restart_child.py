@@ -1,8 +1,11 @@
 """The process the restart test kills: a manager over a jsonl store, held mid-turn with wakes queued.
 
-Run as ``python -m tests.threads.restart_child <dir>``. It prints ``MID-TURN``
-when its first turn is inside a tool call, then accepts more wakes (three
-queued sends and a steer) and prints ``ACCEPTED``; then it waits to be killed.
+Run as ``python -m tests.threads.restart_child <dir> [<store url>]``. It prints
+``MID-TURN`` when its first turn is inside a tool call, then accepts more wakes
+(three queued sends and a steer) and prints ``ACCEPTED``; then it waits to be
+killed. The store is a jsonl directory under ``<dir>`` unless a URL is given;
+then the process claims the node identity in ``<dir>/state`` first, as a
+gateway does, so its locks name this node and boot.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from threads.agent.models import Models
 from threads.agent.tools import ToolContext, ToolRegistry, tool
 from threads.dispatch import dispatch_tool
 from threads.manager import ThreadManager
+from threads.node import claim_node
 from threads.sinks import Delivery, OutboundMessage
 from threads.store import open_store
+from threads.store.base import StoreOptions
 from threads.testing.scripted import ScriptedModel, call
 from threads.wake import UserCaller, Wake, WakeSource
 
@@ -56,7 +61,7 @@ def wake(body: str, chat: str, source: WakeSource = WakeSource.API) -> Wake:
     return Wake(source=source, body=body, caller=caller, sink=Endpoint(chat))
 
 
-async def main(root: Path) -> None:
+async def main(root: Path, url: str) -> None:
     entered = asyncio.Event()
 
     async def block(args: Nothing, ctx: ToolContext) -> str:
@@ -72,7 +77,11 @@ async def main(root: Path) -> None:
         },
         "restart child",
     )
-    store = open_store(f"jsonl://{root / 'sessions'}")
+    if url:
+        node = claim_node(root / "state").identity
+        store = open_store(url, StoreOptions(node=node))
+    else:
+        store = open_store(f"jsonl://{root / 'sessions'}")
     tools = ToolRegistry([dispatch_tool, tool("block", "Blocks forever.", Nothing)(block)])
     model = ScriptedModel(call("block"))
     loop = AgentLoop(
@@ -93,4 +102,4 @@ async def main(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1])))
+    asyncio.run(main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else ""))

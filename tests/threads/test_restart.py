@@ -7,10 +7,13 @@ import signal
 import sys
 from pathlib import Path
 
+from tests.private_redis import PrivateRedis, private_redis  # noqa: F401 - the fixture
 from tests.threads.conftest import make_runtime, prompts, receipts, stored, turn_entries
 from threads.inbox import CRASHED
 from threads.manager import RESUME_BODY
+from threads.node import claim_node
 from threads.store import open_store
+from threads.store.base import StoreOptions
 from threads.store.entries import Entry, ReceiptEntry
 from threads.testing.scripted import ScriptedModel
 from threads.tree import unsettled_receipts
@@ -19,13 +22,14 @@ KEY = "telegram:42"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def _kill_mid_turn(root: Path) -> list[str]:
+async def _kill_mid_turn(root: Path, *store_url: str) -> list[str]:
     """Run the child until it has accepted its wakes mid-turn, then SIGKILL it."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tests.threads.restart_child",
         str(root),
+        *store_url,
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -103,3 +107,27 @@ async def test_every_wake_accepted_before_a_sigkill_mid_turn_runs_once_after_res
     await again.manager.close()
     assert len(turn_entries(await stored(store, session_id))) == len(ends)
     await store.close()
+
+
+async def test_a_restart_on_redis_takes_over_the_locks_the_killed_run_left_at_once(
+    tmp_path: Path,
+    private_redis: PrivateRedis,  # noqa: F811
+) -> None:
+    """The killed run's locks (30 s to lapse) belong to an earlier boot of this node."""
+    assert await _kill_mid_turn(tmp_path, private_redis.url) == ["MID-TURN", "ACCEPTED"]
+    claim = claim_node(tmp_path / "state")
+    assert claim.identity.boot == 2
+    store = open_store(private_redis.url, StoreOptions(node=claim.identity))
+    rt = await make_runtime(store, ScriptedModel(), recovery_path=tmp_path / "recovery.json")
+    thread = rt.manager.thread(KEY)
+    assert thread is not None  # continued now, not refused as locked
+    await thread.session.wait_idle()
+    for chat in ("w1", "w2", "w3", "w4", "w5"):
+        assert len(await rt.inbox(chat).wait()) == 1
+    session_id = await store.resolve(KEY)
+    assert session_id is not None
+    entries = await stored(store, session_id)
+    assert unsettled_receipts(entries) == []
+    await rt.manager.close()
+    await store.close()
+    claim.close()

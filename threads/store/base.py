@@ -3,8 +3,8 @@
 ``Storage`` is create / append / load / list / delete (seed 003 "Storage").
 ``KeyIndex`` maps session keys to the current session id of each key. The
 optional capabilities — ``Watcher``, ``Flusher``, ``Releaser``, ``Leaser``,
-``Pinger``, ``Fencer`` — are separate protocols a backend may also satisfy, found with
-``isinstance``.
+``Pinger``, ``Locator``, ``Fencer`` — are separate protocols a backend may
+also satisfy, found with ``isinstance``.
 
 Rules every backend keeps (the conformance suite pins them):
 
@@ -31,9 +31,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from threads.store.entries import Entry, Header
+
+if TYPE_CHECKING:
+    from threads.node import NodeIdentity
 
 LIST_DEFAULT_LIMIT = 50
 LIST_MAX_LIMIT = 500
@@ -58,12 +61,17 @@ class StoreOptions:
 
     ``salvage`` skips malformed lines (reported) instead of failing the load;
     ``fsync`` is ``every_append`` (durable when append returns) or ``on_flush``;
-    ``no_lock`` turns off the cross-process writer lock (tests, read-only tools).
+    ``no_lock`` turns off the cross-process writer lock (tests, read-only tools);
+    ``node`` names the process in the locks a shared backend (Redis, SQLite)
+    takes, so a later boot of the same node takes over the locks an earlier
+    one left (:mod:`threads.node`). Without it a lock names a random owner,
+    which only its lapse or its process's death frees.
     """
 
     salvage: bool = False
     fsync: FsyncPolicy = "every_append"
     no_lock: bool = False
+    node: NodeIdentity | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -255,6 +263,20 @@ class Fencer(Protocol):
     """
 
     def fence(self, session: str, fence: Fence | None) -> None: ...
+
+
+@runtime_checkable
+class Locator(Protocol):
+    """Says where a session is kept (a file, a database row, a Redis key), for a log line."""
+
+    def where(self, session: str) -> str: ...
+
+
+def location(store: object, session: str) -> str:
+    """Where ``store`` keeps ``session``, as precisely as the store can say."""
+    if isinstance(store, Locator):
+        return store.where(session)
+    return f"session {session} in {type(store).__name__}"
 
 
 @runtime_checkable

@@ -61,7 +61,14 @@ class Handle:
 
     def sync(self) -> None:
         if self.fd >= 0 and self.dirty:
-            os.fsync(self.fd)
+            try:
+                os.fsync(self.fd)
+            except OSError:
+                # What the file holds is no longer what this writer counted on: the
+                # next append and acquire look at the file again.
+                self.size = -1
+                self.lines = -1
+                raise
             self.dirty = False
 
     def close(self) -> None:

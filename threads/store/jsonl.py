@@ -7,7 +7,9 @@ that is a link is refused (:mod:`threads.store.private`). Writes go through one 
 :class:`~threads.store.committer.Committer`): an append is one ``os.write``
 of the whole encoded batch on an ``O_APPEND`` descriptor, and under the
 ``every_append`` policy the round's touched files are fsynced once each
-before any caller hears back — group commit. A create writes the header to
+before any caller hears back — group commit. A write the file system refuses
+(disk full, an I/O error) is :class:`UnavailableError`, with nothing of its
+batch left behind. A create writes the header to
 a hidden temporary file, fsyncs it and links it into place, so a session
 exists whole or not at all.
 
@@ -35,7 +37,13 @@ from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
-from threads.errors import ExistsError, NewerFormatError, NotFoundError, UnsafePathError
+from threads.errors import (
+    ExistsError,
+    NewerFormatError,
+    NotFoundError,
+    UnavailableError,
+    UnsafePathError,
+)
 from threads.messages import WireError
 from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
@@ -116,13 +124,13 @@ class JsonlStore:
     async def create(self, header: Header) -> None:
         check_header(header)
         line = encode_header(header)
-        await self._committer.run(partial(self._w_create, header, line))
+        await self._write(partial(self._w_create, header, line))
         self._pulse.fire()
 
     async def append(self, session: str, entries: Sequence[Entry]) -> None:
         check_id(session)
         data = encode_batch(entries)
-        await self._committer.run(partial(self._w_append, session, data, len(entries)))
+        await self._write(partial(self._w_append, session, data, len(entries)))
         self._pulse.fire()
 
     async def load(self, session: str) -> Loaded:
@@ -156,14 +164,14 @@ class JsonlStore:
     async def point(self, key: str, session_id: str) -> None:
         check_id(session_id)
         keys = await self._key_map()
-        await self._committer.run(partial(self._w_point, key, session_id))
+        await self._write(partial(self._w_point, key, session_id))
         keys[key] = session_id
 
     async def unpoint(self, key: str) -> None:
         keys = await self._key_map()
         if key not in keys:
             return
-        await self._committer.run(partial(self._w_point, key, None))
+        await self._write(partial(self._w_point, key, None))
         keys.pop(key, None)
 
     async def keys(self) -> dict[str, str]:
@@ -173,7 +181,7 @@ class JsonlStore:
 
     async def flush(self, session: str) -> None:
         check_id(session)
-        await self._committer.run(partial(self._w_flush, session))
+        await self._write(partial(self._w_flush, session))
 
     async def release(self, session: str) -> None:
         check_id(session)
@@ -242,6 +250,26 @@ class JsonlStore:
                 os.close(fd)
 
         await self._off_loop(write)
+
+    def where(self, session: str) -> str:
+        """Where the session is kept: its file."""
+        return self._path(session)
+
+    async def _write(self, fn: Callable[[Round, Op[T]], T]) -> T:
+        """Run a write on the writer thread; a file system refusal is the store's.
+
+        A write, an fsync or an open the file system refuses (disk full, a
+        quota, an I/O error) is :class:`UnavailableError`: nothing of the
+        batch stays behind (see ``_w_append``), and the same call succeeds
+        once the file system takes writes again. Running out of descriptors
+        stays the ``OSError`` that names the limit and what to do.
+        """
+        try:
+            return await self._committer.run(fn)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise
+            raise UnavailableError(self._root, exc.strerror or str(exc)) from exc
 
     # -- the writer thread's operations
 

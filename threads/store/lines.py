@@ -5,7 +5,8 @@ decodes them here, so the rules are one: bytes after the last newline are a
 torn tail, dropped and reported; a malformed line elsewhere is
 :class:`CorruptError` naming the line (and its entry, when the line is JSON
 with an id), or skipped and reported under salvage; data from a newer build
-is always :class:`NewerFormatError`.
+is always :class:`NewerFormatError`. Every line salvage skips is logged (a
+warning naming the session, the line and the entry), besides the report.
 
 A batch of several entries is framed so that a crash inside its one write
 cannot leave a prefix of it that decodes: every line of the batch but the
@@ -17,6 +18,7 @@ ignore it (unknown keys are additive).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 
@@ -28,6 +30,8 @@ from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
 from threads.store.codec import decode_entry, decode_header, encode_entry
 from threads.store.entries import Entry, Header
+
+log = logging.getLogger(__name__)
 
 _MORE = re.compile(rb',"more":[0-9]+\}$')
 
@@ -86,7 +90,7 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
     try:
         header = decode_header(lines[0])
     except NewerFormatError as exc:
-        raise NewerFormatError(f"session {session}: {exc}") from None
+        raise NewerFormatError(f"session {session}: {exc}", line=1) from None
     except WireError as exc:
         raise CorruptError(session, 1, "", str(exc)) from None
     entries: list[Entry] = []
@@ -95,15 +99,28 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
         try:
             entries.append(decode_entry(line))
         except NewerFormatError as exc:
-            raise NewerFormatError(f"session {session} line {number}: {exc}") from None
+            raise NewerFormatError(f"session {session} line {number}: {exc}", line=number) from None
         except (WireError, ValueError, TypeError) as exc:
             if not salvage:
                 raise CorruptError(session, number, entry_id_of(line), str(exc)) from None
+            log_skipped(session, number, line, exc)
             skipped.append(number)
     report = None
     if torn_line or skipped:
         report = LoadReport(torn=torn_line, skipped=tuple(skipped))
     return Loaded(header=header, entries=entries, report=report)
+
+
+def log_skipped(session: str, number: int, line: bytes, cause: Exception) -> None:
+    """Say that salvage skipped a line: a repair is never silent."""
+    entry = entry_id_of(line)
+    log.warning(
+        "session %s: salvage skipped line %d%s: %s",
+        session,
+        number,
+        f" (entry {entry})" if entry else "",
+        cause,
+    )
 
 
 def entry_id_of(line: bytes) -> str:

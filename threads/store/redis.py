@@ -9,10 +9,15 @@ orders a tie by member, which is the id). Every write is one Lua script, so
 it is atomic — a batch lands whole or not at all — and a load is one
 MULTI/EXEC, so it never sees part of a session.
 
-The writer lock is ``<prefix>lock:<id>`` holding this store's random token
-with an expiry: taken by the first write, renewed while held by one task per
-store, deleted on release. A crashed writer's lock lapses after ``lock_ttl``
-seconds. A store that finds its own lock gone (it lapsed: a stalled process,
+The writer lock is ``<prefix>lock:<id>`` holding this store's token with an
+expiry: taken by the first write, renewed while held by one task per store,
+deleted on release. A crashed writer's lock lapses after ``lock_ttl``
+seconds. With a node identity (``StoreOptions.node``) the token begins with
+its owner, ``<node id>/<boot>/``: a lock an earlier boot of the same node left
+is taken over at once, and logged, since that process is gone
+(:mod:`threads.node`); a lock of another live owner is :class:`LockedError`
+naming it. A call the server cannot take (down, out of memory) raises
+:class:`UnreachableError` or :class:`UnavailableError`, never a driver error. A store that finds its own lock gone (it lapsed: a stalled process,
 a partition) re-takes it only if the session holds as many lines as this
 store last wrote or saw; otherwise another writer has moved the session on,
 and the append is refused with :class:`StaleError`.
@@ -37,14 +42,16 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from datetime import datetime
-from functools import partial
-from typing import Any, TypeAlias
+from functools import partial, wraps
+from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from config.redaction import redact_text, redact_url
 from threads.errors import (
@@ -54,9 +61,11 @@ from threads.errors import (
     NewerFormatError,
     NotFoundError,
     StaleError,
+    UnavailableError,
     UnreachableError,
 )
 from threads.messages import WireError
+from threads.node import parse_owner
 from threads.store.base import Fence, Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
 from threads.store.entries import Entry, Header, InfoEntry
@@ -72,10 +81,23 @@ _Names: TypeAlias = list[str]
 _Headers: TypeAlias = list[Header | None]
 _Rows: TypeAlias = list[tuple[tuple[int, str], Header]]
 _Args: TypeAlias = list[bytes | str | int | float]
+P = ParamSpec("P")
+T = TypeVar("T")
 
 DEFAULT_PREFIX = "weft:"
 
 _NOT_FOUND, _LOCKED, _EXISTS, _STALE, _FENCED = -1, -2, -3, -4, -5
+
+# Whether a lock's owner keeps others out: not when it is free or ours, and not when an
+# earlier boot of this node took it (that process is gone). ARGV names token, node, boot.
+_OWNERSHIP = """
+local function held_by_other(owner, token, node, boot)
+  if not owner or owner == token then return false end
+  local n, b = string.match(owner, '^([%w_%-]+)/(%d+)/')
+  if node ~= '' and n == node and tonumber(b) < tonumber(boot) then return false end
+  return true
+end
+"""
 
 # KEYS: hash, chunks, lock, index. ARGV: token, ttl_ms, id, created_us, header, meta, gen, listable
 _CREATE = """
@@ -98,27 +120,33 @@ end
 """
 
 # KEYS: hash, chunks, lock, lease. ARGV: token, ttl_ms, data, newlines, title, expected
-# lines, fencing token ('' when unfenced), now.
-# A fenced write first checks the lease (its token still the lease's, not lapsed: else
-# {-5}) and, holding it, takes the session's lock from whoever had it. Then it takes (or
-# confirms) the lock — refusing, when it must take it, a session whose line count is not
-# the expected one (-1: no expectation) — repairs a torn tail ('torn' is how many bytes
-# of the last chunk are whole, -1 when all are), appends; returns {1, lines, header},
-# {-4, lines} when stale.
+# lines, node, boot, fencing token ('' when unfenced), now. A fenced write first checks
+# the lease (its token still the lease's, not lapsed: else {-5}) and, holding it, takes
+# the session's lock from whoever had it. Then it takes (or confirms) the lock — refusing,
+# when it must take it, a session whose line count is not the expected one (-1: no
+# expectation) — repairs a torn tail ('torn' is how many bytes of the last chunk are
+# whole, -1 when all are), appends; returns {1, lines, header, owner taken over or ''},
+# {-2, owner} when locked, {-4, lines} when stale.
 _APPEND = (
-    LUA_NOW
+    _OWNERSHIP
+    + LUA_NOW
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local owner = redis.call('GET', KEYS[3])
-if ARGV[7] ~= '' then
+if ARGV[9] ~= '' then
   local lease = redis.call('HMGET', KEYS[4], 'fence', 'expires')
-  if lease[1] ~= ARGV[7] or tonumber(lease[2]) <= now_ms(ARGV[8]) then return {-5} end
+  if lease[1] ~= ARGV[9] or tonumber(lease[2]) <= now_ms(ARGV[10]) then return {-5} end
   if owner and owner ~= ARGV[1] then
     redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
     owner = ARGV[1]
   end
 end
-if owner and owner ~= ARGV[1] then return {-2} end
+if held_by_other(owner, ARGV[1], ARGV[7], ARGV[8]) then return {-2, owner} end
+local taken = ''
+if owner and owner ~= ARGV[1] then
+  taken = owner
+  owner = false
+end
 if not owner then
   local lines = tonumber(redis.call('HGET', KEYS[1], 'lines'))
   if ARGV[6] ~= '-1' and lines ~= tonumber(ARGV[6]) then return {-4, lines} end
@@ -135,19 +163,23 @@ if ARGV[3] ~= '' then
   redis.call('HINCRBY', KEYS[1], 'lines', ARGV[4])
   if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'title', ARGV[5]) end
 end
-return {1, tonumber(redis.call('HGET', KEYS[1], 'lines')), redis.call('HGET', KEYS[1], 'header')}
+return {1, tonumber(redis.call('HGET', KEYS[1], 'lines')), redis.call('HGET', KEYS[1], 'header'),
+  taken}
 """
 )
 
-# KEYS: hash, chunks, lock, index. ARGV: token, id.
-_DELETE = """
+# KEYS: hash, chunks, lock, index. ARGV: token, id, node, boot.
+_DELETE = (
+    _OWNERSHIP
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local owner = redis.call('GET', KEYS[3])
-if owner and owner ~= ARGV[1] then return -2 end
+if held_by_other(owner, ARGV[1], ARGV[3], ARGV[4]) then return -2 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[4], ARGV[2])
 return 1
 """
+)
 
 # KEYS: hash, lock. ARGV: token.
 _RELEASE = """
@@ -175,6 +207,21 @@ redis.call('HINCRBY', KEYS[1], 'lines', ARGV[2])
 redis.call('HSET', KEYS[1], 'torn', ARGV[3])
 return 1
 """
+
+
+def _translated(
+    method: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, T]]:
+    """The method, with a driver error (the server down, out of memory) as the store's own."""
+
+    @wraps(method)
+    async def call(self: RedisStore, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(self, *args, **kwargs)
+        except (RedisError, OSError) as exc:
+            raise self._unavailable(exc) from exc
+
+    return call
 
 
 class RedisStore:
@@ -206,7 +253,10 @@ class RedisStore:
         self._prefix = prefix
         self._ttl_ms = int(lock_ttl * 1000)
         self._poll = poll_interval
-        self._token = secrets.token_hex(12)
+        node = self._options.node
+        self._node = (node.node_id, node.boot) if node else ("", 0)
+        # The token names its owner, so a later boot of this node can tell its locks.
+        self._token = f"{node.owner}/{secrets.token_hex(6)}" if node else secrets.token_hex(12)
         self._held: set[str] = set()
         self._known: dict[str, int] = {}  # complete lines of each session as this store left it
         self._fences: dict[str, Fence] = {}
@@ -229,16 +279,27 @@ class RedisStore:
         try:
             await self._redis.ping()
         except (RedisError, OSError) as exc:
-            raise UnreachableError(
-                self._shown_url, redact_text(str(exc)) or type(exc).__name__
-            ) from None
+            raise self._unavailable(exc) from None
 
+    def where(self, session: str) -> str:
+        """Where the session is kept: the Redis URL (password redacted) and its hash key."""
+        return f"{self._shown_url} key {self._hash(session)}"
+
+    def _unavailable(self, exc: BaseException) -> UnavailableError:
+        """A driver error as the store's: unreachable when the connection failed."""
+        detail = redact_text(str(exc)) or type(exc).__name__
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+            return UnreachableError(self._shown_url, detail)
+        return UnavailableError(self._shown_url, detail)
+
+    @_translated
     async def create(self, header: Header) -> None:
         check_header(header)
         line = encode_header(header)[:-1]
         create = partial(self._create_raw, header.id, line, header, b"")
         await self._writes.run(header.id, "create:started", create)
 
+    @_translated
     async def append(self, session: str, entries: Sequence[Entry]) -> None:
         check_id(session)
         data = encode_batch(entries)
@@ -249,6 +310,7 @@ class RedisStore:
             session, "append:started", partial(self._append_now, session, data, title)
         )
 
+    @_translated
     async def load(self, session: str) -> Loaded:
         check_id(session)
         async with self._redis.pipeline(transaction=True) as pipe:
@@ -260,6 +322,7 @@ class RedisStore:
         data = b"".join([header, b"\n", *chunks])
         return decode_session(session, data, salvage=self._options.salvage)
 
+    @_translated
     async def list(self, query: Query | None = None) -> Page:
         query = query or Query()
         index = self._prefix + "index"
@@ -291,6 +354,7 @@ class RedisStore:
         headers = await self._headers(ids)
         return Page(sessions=[h for h in headers if h is not None], total=total)
 
+    @_translated
     async def delete(self, session: str) -> None:
         check_id(session)
         await self._writes.run(session, "delete:started", partial(self._delete_now, session))
@@ -310,6 +374,14 @@ class RedisStore:
                 await self._release(
                     keys=[self._hash(session), self._lock(session)], args=[self._token]
                 )
+        except (RedisError, OSError) as exc:
+            log.warning(
+                "the session store %s: %d locks not released (%s); they lapse within %g s",
+                self._shown_url,
+                len(self._held),
+                self._unavailable(exc).detail,
+                self._ttl_ms / 1000,
+            )
         finally:
             self._held.clear()
             self._known.clear()
@@ -319,17 +391,21 @@ class RedisStore:
 
     # -- KeyIndex
 
+    @_translated
     async def resolve(self, key: str) -> str | None:
         found = await self._redis.hget(self._prefix + "keys", key)
         return _text(found) if found is not None else None
 
+    @_translated
     async def point(self, key: str, session_id: str) -> None:
         check_id(session_id)
         await self._redis.hset(self._prefix + "keys", key, session_id)
 
+    @_translated
     async def unpoint(self, key: str) -> None:
         await self._redis.hdel(self._prefix + "keys", key)
 
+    @_translated
     async def keys(self) -> dict[str, str]:
         found = await self._redis.hgetall(self._prefix + "keys")
         return {_text(k): _text(v) for k, v in found.items()}
@@ -352,14 +428,17 @@ class RedisStore:
         else:
             self._fences[session] = fence
 
+    @_translated
     async def flush(self, session: str) -> None:
         check_id(session)
         await self._must_exist(session)
 
+    @_translated
     async def release(self, session: str) -> None:
         check_id(session)
         await self._writes.run(session, "release:started", partial(self._release_now, session))
 
+    @_translated
     async def acquire(self, session: str, holder: object) -> tuple[int, datetime]:
         check_id(session)
         self._leases.check(session, holder)
@@ -373,6 +452,7 @@ class RedisStore:
             created = ZERO_TIME
         return lines, created
 
+    @_translated
     async def yield_lease(self, session: str, holder: object) -> None:
         check_id(session)
         if self._leases.may_yield(session, holder):
@@ -390,16 +470,21 @@ class RedisStore:
             salvage=self._options.salvage,
             poll_interval=self._poll,
         )
-        async for entry in stream:
-            yield entry
+        try:
+            async for entry in stream:
+                yield entry
+        except (RedisError, OSError) as exc:
+            raise self._unavailable(exc) from exc
 
     # -- test hooks
 
+    @_translated
     async def inject(self, session: str, data: bytes) -> None:
         """Append raw bytes to a session, as a damaged disk or a crash leaves them."""
         check_id(session)
         await self._writes.run(session, "inject:started", partial(self._inject_now, session, data))
 
+    @_translated
     async def plant(self, session: str, data: bytes) -> None:
         """Store raw bytes as a whole session, header line included."""
         check_id(session)
@@ -419,7 +504,7 @@ class RedisStore:
 
     async def _delete_now(self, session: str) -> None:
         keys = [self._hash(session), self._chunks(session), self._lock(session), self._index]
-        result = await self._delete(keys=keys, args=[self._token, session])
+        result = await self._delete(keys=keys, args=[self._token, session, *self._node])
         self._check(session, int(result))
         self._held.discard(session)
         self._known.pop(session, None)
@@ -504,14 +589,24 @@ class RedisStore:
         fence = self._fences.get(session)
         keys = [self._hash(session), self._chunks(session), lock, fence.lease if fence else lock]
         expected = self._known.get(session, -1) if expect else -1
-        args: _Args = [self._token, self._ttl_ms, data, data.count(b"\n"), title, expected]
-        args += _fence_args(fence)
+        args: _Args = [
+            self._token,
+            self._ttl_ms,
+            data,
+            data.count(b"\n"),
+            title,
+            expected,
+            *self._node,
+            *_fence_args(fence),
+        ]
         result = await self._append(keys=keys, args=args)
         code = int(result[0])
         if code == _FENCED:
             assert fence is not None
             self._held.discard(session)
             raise FencedError(session, fence.lease.removeprefix(self._prefix), fence.token)
+        if code == _LOCKED:
+            raise LockedError(session, _holder(result[1]))
         if code == _STALE:
             raise StaleError(
                 session,
@@ -519,6 +614,12 @@ class RedisStore:
                 f"lines, this store left it at {expected}",
             )
         self._check(session, code)
+        if result[3]:
+            log.warning(
+                "session %s: took over the lock %s left (an earlier run of this node, gone)",
+                session,
+                _holder(result[3]),
+            )
         self._known[session] = int(result[1])
         self._mark_held(session)
         return int(result[1]), bytes(result[2])
@@ -542,8 +643,12 @@ class RedisStore:
                 still = await self._renew(
                     keys=[self._lock(s) for s in held], args=[self._token, self._ttl_ms]
                 )
-            except Exception:
-                log.exception("renewing %d session locks failed; retrying", len(held))
+            except (RedisError, OSError) as exc:
+                log.warning(
+                    "renewing %d session locks failed (%s); retrying",
+                    len(held),
+                    self._unavailable(exc).detail,
+                )
                 continue
             for session, ours in zip(held, still, strict=True):
                 if not ours:
@@ -608,6 +713,14 @@ def _fence_args(fence: Fence | None) -> _Args:
         return ["", ""]
     now = fence.clock()
     return [fence.token, "" if now is None else now]
+
+
+def _holder(owner: Any) -> str:
+    """Who a lock's owner token names, for a message: its node and boot, when it has them."""
+    parsed = parse_owner(_text(owner)) if owner else None
+    if parsed is None:
+        return "another store"
+    return f"node {parsed[0]} (boot {parsed[1]})"
 
 
 def _text(value: Any) -> str:

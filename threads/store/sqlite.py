@@ -17,7 +17,12 @@ SELECT: one snapshot, never part of a session.
 
 The writer lock is a row in ``locks`` naming the store and its process,
 taken with the first write and deleted on release; a row whose process is
-gone is taken over. ``fsync="on_flush"`` runs the database with
+gone is taken over. With a node identity (``StoreOptions.node``) the row's
+owner begins ``<node id>/<boot>/``, and a row an earlier boot of this node
+left is taken over whatever its pid says: in a container a restarted gateway
+often gets its predecessor's pid back (:mod:`threads.node`). A write the
+database cannot take now (disk full, an I/O error, locked past the busy
+timeout) raises :class:`UnavailableError`. ``fsync="on_flush"`` runs the database with
 ``synchronous=NORMAL`` and ``flush`` checkpoints the WAL.
 """
 
@@ -36,8 +41,15 @@ from typing import Any, TypeVar
 import aiosqlite
 import orjson
 
-from threads.errors import ExistsError, LockedError, NewerFormatError, NotFoundError
+from threads.errors import (
+    ExistsError,
+    LockedError,
+    NewerFormatError,
+    NotFoundError,
+    UnavailableError,
+)
 from threads.messages import WireError
+from threads.node import parse_owner
 from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
@@ -148,7 +160,10 @@ class SqliteStore:
         self._pause = pause
         self._options = options or StoreOptions()
         self._poll = poll_interval
-        self._owner = secrets.token_hex(8)
+        node = self._options.node
+        self._node = node
+        # The owner names its node and boot, so a later boot of this node can tell its rows.
+        self._owner = f"{node.owner}/{secrets.token_hex(6)}" if node else secrets.token_hex(8)
         self._committer = Committer(f"sqlite-writer:{os.path.basename(self._path)}")
         self._conn: sqlite3.Connection | None = None  # writer thread only
         self._txn: _Transaction | None = None
@@ -326,7 +341,14 @@ class SqliteStore:
             self._taking.clear()
             return result
 
-        return await self._committer.run(run)
+        try:
+            return await self._committer.run(run)
+        except sqlite3.OperationalError as exc:
+            raise UnavailableError(self._path, str(exc)) from exc
+
+    def where(self, session: str) -> str:
+        """Where the session is kept: the database file and the session's row."""
+        return f"{self._path} (session {session})"
 
     def _w_create(self, header: Header, line: bytes, conn: sqlite3.Connection) -> None:
         try:
@@ -474,8 +496,20 @@ class SqliteStore:
         row = conn.execute("SELECT owner, pid FROM locks WHERE session = ?", (session,)).fetchone()
         if row is None or row[0] == self._owner:
             return
-        if _alive(int(row[1])):
-            raise LockedError(session, "another store")
+        owner, pid = str(row[0]), int(row[1])
+        holder = parse_owner(owner)
+        if self._node is not None and self._node.left_by_earlier_boot(owner):
+            log.warning(
+                "session %s: took over the lock boot %d of this node left (that run is gone)",
+                session,
+                holder[1] if holder else 0,
+            )
+            return
+        if holder is not None and self._node is not None and holder[0] == self._node.node_id:
+            raise LockedError(session, f"another store of this process (boot {holder[1]})")
+        if _alive(pid):
+            named = f"node {holder[0]} (boot {holder[1]}, pid {pid})" if holder else f"pid {pid}"
+            raise LockedError(session, f"another store, {named}")
         log.warning("session %s: taking over the lock of a writer that is gone", session)
 
     def _repair(self, conn: sqlite3.Connection, session: str) -> None:

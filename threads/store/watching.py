@@ -18,7 +18,7 @@ from threads.errors import CorruptError, NewerFormatError, NoEntryError, NotFoun
 from threads.messages import WireError
 from threads.store.codec import decode_entry, decode_header
 from threads.store.entries import Entry
-from threads.store.lines import complete_end, entry_id_of
+from threads.store.lines import complete_end, entry_id_of, log_skipped
 
 ReadFrom = Callable[[int], Awaitable[tuple[Hashable, bytes, int]]]
 
@@ -82,16 +82,19 @@ async def tail(
                 try:
                     decode_header(line)
                 except NewerFormatError as exc:
-                    raise NewerFormatError(f"session {session}: {exc}") from None
+                    raise NewerFormatError(f"session {session}: {exc}", line=1) from None
                 except WireError as exc:
                     raise CorruptError(session, line_number, "", str(exc)) from None
                 continue
             try:
                 entry = decode_entry(line)
             except NewerFormatError as exc:
-                raise NewerFormatError(f"session {session} line {line_number}: {exc}") from None
+                raise NewerFormatError(
+                    f"session {session} line {line_number}: {exc}", line=line_number
+                ) from None
             except (WireError, ValueError, TypeError) as exc:
                 if salvage:
+                    log_skipped(session, line_number, line, exc)
                     continue
                 raise CorruptError(session, line_number, entry_id_of(line), str(exc)) from None
             if started:

@@ -7,6 +7,7 @@ against every backend (the ``backend`` fixture of conftest.py).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -91,6 +92,24 @@ async def test_salvage_skips_a_malformed_line_and_reports_it(backend: Backend) -
     assert salvaged.report is not None
     assert salvaged.report.skipped == (3,)
     assert salvaged.report.torn == 5
+
+
+async def test_salvage_logs_each_line_it_skips(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = backend.open(StoreOptions(salvage=True))
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("one")])
+    await store.inject(h.id, b'{"type":"message", broken\n')
+    await store.inject(h.id, b'{"type":"message","id":"e_badfield","parent":"","created":5}\n')
+    await store.append(h.id, [msg("four")])
+    with caplog.at_level(logging.WARNING, logger="threads.store.lines"):
+        await store.load(h.id)
+    skipped = [r.getMessage() for r in caplog.records if "salvage skipped" in r.getMessage()]
+    assert len(skipped) == 2
+    assert skipped[0].startswith(f"session {h.id}: salvage skipped line 3: ")
+    assert skipped[1].startswith(f"session {h.id}: salvage skipped line 4 (entry e_badfield): ")
 
 
 async def test_a_torn_tail_is_dropped_and_reported_as_its_line(store: Any) -> None:

@@ -1,0 +1,93 @@
+"""A Redis server of a test's own, on a free loopback port, that the test may stop and start.
+
+Outage tests must not touch the shared server on 6379. This one keeps its
+data in an append-only file fsynced on every write, so a SIGKILL and a start
+on the same port bring back everything it had acknowledged: a store outage,
+not a data loss. Without the ``redis-server`` binary the test is skipped —
+except in CI (``CI`` set), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+START_WITHIN = 20.0
+
+
+class PrivateRedis:
+    """One ``redis-server`` process at a time, always on the same port and data directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.port = _free_port()
+        self._proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self) -> None:
+        """Start the server (again) and return once it answers."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._proc = await asyncio.create_subprocess_exec(
+            "redis-server",
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.directory),
+            "--appendonly", "yes",
+            "--appendfsync", "always",
+            "--save", "",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        client = aioredis.Redis.from_url(self.url)
+        try:
+            async with asyncio.timeout(START_WITHIN):
+                while True:
+                    try:
+                        if await client.ping():
+                            return
+                    except (RedisError, OSError):
+                        pass
+                    if self._proc.returncode is not None:
+                        raise RuntimeError(f"redis-server exited with {self._proc.returncode}")
+                    await asyncio.sleep(0.02)  # polling for the server, with a deadline
+        finally:
+            await client.aclose()
+
+    async def kill(self) -> None:
+        """SIGKILL the server: every client call fails until :meth:`start`."""
+        if self._proc is None or self._proc.returncode is not None:
+            return
+        self._proc.send_signal(signal.SIGKILL)
+        await self._proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+async def private_redis(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed, and CI requires it")
+        pytest.skip("redis-server is not installed (set CI=1 to make this a failure)")
+    server = PrivateRedis(tmp_path / "redis")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.kill()
