@@ -41,6 +41,10 @@ class Inbound:
     The router's access check (:mod:`channels.access`) decides from these
     whether a group message starts a turn. ``agent`` names the agent the
     sender asked for (the API's ``model``); empty, the session's own runs.
+    ``press`` is the platform's id of a button press (an approval's Approve /
+    Always / Deny), which arrives as its command in ``text`` and is answered
+    with :meth:`AsksApproval.answer_press`; ``message_id`` is then the
+    message the button was under.
     """
 
     channel: str
@@ -56,6 +60,7 @@ class Inbound:
     mentioned: bool = False
     media: tuple[MediaRef, ...] = ()
     agent: str = ""
+    press: str = ""
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]
@@ -137,6 +142,36 @@ class Standby(Protocol):
 def leader_name(platform: str, token: str) -> str:
     """A bot's leader lease name: the platform and a digest of its token (never the token)."""
     return f"{platform}:{hashlib.sha256(token.encode()).hexdigest()[:16]}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalAsk:
+    """A question for a person: may this call run? Shown with Approve / Always / Deny.
+
+    ``text`` says what would run and why it asks (plain text, already
+    shortened); each button sends its command for ``request_id`` back
+    (:mod:`channels.approvals`).
+    """
+
+    request_id: str
+    text: str
+
+
+@runtime_checkable
+class AsksApproval(Protocol):
+    """A channel that shows approval questions with buttons, and answers their presses."""
+
+    async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:
+        """Post the question with its buttons in ``chat_id``; the message's id."""
+        ...
+
+    async def settle_approval(self, chat_id: str, message_id: str, text: str) -> None:
+        """Replace the question with how it was decided; its buttons go."""
+        ...
+
+    async def answer_press(self, inbound: Inbound, text: str) -> None:
+        """Answer a button press (``inbound.press``) to the person who pressed it."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,6 +6,13 @@ Each browser holds one chat (``web:<id>`` is its session key). The page sends
 stays open). Replies for a chat with no open socket wait in a short backlog
 and are sent when the chat reconnects.
 
+An approval question is ``{"type": "approval", "id", "text", "buttons"}``
+(each button ``[data, label]``); a press comes back as ``{"press": data}``
+and is handled as the command it stands for (:mod:`channels.approvals`).
+Once decided, ``{"type": "approval_settled", "id", "text"}`` replaces the
+question's buttons. A question for a chat with no open page is sent as text
+naming the commands instead.
+
 What keeps other people out (docs/decisions/web-01 to web-03):
 
 - The chat id is bound to a secret: the server signs it with an HMAC key kept
@@ -42,7 +49,8 @@ from urllib.parse import urlsplit
 import orjson
 from aiohttp import WSMsgType, hdrs, web
 
-from channels.base import Inbound, InboundHandler
+from channels.approvals import BUTTONS, button_data, commands_hint, press_command
+from channels.base import ApprovalAsk, Inbound, InboundHandler
 from channels.errors import ChannelError, InboundError
 from config.channels import HttpConfig, WebConfig
 from config.section import is_loopback, normal_origin, read_secret
@@ -303,11 +311,11 @@ class WebChannel:
                 if msg.type != WSMsgType.TEXT:
                     continue
                 try:
-                    text = _text_of(msg.data)
+                    text, press = _text_of(msg.data)
                 except InboundError as exc:
                     await ws.send_json({"type": "error", "error": str(exc)})
                     continue
-                refusal = await self._receive(chat_id, text)
+                refusal = await self._receive(chat_id, text, press)
                 if refusal:
                     await ws.send_json({"type": "error", "error": refusal})
         finally:
@@ -316,7 +324,7 @@ class WebChannel:
                 del self._sockets[chat_id]
         return ws
 
-    async def _receive(self, chat_id: str, text: str) -> str:
+    async def _receive(self, chat_id: str, text: str, press: str = "") -> str:
         """Hand the message on; "" when it was taken, else the line that tells why not."""
         if self._handler is None:
             return CLOSING
@@ -326,7 +334,9 @@ class WebChannel:
             chat_id=chat_id,
             user_id=chat_id,
             text=text,
-            message_id=str(self._counter),
+            # A press names its question, which the page knows by its request id.
+            message_id=press.rpartition(":")[2] if press else str(self._counter),
+            press=press,
         )
         try:
             await self._handler(inbound)
@@ -342,6 +352,28 @@ class WebChannel:
         for ws in sockets:
             await ws.send_json({"type": "reply", "text": message.text})
         return Delivery(delivered_to=f"web:{chat_id}")
+
+    async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:
+        """The question with its buttons on the open page; as text naming the commands if none is."""
+        sockets = list(self._sockets.get(chat_id, ()))
+        if not sockets:
+            hint = commands_hint(ask.request_id)
+            await self.deliver(chat_id, OutboundMessage(text=f"{ask.text}\n{hint}"))
+            return ask.request_id
+        buttons = [[button_data(choice, ask.request_id), label] for choice, label in BUTTONS]
+        question = {"type": "approval", "id": ask.request_id, "text": ask.text, "buttons": buttons}
+        for ws in sockets:
+            await ws.send_json(question)
+        return ask.request_id
+
+    async def settle_approval(self, chat_id: str, message_id: str, text: str) -> None:
+        """The question's buttons give way to how it was decided."""
+        for ws in list(self._sockets.get(chat_id, ())):
+            await ws.send_json({"type": "approval_settled", "id": message_id, "text": text})
+
+    async def answer_press(self, inbound: Inbound, text: str) -> None:
+        """The answer to a press, shown in the chat like any reply."""
+        await self.deliver(inbound.chat_id, OutboundMessage(text=text))
 
 
 def refusal_of(exc: Exception, chat: str) -> str:
@@ -474,14 +506,21 @@ def _same_origin(origin: str, host: str) -> bool:
         return False
 
 
-def _text_of(data: str) -> str:
+def _text_of(data: str) -> tuple[str, str]:
+    """A message's text, and the button data when it is a press (its text is the command)."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise InboundError('a web chat message must be JSON like {"text": "hi"}') from None
+    press = obj.get("press") if isinstance(obj, dict) else None
+    if isinstance(press, str):
+        command = press_command(press)
+        if command is None:
+            raise InboundError("that button does nothing any more")
+        return command, press
     text = obj.get("text") if isinstance(obj, dict) else None
     if not isinstance(text, str) or not text.strip():
         raise InboundError("the message has no 'text'")
     if len(text) > MAX_TEXT:
         raise InboundError(f"the message is {len(text)} characters; the limit is {MAX_TEXT}")
-    return text
+    return text, ""

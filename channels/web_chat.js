@@ -27,7 +27,37 @@ function connect() {
     if (m.type === 'hello') status.textContent = '· web:' + m.chat;
     else if (m.type === 'reply') add(m.text, 'bot');
     else if (m.type === 'error') add(m.error, 'err');
+    else if (m.type === 'approval') showApproval(m);
+    else if (m.type === 'approval_settled') settleApproval(m);
   };
+}
+
+// An approval question: its text, and one button per choice; a press sends the
+// button's data, and the server answers with how it was decided.
+function showApproval(m) {
+  const div = document.createElement('div');
+  div.className = 'msg bot approval';
+  div.dataset.approval = m.id;
+  const text = document.createElement('div');
+  text.textContent = m.text;
+  div.appendChild(text);
+  const row = document.createElement('div');
+  for (const [data, label] of m.buttons) {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.textContent = label;
+    button.onclick = () => ws.readyState === WebSocket.OPEN && ws.send(JSON.stringify({press: data}));
+    row.appendChild(button);
+  }
+  div.appendChild(row);
+  log.appendChild(div);
+  log.scrollTop = log.scrollHeight;
+}
+
+function settleApproval(m) {
+  for (const div of log.querySelectorAll('.approval')) {
+    if (div.dataset.approval === m.id) div.textContent = m.text;
+  }
 }
 
 form.onsubmit = (ev) => {

@@ -24,6 +24,8 @@ from config.redaction import redact_text
 
 ENV_PREFIX = "GATEWAY_"
 ENV_CONFIG_PATH = "GATEWAY_CONFIG"
+# Arms a fault point (threads/faults.py) for a crash test; not a setting.
+ENV_FAULT = "GATEWAY_FAULT"
 DEFAULT_FILE = Path("gateway.toml")
 _SECRET_NAMES = ("token", "api_key", "secret", "password")
 
@@ -59,7 +61,7 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
     """The nested dict the ``GATEWAY_*`` variables describe."""
     out: dict[str, Any] = {}
     for name, raw in env.items():
-        if not name.startswith(ENV_PREFIX) or name == ENV_CONFIG_PATH:
+        if not name.startswith(ENV_PREFIX) or name in (ENV_CONFIG_PATH, ENV_FAULT):
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__") if part]
         if not path:

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from config.approvals import ApprovalRule, ApprovalsConfig
 from config.channels import AdminConfig, ChannelsConfig, HttpConfig
 from config.paths import DEFAULT_SESSIONS_URL, place_store_paths
 from config.redaction import redact_url
@@ -136,6 +137,8 @@ class AgentConfig(Section):
     # Tools (patterns, as in tools) this agent runs without asking a person even
     # when they require approval.
     auto_approve: list[str] = Field(default_factory=list)
+    # This agent's approval rules, tried before [approvals] rules (config.approvals).
+    approval_rules: list[ApprovalRule] = Field(default_factory=list)
 
 
 class SubagentDefaults(Section):
@@ -319,6 +322,7 @@ class GatewayConfig(Section):
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)

@@ -88,8 +88,8 @@ class RunCommandConfig(_Section):
     # The environment variables passed through to the command (nothing else of
     # the gateway's environment, which holds its API keys, reaches it).
     env_passthrough: list[str] = Field(default_factory=lambda: ["PATH", "LANG", "LC_ALL", "TZ"])
-    # Until approvals exist, a tool that requires approval is refused unless the
-    # agent lists it in auto_approve; false lets every agent that has it run it.
+    # Each call waits for a person's approval (config.approvals) unless the agent
+    # lists it in auto_approve; false lets every agent that has it run it unasked.
     requires_approval: bool = True
 
 
@@ -139,8 +139,8 @@ class McpServerConfig(_Section):
     # How often a connected server is asked for its tools (its liveness, and
     # tools it added or removed); 0: never, a failed call still finds it gone.
     probe_seconds: float = Field(default=30.0, ge=0, le=86_400)
-    # Its tools need a person's approval (refused until approvals exist,
-    # unless an agent lists them in auto_approve).
+    # Each call of its tools waits for a person's approval (config.approvals),
+    # unless the agent lists them in auto_approve.
     requires_approval: bool = False
 
     @model_validator(mode="after")

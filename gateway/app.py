@@ -35,6 +35,7 @@ from cron import CronService, connect_store
 from cron.base import Clock
 from cron.errors import StoreError as CronStoreError
 from cron.manager_waker import ManagerWaker
+from gateway.approvals import ApprovalDesk
 from gateway.channel_setup import (
     build_discord,
     build_telegram,
@@ -51,9 +52,14 @@ from gateway.metrics import Metrics, TimedModels
 from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import Router, endpoint_of
 from gateway.scaleout import CRON, lead_bots, member_for, node_health, stand_by
+from threads import faults
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
 from threads.agent.tools import Tool, ToolRegistry
+from threads.approvals.gate import DurableApprovals
+from threads.approvals.grants import GrantBook
+from threads.approvals.service import ApprovalService
+from threads.clock import MonotonicClock, WallClock
 from threads.cluster.leases import LeaseClock, server_time
 from threads.cluster.member import Member
 from threads.cluster.owner import ManagerOwner
@@ -77,7 +83,6 @@ from threads.store import check_reachable, open_store
 from threads.store.base import SessionStore, StoreOptions
 from threads.supervision import Supervisor
 from threads.tools import builtin_tools
-from threads.tools.approval import ConfigApprovals
 from threads.tools.images import ORIGIN as TOOL_MEDIA
 from threads.tools.images import ImageStore
 
@@ -110,8 +115,8 @@ def default_tools(config: GatewayConfig) -> list[Tool[Any]]:
 class Gateway:
     """The whole gateway: store, threads, channels and control, with one lifetime.
 
-    ``cron_clock`` is where cron takes its time from: the wall clock unless a
-    test brings a clock of its own.
+    ``cron_clock`` is where cron takes its time from, ``approval_clock`` what
+    approval requests lapse on: the wall clock unless a test brings its own.
     """
 
     def __init__(
@@ -125,6 +130,7 @@ class Gateway:
         control: bool = True,
         cron_clock: Clock | None = None,
         lease_clock: LeaseClock = server_time,
+        approval_clock: WallClock | None = None,
     ) -> None:
         self.config = config
         self._model_clients = dict(model_clients or {})
@@ -135,6 +141,7 @@ class Gateway:
         self._cron_clock = cron_clock
         self._lease_clock = lease_clock
         self.member: Member | None = None
+        self._approval_clock = approval_clock or MonotonicClock()
         self._lifetimes = Lifetimes()
         self.channels: dict[str, Channel] = {}
         self.cli: CliChannel | None = None
@@ -154,6 +161,8 @@ class Gateway:
         self.pairing: PairingService | None = None
         self.access: dict[str, Access] = {}
         self.mcp: McpHub | None = None
+        self.state: StateStore | None = None
+        self.approvals: ApprovalService | None = None
         self.node: NodeIdentity | None = None
 
     @property
@@ -192,6 +201,10 @@ class Gateway:
 
     async def _start(self) -> None:
         config = self.config
+        if faults.problem():
+            raise StartupError(faults.problem())
+        if faults.armed():
+            log.warning("fault point %s is armed: this process kills itself there", faults.armed())
         self._prepare_directories()
         self.node = self._claim_node()
         if self._given_store is not None:
@@ -220,10 +233,11 @@ class Gateway:
             models = Models(config.models, clients=self._model_clients)
         self._lifetimes.push("model clients", models.close)
         check_models(config, models)
+        grants = GrantBook(await self._open_state())
         tools = ToolRegistry(
             [*default_tools(config), *self._extra_tools],
             default_timeout=config.threads.tool_timeout_seconds,
-            approvals=ConfigApprovals(config),
+            approvals=DurableApprovals(config, clock=self._approval_clock, grants=grants),
         )
         self.media = Media()
         agent = AgentLoop(
@@ -243,6 +257,9 @@ class Gateway:
             cluster=self.member,
         )
         agent.services = self._manager
+        self.approvals = ApprovalService(self._manager, clock=self._approval_clock, grants=grants)
+        self._lifetimes.push("approvals", self.approvals.close)
+        self._manager.health_sources["approvals"] = self.approvals.health
         self.send_policy = policy = SendPolicy(self._manager)
         self._manager.health_sources["node"] = lambda: node_health(self.node, self.member)
         if self.member is not None:
@@ -282,6 +299,7 @@ class Gateway:
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
         self._router.commands["/compact"] = compact_command(self._manager, agent.compact_session)
+        self._router.commands.update(ApprovalDesk(self, self.approvals).commands())
         await self._start_http()
         bots = stand_by(self.channels) if self.member is not None else []
         for channel in self.channels.values():
@@ -306,6 +324,7 @@ class Gateway:
         if self.member is not None:
             self._lifetimes.push("cluster inbox", self.member.stop_reading)
             await lead_bots(self.member, bots)
+        await self.approvals.start()
         # Closing, channels stop taking messages first; they deliver while turns finish.
         self._lifetimes.push("channel input", self._stop_receiving)
         Supervisor(self._manager).start()
@@ -316,6 +335,16 @@ class Gateway:
         if self.pairing is not None:
             # Approvals and denials made while no gateway ran are told now.
             self._manager.spawn(self.pairing.deliver_notices(), name="pairing notices")
+
+    async def _open_state(self) -> StateStore:
+        """The state store: grants, pairing (cron keeps its own connection)."""
+        try:
+            state: StateStore = await open_state_store(self.config.state_store_url())
+        except StateStoreError as exc:
+            raise StartupError(f"{self._state_setting()}: {exc}") from None
+        self._lifetimes.push("state store", state.close)
+        self.state = state
+        return state
 
     def _claim_node(self) -> NodeIdentity:
         """This process's node identity, held until the gateway closes (one process per node).
@@ -346,11 +375,7 @@ class Gateway:
         sections = self.config.channels.access_sections()
         if not sections:
             return
-        try:
-            state: StateStore = await open_state_store(self.config.state_store_url())
-        except StateStoreError as exc:
-            raise StartupError(f"{self._state_setting()}: {exc}") from None
-        self._lifetimes.push("state store", state.close)
+        state = self.state or await self._open_state()
         self.pairing = pairing = PairingService(state, sections, notify=self._tell_user)
         await pairing.start()
         self._lifetimes.push("pairing", pairing.close)

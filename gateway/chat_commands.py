@@ -72,6 +72,12 @@ def status_text(key: SessionKey, info: dict[str, Any], model: str) -> str:
         if info.get("thread_current_tool"):
             now += f", using the tool {info['thread_current_tool']}"
         lines.append(now + ".")
+    elif info.get("thread_awaiting_approval"):
+        for request in info["thread_awaiting_approval"]:
+            lines.append(
+                f"Right now: waiting for approval to run {request['tool']} "
+                f"(/approve {request['id']} or /deny {request['id']})."
+            )
     else:
         lines.append("Right now: nothing is running.")
     if waiting:

@@ -10,6 +10,7 @@
     gateway cron …         operate scheduled jobs (see ``gateway cron --help``)
     gateway sessions …     list sessions, read transcripts, set a send policy
     gateway pairing …      approve, deny and revoke who may message the bot directly
+    gateway approvals …    tool calls waiting for a person: list, approve, deny; grants
 
 Every command takes ``--config PATH`` (else ``GATEWAY_CONFIG``, else
 ``./gateway.toml`` when present, else the embedded defaults). Exit codes: 0
@@ -32,6 +33,7 @@ import typer
 
 from config import GatewayConfig
 from gateway import config_cli, nodes_cli, ops_cli
+from gateway.approvals_cli import app as approvals_app
 from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
@@ -266,6 +268,7 @@ nodes_cli.register(app)
 app.add_typer(cron_app, name="cron")
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(pairing_app, name="pairing")
+app.add_typer(approvals_app, name="approvals")
 
 
 def main() -> None:

@@ -22,6 +22,11 @@ an optional ``id`` echoed in the answer:
   node with its leases and keys (``"cluster"``, null for a gateway on its own)
 * ``drain`` — this node leads nothing from now on and stops, handing its keys
   over; answers what it held (``node``, ``keys``, ``leads``) before it stops
+* ``approvals_list`` — the tool calls waiting for a decision (``{"requests": […]}``)
+* ``approvals_decide`` ``{"request", "approve", "always", "reason", "who"}`` — decides
+  one as the operator ``who`` (through the ``cli`` door); answers how it was decided
+* ``approvals_grants`` ``{"key"?}`` — the standing approvals ``/always`` minted
+* ``approvals_revoke`` ``{"grant"}`` — ends one; answers it
 
 Errors come back as ``{"ok": false, "error": "…"}``.
 """
@@ -43,6 +48,7 @@ from channels.pairing import PairingService, listing_json, outcome_json
 from gateway.errors import ControlError, GatewayGoneError
 from gateway.preflight import another_gateway
 from gateway.scaleout import node_health
+from threads.approvals.service import ApprovalService, Decider
 from threads.errors import ThreadsError
 
 if TYPE_CHECKING:
@@ -91,6 +97,10 @@ class ControlServer:
             "pairing_revoke": self._pairing_revoke,
             "nodes": self._nodes,
             "drain": self._drain,
+            "approvals_list": self._approvals_list,
+            "approvals_decide": self._approvals_decide,
+            "approvals_grants": self._approvals_grants,
+            "approvals_revoke": self._approvals_revoke,
         }
 
     async def start(self) -> None:
@@ -278,6 +288,42 @@ class ControlServer:
         # Answered first: the stop that follows closes this socket.
         asyncio.get_running_loop().call_soon(gateway.spawn_drain)
         return {"ok": True, "node": member.node, "keys": held["keys_owned"], "leads": held["leads"]}
+
+    def _approvals(self) -> ApprovalService:
+        service = self.gateway.approvals
+        if service is None:
+            raise LookupError("the gateway has not started its approvals")
+        return service
+
+    async def _approvals_list(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        return {"ok": True, "requests": [w.wire() for w in await self._approvals().waiting()]}
+
+    async def _approvals_decide(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        settled = await self._approvals().decide(
+            str(request["request"]),
+            approve=bool(request.get("approve")),
+            always=bool(request.get("always")),
+            reason=str(request.get("reason") or ""),
+            decider=Decider(channel="cli", name=str(request.get("who") or "")),
+        )
+        return {"ok": True, "decision": settled.wire()}
+
+    async def _approvals_grants(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        key = request.get("key")
+        grants = await self._approvals().grants_of(str(key) if key else None)
+        return {"ok": True, "grants": [g.wire() for g in grants]}
+
+    async def _approvals_revoke(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        grant = await self._approvals().revoke(str(request["grant"]))
+        return {"ok": True, "grant": grant.wire()}
 
 
 async def _alive(path: Path) -> bool:

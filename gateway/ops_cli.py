@@ -207,12 +207,14 @@ def session_lines(info: dict[str, Any]) -> list[str]:
             state += f", {info.get('thread_iterations', 0)} model calls so far"
             if info.get("thread_current_tool"):
                 state += f", in tool {info['thread_current_tool']}"
+        for request in info.get("thread_awaiting_approval", []):
+            state += f", waiting for approval of {request['tool']} ({request['id']})"
         lines.append(f"  state           {state}")
         lines.append(f"  waiting         {info.get('thread_pending', 0)} message(s)")
     known = {
         "session_key", "exists", "session_id", "agent", "message_count", "turn_count",
         "size_bytes", "last_modified", "thread_active", "thread_state", "thread_elapsed_sec",
-        "thread_iterations", "thread_current_tool", "thread_pending",
+        "thread_iterations", "thread_current_tool", "thread_pending", "thread_awaiting_approval",
     }  # fmt: skip
     lines += [f"  {name:<15} {_value(value)}" for name, value in info.items() if name not in known]
     return lines
@@ -230,6 +232,7 @@ def health_lines(info: dict[str, Any]) -> list[str]:
         "cron": _cron_section,
         "channels": _channels_section,
         "mcp": _mcp_section,
+        "approvals": _approvals_section,
         "process": _process_section,
     }
     for name, render in renderers.items():
@@ -266,6 +269,8 @@ def _threads_section(info: dict[str, Any]) -> list[str]:
         )
         if thread.get("current_tool"):
             line += f"  in tool {thread['current_tool']}"
+        for request in thread.get("awaiting_approval", []):
+            line += f"  awaiting approval of {request['tool']} ({request['id']})"
         detail = [f"session {thread.get('session_id', '?')}"]
         if thread.get("run_id"):
             detail.append(f"run {thread['run_id']}")
@@ -280,6 +285,17 @@ def _threads_section(info: dict[str, Any]) -> list[str]:
         "max_concurrent_turns",
     }
     lines += [f"  {name}: {_value(figures[name])}" for name in sorted(extra)]
+    return lines
+
+
+def _approvals_section(info: dict[str, Any]) -> list[str]:
+    approvals = info["approvals"]
+    lines = [f"approvals: {approvals.get('pending', 0)} waiting for a decision"]
+    for request in approvals.get("requests", []):
+        line = f"  {request['id']}  {request['tool']} in {request['session_key']}"
+        if request.get("expiry"):
+            line += f", denied if undecided by {_when(request['expiry'])}"
+        lines.append(line)
     return lines
 
 

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from channels.access import Access, ContextLine, with_context
-from channels.base import Answers, Channel, ChannelSink, Follows, Inbound
+from channels.base import Answers, AsksApproval, Channel, ChannelSink, Follows, Inbound
 from gateway.chat_commands import COMMAND_WORD, COMMANDS, help_text, status_text, unknown_text
 from threads.errors import NoTurnRunningError, ThreadNotLoadedError
 from threads.keys import SessionKey, base_channel
@@ -162,7 +162,11 @@ class Router:
             channel.follow(inbound.chat_id, turn)
 
     async def reply(self, inbound: Inbound, text: str) -> None:
+        """Answer a message in its chat; a button press, to the person who pressed it."""
         channel = self.channels[inbound.channel]
+        if inbound.press and isinstance(channel, AsksApproval):
+            await channel.answer_press(inbound, text)
+            return
         await channel.deliver(
             inbound.chat_id, OutboundMessage(text=text, reply_to=inbound.message_id)
         )

@@ -1,4 +1,4 @@
-"""Where a session's ``collect`` debounce takes its time from.
+"""Where a session's ``collect`` debounce and approval expiry take their time from.
 
 A collected batch starts its turn once no message has arrived for the
 window. The session stamps arrivals with :meth:`Clock.monotonic` and waits
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Protocol
 
 
@@ -31,11 +32,24 @@ class Clock(Protocol):
         ...
 
 
+class WallClock(Protocol):
+    """The time of day (UTC), and timers: what approval requests lapse on."""
+
+    def now(self) -> datetime: ...
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        """Call ``callback`` on the running event loop ``delay`` seconds from now."""
+        ...
+
+
 class MonotonicClock:
-    """The real monotonic time; timers on the running event loop."""
+    """The real time: monotonic seconds, the UTC time of day, timers on the running loop."""
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         return asyncio.get_running_loop().call_later(delay, callback)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from threads.agent.tools import ToolContext, ToolOutput, json_text, tool
 from threads.errors import ExchangeRefusedError, InvalidKeyError
+from threads.faults import fault
 from threads.keys import TASK_ID, USER_CHANNELS, SessionKey, base_channel, endpoint_key
 from threads.sessions import access
 from threads.sessions.catalog import Catalog
@@ -379,6 +380,7 @@ async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]
         try:
             if item.sink is not None:
                 result = await item.sink.deliver(OutboundMessage(text=send.body))
+                fault("after_delivery_before_record")
                 entry["delivered_to"] = result.delivered_to
                 if result.blocked:
                     entry["blocked"] = result.blocked

@@ -14,6 +14,10 @@ a time, through the gate the session's owner gives it (the manager's cap on
 concurrent turns). When input waits, the next turn's prompt is written in the
 same append as the end of the turn before it: one durable write, not two.
 
+A run that stops at calls waiting for a person ends ``parked``: the turn
+entry, the approval requests and their audit land in one append, and input
+waits behind the boundary until its resume has run (:mod:`threads.approvals`).
+
 A write of accepted work the store cannot take (:class:`UnavailableError`) is
 not given up: a prompt stays at the head of the queue, a step or a turn end
 stays with its run, and each is tried again with the outage's backoff until
@@ -32,7 +36,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from threads.approvals.boundary import park_entries, resume_ended
+from threads.approvals.door import ApprovalDoor
 from threads.errors import BusyError, ClosedError, NotRunError, UnavailableError
+from threads.faults import fault
 from threads.ids import new_entry_id
 from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
 from threads.messages import JSON, Message
@@ -88,6 +95,15 @@ class TurnDriver:
         self._closing = False
         self._stop_queue = False
         self._inbox = Inbox(session, tree=tree, chain=chain, write=write, options=options)
+        self.approvals = ApprovalDoor(
+            session,
+            tree=tree,
+            lock=lock,
+            chain=chain,
+            write=write,
+            kick=self._kick,
+            mint_run_id=self._inbox.mint_run_id,
+        )
         self._running: _Active | None = None
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
@@ -105,11 +121,11 @@ class TurnDriver:
 
     @property
     def state(self) -> SessionState:
-        """``running`` while a run executes; ``pending`` while input waits; else ``idle``."""
+        """``running`` while a run executes; ``pending`` while input or a decision waits."""
         active = self._running
         if active is not None and active.begun:
             return "running"
-        if active is not None or self._inbox.has_input():
+        if active is not None or self._inbox.has_input() or self.approvals.awaiting:
             return "pending"
         return "idle"
 
@@ -150,12 +166,16 @@ class TurnDriver:
                 raise ClosedError(self._session.id)
             await self._inbox.settle_unfinished()
             wake = dict(wake or {})
-            if self._running is None and self._inbox.head is None and policy is not Policy.COLLECT:
+            parked = self.approvals.awaiting
+            idle = self._running is None and self._inbox.head is None and not parked
+            if idle and policy is not Policy.COLLECT:
                 turn = await self._inbox.start_now(message, policy, payload, wake)
                 self._kick()
                 return turn
             if policy is Policy.REJECT:
-                raise BusyError(self._session.id)
+                raise BusyError(
+                    self._session.id, "send (an approval is pending)" if parked else "send"
+                )
             if self._inbox.pending_count() >= self._options.max_queue:
                 raise BusyError(
                     self._session.id,
@@ -164,12 +184,15 @@ class TurnDriver:
             target = self._steer_target()
             if policy is Policy.STEER and target is not None:
                 return await self._inbox.accept_steer(message, payload, wake, injected, target)
-            interrupts = policy in (Policy.INTERRUPT, Policy.ROLLBACK) and target is not None
+            interrupting = policy in (Policy.INTERRUPT, Policy.ROLLBACK)
+            interrupts = interrupting and target is not None
             turn = await self._inbox.accept_send(message, policy, payload, wake, ahead=interrupts)
             if interrupts:
                 self._cancel_running(
                     "interrupted by a newer message", rollback=policy is Policy.ROLLBACK
                 )
+            elif interrupting and parked:
+                await self.approvals.close_locked("interrupted by a newer message", via="interrupt")
             if policy is Policy.COLLECT:
                 self._arrival.set()
             self._kick()
@@ -284,7 +307,8 @@ class TurnDriver:
     # -- the driver task: runs queued turns one at a time
 
     def _kick(self) -> None:
-        if self._task is None and self._inbox.head is not None and not self._stop_queue:
+        waiting = self._inbox.head is not None or self.approvals.resume_owed()
+        if self._task is None and waiting and not self._stop_queue:
             self._idle.clear()
             self._task = asyncio.create_task(self._drive(), name=f"session {self._session.id}")
 
@@ -305,6 +329,15 @@ class TurnDriver:
         while True:
             held = False
             async with self._lock:
+                if self.approvals.awaiting:
+                    # A boundary holds the session: its resume runs first, once decided.
+                    if self.approvals.resume_owed() and not self._stop_queue:
+                        active = await self._start_resume()
+                        if active is not None:
+                            return active
+                    self._task = None
+                    self._idle.set()
+                    return None
                 head = self._inbox.head
                 if head is None or (self._stop_queue and not head.started):
                     self._task = None
@@ -393,12 +426,22 @@ class TurnDriver:
         self._running = active
         return active
 
+    async def _start_resume(self) -> _Active | None:
+        """The armed resume's run, its ``started`` audit written (lock held); None if not."""
+        run = await self.approvals.start_resume(self._options.load_payload)
+        if run is None:
+            return None
+        run.bind(self._flush_run, self._drain_run)
+        self._running = active = _Active(run=run, pendings=[], prompt_id="")
+        return active
+
     async def _execute(self, active: _Active) -> None:
         run = active.run
         result: RunResult | None = None
         try:
             async with self._options.gate():
                 if not active.cancel_reason:
+                    fault("after_prompt_write")
                     active.begun = True
                     run.started = time.monotonic()
                     run.emit(RunStart(run_id=run.run_id))
@@ -430,12 +473,15 @@ class TurnDriver:
         outcome = Outcome.CANCELED if canceled else Outcome.ANSWERED
         if result.stop_reason == "error":
             outcome = Outcome.FAILED
+        parked = result.parked if not canceled else ()
+        if parked:
+            outcome = Outcome.PARKED
         async with self._lock:
             ending = self._ending(active, result, canceled=canceled)
         deferred: list[Deferral] = []
         try:
             deferred = await self._until_written(
-                partial(self._end, ending), f"the end of turn {run.run_id}"
+                partial(self._end, ending, parked=bool(parked)), f"the end of turn {run.run_id}"
             )
         except Exception as exc:
             log.exception(
@@ -448,6 +494,10 @@ class TurnDriver:
             self.end_unwritten = True
             self._running = None
         run.emit(RunFinish(result=result))
+        if outcome is Outcome.PARKED:
+            self.approvals.parked(run.payload, ending, self._options.on_park)
+        if not active.pendings:
+            run.turn.finish(outcome, result)  # a resume's turn
         for pending in active.pendings:
             pending.turn.finish(outcome, result)
         for old, new in deferred:
@@ -455,31 +505,42 @@ class TurnDriver:
             old.turn.finish(Outcome.DEFERRED)
 
     def _ending(self, active: _Active, result: RunResult, *, canceled: bool) -> list[Entry]:
-        """The run's last messages and its turn entry (lock held): built once, written until landed."""
+        """The run's last messages and its turn entry (lock held): built once, written until landed.
+
+        A parked run's waiting calls stay without a result; its approval
+        requests and their audit ride with the turn entry.
+        """
         run = active.run
+        parked = result.parked if not canceled else ()
         messages, run.staged = run.staged, []
-        messages += interruption_results(still_open(self._tree.open_calls(), messages))
+        unanswered = still_open(self._tree.open_calls(), messages)
+        for p in parked:
+            unanswered.pop(p.call.id, None)
+        messages += interruption_results(unanswered)
         entries, leaf = _linked(self._tree.leaf, messages)
-        entries.append(
-            TurnEntry(
-                id=new_entry_id(),
-                parent=leaf,
-                run_id=run.run_id,
-                stop_reason=result.stop_reason,
-                usage=result.usage,
-                steps=result.steps,
-                err=result.error,
-                canceled=canceled,
-                policy=run.policy.value,
-                last_input=result.last_input,
-            )
+        turn_entry = TurnEntry(
+            id=new_entry_id(),
+            parent=leaf,
+            run_id=run.run_id,
+            stop_reason=result.stop_reason,
+            usage=result.usage,
+            steps=result.steps,
+            err=result.error,
+            canceled=canceled,
+            policy=run.policy.value,
+            last_input=result.last_input,
+            pending=tuple(p.call for p in parked),
         )
+        entries.append(turn_entry)
+        entries.extend(park_entries(parked, run.run_id))
+        if run.resumption:
+            entries.append(resume_ended(turn_entry))
         if active.rollback:
             prompt = self._tree.by_id.get(active.prompt_id)
             entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
         return entries
 
-    async def _end(self, ending: list[Entry]) -> list[Deferral]:
+    async def _end(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
         """Write the turn's end with the steers it leaves and the next prompt.
 
         Steers no run drained become deferrals; when input waits, the next
@@ -487,13 +548,14 @@ class TurnDriver:
         failure nothing of it is kept in memory and the steers are put back.
         """
         async with self._lock:
-            return await self._end_locked(ending)
+            return await self._end_locked(ending, parked=parked)
 
-    async def _end_locked(self, ending: list[Entry]) -> list[Deferral]:
+    async def _end_locked(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
         steers = self._inbox.take_steers()
         deferred = self._inbox.plan_deferrals(steers)
         linked = self._chain(*ending, *deferral_receipts(deferred))
-        upcoming = self._upcoming(deferred)
+        # A parked turn holds the session: nothing starts until its boundary resolves.
+        upcoming = None if parked else self._upcoming(deferred)
         if upcoming is not None:
             last = linked[-1]
             linked.append(
@@ -510,6 +572,7 @@ class TurnDriver:
         except BaseException:
             self._inbox.return_steers(steers)
             raise
+        fault("after_turn_end")
         if upcoming is not None:
             upcoming.started = True
         self._inbox.queue_deferred(deferred)

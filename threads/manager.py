@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -52,11 +52,11 @@ from threads.outage import StoreOutage
 from threads.quarantine import UNREADABLE, Quarantine
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
-from threads.session import Session, SessionOptions
+from threads.session import ParkListener, Session, SessionOptions
 from threads.session_sink import SessionSink
 from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
 from threads.store.base import Fence, Loaded, SessionStore, location
-from threads.store.entries import MessageEntry, ParentRef
+from threads.store.entries import ApprovalRequestEntry, MessageEntry, ParentRef
 from threads.turns import Agent, Run, Turn
 from threads.wake import (
     Accepted,
@@ -130,6 +130,8 @@ class ThreadManager:
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
+        # Told of every approval request a turn parks on, once durable (the approvals service).
+        self.park_listeners: list[ParkListener] = []
         self.chains = Chains(config.threads.max_exchange_depth, record=self.recovery.record_stopped)
         self.budget = Budget(config.threads.budget)
 
@@ -432,7 +434,12 @@ class ThreadManager:
             resume=self._resume,
             outage=self.outage,
             on_held=self._held,
+            on_park=self._parked,
         )
+
+    def _parked(self, session: Session, requests: Sequence[ApprovalRequestEntry]) -> None:
+        for listener in self.park_listeners:
+            listener(session, requests)
 
     @contextlib.asynccontextmanager
     async def _turn_gate(self) -> AsyncIterator[None]:

@@ -30,8 +30,9 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
     ``exists`` and ``thread_active`` tell them apart; a stored session adds
     its message count, size, last modification and agent; a loaded thread
     adds ``thread_state`` (running, pending or idle), its iterations,
-    current tool and elapsed seconds. A session that cannot be read adds
-    ``quarantined``: where it is kept, the line and why.
+    current tool and elapsed seconds, and the approval requests it waits on
+    (``thread_awaiting_approval``, when there are any). A session that cannot
+    be read adds ``quarantined``: where it is kept, the line and why.
     """
     thread = manager.thread(key)
     out: dict[str, Any] = {"session_key": str(key), "exists": False, "thread_active": False}
@@ -76,6 +77,8 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
             thread_current_tool=snap["current_tool"],
             thread_elapsed_sec=snap["elapsed_sec"],
         )
+        if snap.get("awaiting_approval"):
+            out["thread_awaiting_approval"] = snap["awaiting_approval"]
     return out
 
 

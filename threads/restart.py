@@ -3,7 +3,8 @@
 The keys come from the recovery log (:mod:`threads.recovery`). Each session
 with unsettled input is loaded and continued: a turn a crash cut short is
 recorded as canceled and resumed, accepted wakes run in acceptance order,
-each once.
+each once. A session with a call waiting for approval is loaded too: its
+request is listed again, and a decided one whose resume never ran resumes.
 
 One session never stops the start: a session that cannot be read is set
 aside (:mod:`threads.quarantine`); one another live process holds, or that
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from threads.approvals.boundary import has_boundary
 from threads.errors import (
     LockedError,
     NotFoundError,
@@ -62,7 +64,7 @@ async def continue_key(manager: ThreadManager, key: SessionKey) -> None:
     if session_id is None:
         return
     loaded = await manager.load_stored(key, session_id)
-    if not has_unsettled(loaded.entries):
+    if not has_unsettled(loaded.entries) and not has_boundary(loaded):
         return
     thread = await manager.open_thread(key, loaded=loaded)
     if thread is not None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import tzinfo
 from typing import Any
 
+from threads.faults import fault
 from threads.keys import SessionKey
 from threads.messages import Message
 from threads.session import Session, SessionState
@@ -84,6 +85,7 @@ class Thread:
             )
         finally:
             self._accepting -= 1
+        fault("after_accept")
         self.touch()
         if self._on_turn is not None:
             self._on_turn(self, wake, turn)
@@ -108,7 +110,11 @@ class Thread:
         return self._accepting == 0 and self.session.state == "idle"
 
     def snapshot(self) -> dict[str, Any]:
-        """The thread's live state, as ``check_session`` and ``health`` report it."""
+        """The thread's live state, as ``check_session`` and ``health`` report it.
+
+        A thread held by an approval boundary is ``pending`` and lists the
+        requests waiting for a decision under ``awaiting_approval``.
+        """
         run = self.session.running
         out: dict[str, Any] = {
             "session_key": str(self.key),
@@ -122,6 +128,11 @@ class Thread:
             "current_tool": "",
             "elapsed_sec": 0.0,
         }
+        if self.session.approvals.awaiting:
+            out["awaiting_approval"] = [
+                {"id": r.id, "tool": r.tool, "since": r.created.isoformat()}
+                for r in self.session.approvals.pending()
+            ]
         if run is not None:
             out["iterations"] = run.steps
             out["current_tool"] = run.current_tool

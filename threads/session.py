@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from threads.approvals.door import ApprovalDoor
 from threads.clock import Clock, MonotonicClock
 from threads.driver import TurnDriver
 from threads.errors import (
@@ -37,6 +38,7 @@ from threads.messages import JSON, Message, Usage
 from threads.outage import StoreOutage
 from threads.store.base import Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
+    ApprovalRequestEntry,
     BranchSummaryEntry,
     CompactionEntry,
     CustomEntry,
@@ -59,6 +61,7 @@ from threads.turns import Agent, Policy, Run, Turn
 Gate = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 PayloadLoader = Callable[[Mapping[str, JSON]], Any]
 Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, JSON]] | None"]
+ParkListener = Callable[["Session", Sequence[ApprovalRequestEntry]], None]
 SessionState = Literal["running", "pending", "idle"]
 Injected = Message | Callable[[], Message]
 HeldNotice = Callable[["Session", list[Any]], None]
@@ -84,7 +87,8 @@ class SessionOptions:
     ``resume`` makes the follow-up of a turn a dead writer left running.
     ``outage`` paces the retries of writes the store could not take (shared
     by a manager's sessions); ``on_held`` is told the payloads of accepted
-    input whose turn waits for the store, once per input.
+    input whose turn waits for the store, once per input; ``on_park`` hears
+    of the approval requests a turn parked on, once durable.
     """
 
     gate: Gate = _no_gate
@@ -95,6 +99,7 @@ class SessionOptions:
     resume: Resumer | None = None
     outage: StoreOutage = field(default_factory=StoreOutage)
     on_held: HeldNotice | None = None
+    on_park: ParkListener | None = None
 
 
 class Session:
@@ -280,6 +285,11 @@ class Session:
     @property
     def busy(self) -> bool:
         return self._driver.busy
+
+    @property
+    def approvals(self) -> ApprovalDoor:
+        """The open approval boundary, its pending requests and the door decisions come through."""
+        return self._driver.approvals
 
     # -- writing
 

@@ -7,7 +7,8 @@ deeper are refused everywhere, the turns of theirs running in other sessions
 end at once, and their queued wakes are dropped (each with a ``dropped``
 receipt, so a restart does not run them). A chat user's turn ends at once;
 a child's turn winds down at its next step boundary, the soft stop of seed
-000. A user's own messages stay queued unless ``drain`` says to drop them too.
+000; a call waiting for approval is denied (the agent reads why) and runs
+nothing. A user's own messages stay queued unless ``drain`` says to drop them too.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ async def stop_key(
     for payload in waiting:
         if not _is_user(payload):
             _cut(cuts, payload)
-    if active is None and not cuts and not (drain and waiting):
+    parked = session.approvals.awaiting
+    if active is None and not cuts and not (drain and waiting) and not parked:
         raise NoTurnRunningError(key, thread.state)
     reason = "stopped by the user" if by_user else BY_OPERATOR
     for chain, depth in cuts.items():
@@ -121,6 +123,9 @@ async def stop_key(
     ended_keys: list[str] = list(report.ended)
     winding: list[str] = []
     run = session.running
+    if parked and await session.approvals.close(reason, via="stop"):
+        # A call waiting for approval is the turn: a stop denies it, and nothing runs for it.
+        ended_keys.insert(0, str(key))
     if active is not None:
         if not key.is_user_facing and run is not None and session.request_stop():
             winding.append(str(key))
@@ -156,6 +161,10 @@ async def stop_all(manager: ThreadManager, *, drain: bool) -> StopReport:
         session = thread.session
         dropped += await session.drop_queued(lambda payload: drain or not _is_user(payload))
         active, run = session.active_payload, session.running
+        if session.approvals.awaiting and await session.approvals.close(
+            f"{BY_OPERATOR} (stop-session --all)", via="stop"
+        ):
+            ended_keys.append(str(thread.key))
         if active is not None and session.interrupt(f"{BY_OPERATOR} (stop-session --all)"):
             ended_keys.append(str(thread.key))
             if run is not None:

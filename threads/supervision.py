@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from threads.errors import ThreadsError
+from threads.faults import fault
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.runner import Thread
@@ -102,6 +103,7 @@ class Supervisor:
             chain=cause.chain,
             depth=cause.depth,
         )
+        fault("mid_child_hand_off")
         try:
             await self.manager.wake(parent, wake)
         except ThreadsError as exc:

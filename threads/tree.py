@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+from threads.approvals.boundary import unfinished_resumes
 from threads.errors import CorruptError, NoEntryError
 from threads.ids import valid_id
 from threads.messages import JSON, Message, TextPart, ToolCallPart, ToolResultPart
@@ -158,9 +159,13 @@ class EntryTree:
                     highest = max(highest, int(n))
         return highest
 
-    def context(self) -> list[Message]:
-        """The model's context at the leaf (kept up to date as entries land)."""
-        return self._builder().messages()
+    def context(self, *, close_open: bool = True) -> list[Message]:
+        """The model's context at the leaf (kept up to date as entries land).
+
+        ``close_open=False`` leaves the calls still waiting for a result open
+        (a resume about to answer them) instead of closing them as interrupted.
+        """
+        return self._builder().messages(close_open=close_open)
 
     def open_calls(self) -> dict[str, str]:
         """Tool calls on the leaf's line that have no result yet (call id → tool name)."""
@@ -262,10 +267,10 @@ class ContextBuilder:
         else:
             self._messages.append(message)
 
-    def messages(self) -> list[Message]:
+    def messages(self, *, close_open: bool = True) -> list[Message]:
         """A copy of the context, with calls still open closed by :data:`INTERRUPTED`."""
         out = list(self._messages)
-        if self._open:
+        if self._open and close_open:
             interrupted = _interrupted(self._open)
             if out and out[-1].role == "tool":
                 out[-1] = Message(role="tool", content=out[-1].content + interrupted.content)
@@ -358,8 +363,13 @@ def holds_wake(entries: Sequence[Entry], name: str, value: str) -> bool:
 
 
 def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
-    """Prompt entries whose turn has no turn entry: a writer died mid-turn."""
+    """Prompt entries whose turn has no turn entry: a writer died mid-turn.
+
+    A resume of an approval boundary that died mid-run is one too: it reads
+    as the prompt it answers, under the resume's run id.
+    """
     finished = {e.run_id for e in entries if isinstance(e, TurnEntry)}
-    return [
+    prompts = [
         e for e in entries if isinstance(e, MessageEntry) and e.run_id and e.run_id not in finished
     ]
+    return prompts + unfinished_resumes(entries, finished)

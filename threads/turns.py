@@ -13,11 +13,12 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from threads.errors import ClosedError, DroppedError
-from threads.messages import Message, Usage
+from threads.messages import Message, ToolCallPart, Usage
 
 if TYPE_CHECKING:
     from threads.session import Session
@@ -35,10 +36,15 @@ class Policy(StrEnum):
 
 
 class Outcome(StrEnum):
-    """How a turn ended (``running`` until it has)."""
+    """How a turn ended (``running`` until it has).
+
+    ``parked``: the run stopped at a call that waits for a person's decision;
+    the session is pending until the decision resumes it.
+    """
 
     RUNNING = "running"
     ANSWERED = "answered"
+    PARKED = "parked"
     DELIVERED = "delivered"
     DEFERRED = "deferred"
     DROPPED = "dropped"
@@ -91,13 +97,41 @@ Event = RunStart | TextDelta | ToolStart | ToolFinish | StepFinish | RunFinish
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Parked:
+    """A call left unexecuted until a person decides it: the turn ends pending on it.
+
+    ``tool`` is the name people see (an MCP tool's label); ``expiry`` is when
+    an undecided request is denied on its own (None: never).
+    """
+
+    call: ToolCallPart
+    tool: str
+    reason: str
+    expiry: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolution:
+    """One parked call and its decision, as the run that resumes the boundary applies it.
+
+    ``outcome`` is ``approve`` (the call runs, once) or ``deny`` (the model
+    reads ``DENIED: <reason>``).
+    """
+
+    call: ToolCallPart
+    outcome: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunResult:
     """What a run produced.
 
     ``stop_reason`` is ``dispatch`` (the turn ended with a dispatch call),
     ``end_turn`` (a final text answer), ``max_steps`` (the step cap), ``stopped``
-    (a soft stop), ``canceled`` or ``error``. ``data`` carries what the agent
-    wants its caller to see (the dispatch report).
+    (a soft stop), ``parked`` (calls wait for a decision: ``parked`` names
+    them), ``canceled`` or ``error``. ``data`` carries what the agent wants its
+    caller to see (the dispatch report).
     """
 
     stop_reason: str
@@ -107,6 +141,7 @@ class RunResult:
     error: str = ""
     last_input: int = 0
     data: Mapping[str, Any] = field(default_factory=dict)
+    parked: tuple[Parked, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -216,7 +251,9 @@ class Run:
     ``stage`` holds step messages; ``flush`` makes them durable; ``drain``
     flushes, then delivers steered messages into the run (durably) and returns
     them. Messages staged and not flushed when the run ends land with the turn
-    entry, in one batch.
+    entry, in one batch. A run that resumes an approval boundary has no
+    prompt: ``resumption`` holds the parked calls and their decisions, which
+    it applies before its first model call.
     """
 
     def __init__(
@@ -228,6 +265,7 @@ class Run:
         messages: list[Message],
         payload: Any,
         policy: Policy,
+        resumption: tuple[Resolution, ...] = (),
     ) -> None:
         self.session = session
         self.run_id = run_id
@@ -235,6 +273,7 @@ class Run:
         self.messages = messages
         self.payload = payload
         self.policy = policy
+        self.resumption = resumption
         self.started = time.monotonic()
         self.steps = 0
         self.current_tool = ""

@@ -70,6 +70,12 @@ class Answer:
     usage: Usage = field(default_factory=Usage)
 
 
+PARKED = (
+    "This turn waits for a person's approval of a tool call. An operator decides it with "
+    "`gateway approvals` or the dashboard; the turn then goes on in this session."
+)
+
+
 def answer_of(exchange: Exchange) -> Answer:
     """The answer of an exchange whose turn is decided; raises :class:`ApiError` when it failed.
 
@@ -91,6 +97,8 @@ def answer_of(exchange: Exchange) -> Answer:
         return Answer(exchange.answer, "stop", result.usage)
     if reason == "max_steps":
         return Answer(exchange.answer, "length", result.usage)
+    if reason == "parked":
+        return Answer(exchange.answer or PARKED, "stop", result.usage)
     if reason == "budget":
         raise ApiError(
             429,

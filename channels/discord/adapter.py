@@ -15,7 +15,10 @@ chunks of at most 2000 characters, mass mentions neutralized), sent with
 ``allowed_mentions`` that let the bot ping nobody but the person it replies
 to; rate limits are discord.py's own. While a turn runs the conversation sees
 the typing indicator and, with a streaming model, the answer growing in one
-message (:mod:`channels.feedback`).
+message (:mod:`channels.feedback`). An approval question carries Approve /
+Always / Deny buttons (:mod:`channels.discord.approvals`); a press is
+acknowledged at once (an ephemeral "thinking…"), answered by the router like
+the command it stands for, and the question is edited once decided.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from discord import app_commands
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from channels.base import Inbound, InboundHandler, leader_name
+from channels.base import ApprovalAsk, Inbound, InboundHandler, leader_name
 from channels.discord.address import Address
+from channels.discord.approvals import ApprovalButton, buttons
 from channels.discord.inbound import address_of, inbound_of
 from channels.errors import DeliveryError
 from channels.feedback import Feedback
@@ -97,6 +101,8 @@ class DiscordChannel:
         )
         self._client.event(self.on_message)
         self._client.event(self.on_message_edit)
+        self._client.event(self.on_approval_press)
+        self._client.add_dynamic_items(ApprovalButton)
         self.tree = app_commands.CommandTree(self._client)
         for name, about in options.commands:
             self.tree.add_command(self._command(name, about))
@@ -269,6 +275,57 @@ class DiscordChannel:
         pending = self._interactions.pop(key, None)
         if pending is not None:
             await pending.edit_original_response(content=NOTHING_TO_SAY)
+
+    async def on_approval_press(
+        self, interaction: discord.Interaction, choice: str, request_id: str
+    ) -> None:
+        """A press on an approval button: acknowledged now, then handled as its command."""
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        key = str(interaction.id)
+        self._interactions[key] = interaction
+        while len(self._interactions) > INTERACTIONS:
+            self._interactions.popitem(last=False)
+        address = address_of(interaction.channel, interaction.user.id)
+        message = interaction.message
+        await self._hand_over(
+            Inbound(
+                channel=self.name,
+                chat_id=str(address),
+                user_id=str(interaction.user.id),
+                text=f"/{choice} {request_id}",
+                user_name=interaction.user.display_name,
+                message_id=str(message.id) if message is not None else "",
+                chat_type=address.chat_type,
+                mentioned=True,
+                press=key,
+            )
+        )
+
+    async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:
+        """The question with Approve / Always / Deny buttons under it."""
+        target = await self._target(Address.parse(chat_id))
+        text = render_discord(ask.text)[0] if ask.text else ask.request_id
+        try:
+            sent = await target.send(text, view=buttons(ask.request_id), allowed_mentions=MENTIONS)
+        except discord.HTTPException as exc:
+            raise DeliveryError(self.name, chat_id, f"{exc.status} {exc.text}") from None
+        return str(sent.id)
+
+    async def settle_approval(self, chat_id: str, message_id: str, text: str) -> None:
+        """The question's text becomes ``text``; its buttons go."""
+        target = await self._target(Address.parse(chat_id))
+        if not isinstance(target, discord.DMChannel | discord.TextChannel | discord.Thread):
+            return
+        try:
+            await target.get_partial_message(int(message_id)).edit(content=text, view=None)
+        except discord.HTTPException as exc:
+            raise DeliveryError(self.name, chat_id, f"{exc.status} {exc.text}") from None
+
+    async def answer_press(self, inbound: Inbound, text: str) -> None:
+        """The pressing person's ephemeral answer, in place of its "thinking…"."""
+        interaction = self._interactions.pop(inbound.press, None)
+        if interaction is not None:
+            await interaction.edit_original_response(content=text)
 
     async def fetch_file(self, url: str) -> bytes:
         """The bytes of ``discord://<account>/<channel>/<message>/<attachment>`` (for media)."""

@@ -11,7 +11,11 @@ honoured); outbound markdown is rendered to Telegram HTML in chunks by
 :mod:`channels.render`, with a plain-text retry when Telegram refuses the
 entities. While a turn runs the chat sees the typing indicator and, when the
 model streams, the answer so far in one draft message the final answer
-replaces (:mod:`channels.feedback`).
+replaces (:mod:`channels.feedback`). An approval question is a message with
+an inline keyboard (Approve / Always / Deny); a press arrives as a callback
+query and reaches the router as the command its button stands for
+(:mod:`channels.approvals`), answered with a toast, the question then edited
+to say how it was decided.
 
 A second process polling the same token makes Telegram answer 409 Conflict:
 the account logs one line naming its bot and stops polling, rather than
@@ -29,7 +33,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from telegram import BotCommand, ReplyParameters, Update
+from telegram import (
+    BotCommand,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+    Update,
+)
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import (
     BadRequest,
@@ -48,20 +60,22 @@ from telegram.ext import (
     TypeHandler,
 )
 
-from channels.base import InboundHandler, leader_name
+from channels.approvals import BUTTONS, button_data, press_command
+from channels.base import ApprovalAsk, Inbound, InboundHandler, leader_name
 from channels.errors import ChannelStartError, DeliveryError
 from channels.feedback import Feedback
 from channels.refusals import refusal_of
 from channels.render import TelegramChunk, telegram_chunks
 from channels.telegram.address import Address
-from channels.telegram.inbound import inbound_of
+from channels.telegram.inbound import address_of, inbound_of
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import Turn
 
 log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-ALLOWED_UPDATES = ["message", "edited_message"]
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
+ANSWER_LIMIT = 200  # an answerCallbackQuery text
 TEXT_LIMIT = 4096
 SEEN_UPDATES = 4096
 SEND_ATTEMPTS = 3
@@ -316,6 +330,9 @@ class TelegramChannel:
         return web.Response(text="ok")
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if update.callback_query is not None:
+            await self._on_press(update.callback_query)
+            return
         message = update.message or update.edited_message
         if message is None or self._handler is None or self._seen_before(update):
             return
@@ -330,6 +347,38 @@ class TelegramChannel:
         except Exception as exc:
             refusal = refusal_of(exc, f"{self.name}:{inbound.chat_id}")
             await self._tell(inbound.chat_id, refusal.line)
+
+    async def _on_press(self, query: CallbackQuery) -> None:
+        """A button press: an approval's becomes its command; any other is answered as unknown."""
+        command = press_command(query.data or "")
+        message = query.message
+        if command is None or message is None or self._handler is None:
+            await query.answer("This button does nothing any more.")
+            return
+        address = (
+            address_of(message)
+            if isinstance(message, Message)
+            else Address(  # a message too old for Telegram to show: its chat is enough
+                chat_id=message.chat.id,
+                chat_type="direct" if message.chat.type == "private" else "group",
+            )
+        )
+        inbound = Inbound(
+            channel=self.name,
+            chat_id=str(address),
+            user_id=str(query.from_user.id),
+            text=command,
+            user_name=query.from_user.full_name,
+            message_id=str(message.message_id),
+            chat_type=address.chat_type,
+            mentioned=True,
+            press=query.id,
+        )
+        try:
+            await self._handler(inbound)
+        except Exception as exc:
+            refusal = refusal_of(exc, f"{self.name}:{inbound.chat_id}")
+            await query.answer(refusal.line[:ANSWER_LIMIT])
 
     def _seen_before(self, update: Update) -> bool:
         """A duplicate: the same message (or the same edit of it) handled before.
@@ -376,6 +425,48 @@ class TelegramChannel:
                 self._drafts[chat_id] = _Draft(message_id=None, final=True)
         self._forget_lock(chat_id)
         return Delivery(delivered_to=f"{self.name}:{chat_id}", message_ids=tuple(ids))
+
+    async def ask_approval(self, chat_id: str, ask: ApprovalAsk) -> str:
+        """The question as plain text under an inline keyboard: Approve / Always / Deny."""
+        address = Address.parse(chat_id)
+        keyboard = InlineKeyboardMarkup(
+            [
+                [
+                    InlineKeyboardButton(label, callback_data=button_data(choice, ask.request_id))
+                    for choice, label in BUTTONS
+                ]
+            ]
+        )
+
+        async def send() -> str:
+            sent = await self._app.bot.send_message(
+                chat_id=address.chat_id,
+                text=ask.text[:TEXT_LIMIT],
+                message_thread_id=address.topic,
+                reply_markup=keyboard,
+            )
+            return str(sent.message_id)
+
+        try:
+            return await self._attempt(address, send)
+        except BadRequest as exc:
+            raise DeliveryError(self.name, chat_id, exc.message) from None
+
+    async def settle_approval(self, chat_id: str, message_id: str, text: str) -> None:
+        """The question's text becomes ``text``; its keyboard goes."""
+        address = Address.parse(chat_id)
+        try:
+            await self._app.bot.edit_message_text(
+                chat_id=address.chat_id, message_id=int(message_id), text=text[:TEXT_LIMIT]
+            )
+        except BadRequest as exc:
+            if "not modified" not in exc.message.lower():
+                raise DeliveryError(self.name, chat_id, exc.message) from None
+
+    async def answer_press(self, inbound: Inbound, text: str) -> None:
+        """The toast the person who pressed sees (Telegram keeps it to 200 characters)."""
+        short = text if len(text) <= ANSWER_LIMIT else text[: ANSWER_LIMIT - 1] + "…"
+        await self._app.bot.answer_callback_query(inbound.press, text=short)
 
     def follow(self, chat_id: str, turn: Turn) -> None:
         """Show typing and the streamed draft in ``chat_id`` while ``turn`` runs."""

@@ -43,7 +43,7 @@ span yourself. Only one fake can be the target at a time::
 Acting as people (see ``Injector``): ``user()``, ``guild()``,
 ``text_channel()``, ``thread()``, ``send_dm()``, ``send_in_channel(mention=…,
 reply_to=…, attachments=…)``, ``edit_message()``, ``delete_message()``,
-``slash_command()``, ``dispatch()`` for a raw event.
+``slash_command()``, ``press_button()``, ``dispatch()`` for a raw event.
 
 Reading what the bot did: ``sent(channel)`` (frozen ``DcSentMessage`` records:
 content and every edit, embeds, uploads, ``allowed_mentions``,

@@ -201,6 +201,40 @@ class Injector:
         """Send a raw gateway event to every session that has ``intent`` (0: all)."""
         self.world.dispatch(name, data, intent=intent)
 
+    # -- buttons
+
+    def press_button(self, message: MessageRef, user: DcUser, custom_id: str) -> DcInteraction:
+        """``user`` presses the button ``custom_id`` under the bot's ``message``; the bot gets
+        INTERACTION_CREATE (a component interaction, type 3) carrying that message."""
+        where = self.world.known_channel(message.channel_id)
+        stored = self.world.message(where.id, message.message_id)
+        if stored is None:
+            raise FakeUsageError(f"message {message.message_id} is not in channel {where.id}")
+        buttons = [
+            c
+            for row in stored.get("components") or ()
+            for c in row.get("components") or ()
+            if c.get("custom_id") == custom_id
+        ]
+        if not buttons:
+            raise FakeUsageError(f"message {message.message_id} has no button {custom_id!r}")
+        interaction = DcInteraction(
+            id=self.world.snowflake(),
+            token=f"fake-interaction-{uuid.uuid4().hex}",
+            name=custom_id,
+            channel_id=where.id,
+            guild_id=where.guild_id,
+            user_id=user.id,
+        )
+        self.world.add_user(user)
+        self.world.interactions[interaction.id] = InteractionState(interaction, {})
+        data: JSON = {"custom_id": custom_id, "component_type": buttons[0].get("type", 2)}
+        payload = self._interaction(interaction, data, where, user)
+        payload["type"] = 3
+        payload["message"] = copy.deepcopy(stored)
+        self.world.dispatch("INTERACTION_CREATE", payload)
+        return interaction
+
     # -- slash commands
 
     def slash_command(

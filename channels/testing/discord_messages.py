@@ -160,6 +160,7 @@ def edit(
             )
         )
         sent.flags = new["flags"]
+        sent.components = tuple(new["components"])  # "as it stands now"
     if not new["flags"] & EPHEMERAL:
         world.dispatch("MESSAGE_UPDATE", new, intent=intent_of(channel))
     world.notify()

@@ -404,6 +404,7 @@ class BotApi:
                 entities=tuple(entities),
             )
             sent.edits.append(edit)
+            sent.reply_markup = keyboard  # an edit without a keyboard removes it, as Telegram does
         self.world.notify()
         return message
 

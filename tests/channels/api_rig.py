@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from config import GatewayConfig
 from gateway.app import Gateway
 from tests.gateway.conftest import make_config
 from tests.threads.agent.conftest import KeyedScript
+from threads.agent.tools import Tool
 from threads.llm.base import ModelRequest
 from threads.llm.echo import split_wake
 from threads.messages import FilePart, Message
@@ -100,10 +101,10 @@ class Api:
 
 
 @asynccontextmanager
-async def running(config: GatewayConfig) -> AsyncIterator[Api]:
+async def running(config: GatewayConfig, tools: Sequence[Tool[Any]] = ()) -> AsyncIterator[Api]:
     script = KeyedScript()
     model = ScriptedModel(default=script)
-    async with Gateway(config, model_clients={"scripted": model}, control=False) as gw:
+    async with Gateway(config, model_clients={"scripted": model}, control=False, tools=tools) as gw:
         yield Api(gateway=gw, script=script, model=model)
 
 

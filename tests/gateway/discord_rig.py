@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +14,7 @@ from gateway.app import Gateway
 from tests.gateway.conftest import make_config
 from tests.gateway.telegram_rig import OPEN_ACCESS
 from tests.threads.agent.conftest import KeyedScript
+from threads.agent.tools import Tool
 from threads.llm.base import ModelClient
 from threads.testing.scripted import ScriptedModel
 
@@ -40,6 +41,7 @@ async def discord_gateway(
     script: KeyedScript | None = None,
     discord: Mapping[str, Any] | None = None,
     control: bool = False,
+    tools: Sequence[Tool[Any]] = (),
 ) -> AsyncIterator[DiscordRig]:
     """A started, ready gateway on the scripted model whose Discord bot talks to a fake."""
     script = script if script is not None else KeyedScript()
@@ -64,6 +66,8 @@ async def discord_gateway(
             },
         )
         client = model if model is not None else ScriptedModel(default=script)
-        async with Gateway(config, model_clients={"scripted": client}, control=control) as gw:
+        async with Gateway(
+            config, model_clients={"scripted": client}, control=control, tools=tools
+        ) as gw:
             await fake.wait_for_ready()
             yield DiscordRig(gateway=gw, fake=fake, script=script, model=client)

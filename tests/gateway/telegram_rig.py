@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +13,8 @@ from channels.testing import FakeTelegram
 from gateway.app import Gateway
 from tests.gateway.conftest import make_config
 from tests.threads.agent.conftest import KeyedScript
+from threads.agent.tools import Tool
+from threads.clock import WallClock
 from threads.llm.base import ModelClient
 from threads.testing.scripted import ScriptedModel
 
@@ -59,6 +61,8 @@ async def telegram_gateway(
     telegram: Mapping[str, Any] | None = None,
     http_port: int = 0,
     control: bool = False,
+    tools: Sequence[Tool[Any]] = (),
+    approval_clock: WallClock | None = None,
     **overrides: Any,
 ) -> AsyncIterator[TelegramRig]:
     """A started gateway on the scripted model whose Telegram bot talks to a fake server."""
@@ -77,5 +81,11 @@ async def telegram_gateway(
             **overrides,
         )
         client = model if model is not None else ScriptedModel(default=script)
-        async with Gateway(config, model_clients={"scripted": client}, control=control) as gw:
+        async with Gateway(
+            config,
+            model_clients={"scripted": client},
+            control=control,
+            tools=tools,
+            approval_clock=approval_clock,
+        ) as gw:
             yield TelegramRig(gateway=gw, fake=fake, script=script, model=client)

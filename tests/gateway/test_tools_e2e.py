@@ -104,7 +104,7 @@ async def test_an_agent_that_names_no_opt_in_tool_is_offered_none(
     assert not offered & {"read_file", "write_file", "list_files", "web_fetch", "run_command"}
 
 
-async def test_a_command_needing_approval_is_refused_and_the_files_tools_work(
+async def test_a_command_needing_approval_waits_for_approve_in_the_chat_then_runs_once(
     gw: tuple[Gateway, KeyedScript, Replies], tmp_path: Path
 ) -> None:
     gateway, script, replies = gw
@@ -115,16 +115,24 @@ async def test_a_command_needing_approval_is_refused_and_the_files_tools_work(
         dispatch(("caller:user", "done")),
     )
     await ask(gateway, "work")
-    await replies.wait(1)
-    [refused] = script.requests["cli"][1].messages[-1].tool_results()
-    assert refused.is_error
-    assert "approvals are not available in this gateway yet" in refused.content
-    assert 'add "run_command" to auto_approve in [agents.default]' in refused.content
+    (question,) = await replies.wait(1)
+    workspace = tmp_path / "data" / "workspaces" / "default"
+    assert question.startswith("Approval needed: the agent wants to run run_command")
+    assert not (workspace / "ran").exists()
+    assert gateway.approvals is not None
+    (waiting,) = await gateway.approvals.waiting()
+    assert f"/approve {waiting.request.id}" in question
+    assert gateway.cli is not None
+    await gateway.cli.submit(f"/approve {waiting.request.id}")
+    await replies.wait(3)
+    assert replies.items[1] == "Approved: run_command runs now."
+    assert replies.items[2] == "done"
+    [ran] = script.requests["cli"][1].messages[-1].tool_results()
+    assert ran.content == "exit code 0"
     [wrote] = script.requests["cli"][2].messages[-1].tool_results()
     assert wrote.content == "wrote 4 bytes to note.txt (now 4 bytes)"
-    workspace = tmp_path / "data" / "workspaces" / "default"
     assert (workspace / "note.txt").read_text() == "kept"
-    assert not (workspace / "ran").exists()
+    assert (workspace / "ran").exists()
 
 
 async def test_gateway_health_shows_a_server_that_cannot_start_and_the_gateway_runs_on(

@@ -165,7 +165,15 @@ async def compact(
     reason: str = "manual",
     run: Run | None = None,
 ) -> CompactionEntry:
-    """Summarize and record one compaction; the context is compacted when this returns."""
+    """Summarize and record one compaction; the context is compacted when this returns.
+
+    Refused while a call waits for approval: the parked call must stay raw
+    at the tail until its decision resolves it.
+    """
+    if run is None and session.approvals.awaiting:
+        raise CompactionError(
+            f"session {session.id} has a tool call waiting for approval; compact once it is decided"
+        )
     chosen = plan(session, settings.keep_recent_tokens)
     text = transcript(chosen.previous_summary, chosen.to_summarize)
     summary, usage = await summarize(client, model, settings, text)

@@ -20,7 +20,9 @@ from threads.agent.compaction import NOTICE as COMPACTION_NOTICE
 from threads.agent.compaction import CompactionError, compact, over_threshold
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolOutput, ToolRegistry
+from threads.approvals.boundary import APPROVE
 from threads.budget import Overseer
+from threads.faults import fault
 from threads.keys import SessionKey
 from threads.llm.base import ModelClient, ModelRequest
 from threads.llm.errors import (
@@ -170,7 +172,16 @@ class AgentLoop:
         last_input = 0
         stopping = False
         overflowed = False
-        if over_threshold(run.session, settings) and await self._compact(
+        if run.resumption:
+            # A decided approval boundary: its calls are answered before the model goes on.
+            resolved = await self._resolve(tools, ctx, run)
+            run.stage(resolved)
+            if messages and messages[-1].role == "tool":
+                # The step's other calls were answered before it parked: one tool message.
+                resolved = Message(role="tool", content=messages.pop().content + resolved.content)
+            messages.append(resolved)
+            await run.flush()
+        elif over_threshold(run.session, settings) and await self._compact(
             run, client, model, settings, "threshold"
         ):
             messages = run.session.context()
@@ -251,6 +262,21 @@ class AgentLoop:
                 # record of what was asked (the restart closes it as interrupted).
                 await run.flush()
             results, outputs = await self._call_tools(tools, calls, ctx, run)
+            parked = tuple(o.parked for o in outputs if o.parked is not None)
+            if parked:
+                # Calls wait for a person: the others' results land, the turn ends pending.
+                answered = tuple(r for r, o in zip(results, outputs, strict=True) if not o.parked)
+                files = tuple(f for o in outputs for f in o.files)
+                if answered or files:
+                    run.stage(Message(role="tool", content=(*answered, *files)))
+                return RunResult(
+                    stop_reason="parked",
+                    text=message.text(),
+                    usage=usage,
+                    steps=step,
+                    last_input=last_input,
+                    parked=parked,
+                )
             files = tuple(f for o in outputs for f in o.files)  # images tools returned
             tool_message = Message(role="tool", content=(*results, *files))
             messages.append(tool_message)
@@ -283,12 +309,16 @@ class AgentLoop:
         calls: Sequence[ToolCallPart],
         ctx: ToolContext,
         run: Run,
+        *,
+        approved: bool = False,
     ) -> tuple[list[ToolResultPart], list[ToolOutput]]:
         async def one(call: ToolCallPart) -> tuple[ToolResultPart, ToolOutput]:
             run.current_tool = call.name
             run.tool_history.append(call.name)
             run.emit(ToolStart(call_id=call.id, name=call.name))
-            result, output = await self.tools.call(tools, call, ctx)
+            result, output = await self.tools.call(tools, call, ctx, approved=approved)
+            if len(calls) > 1:
+                fault("mid_tool_batch")
             run.emit(
                 ToolFinish(
                     call_id=call.id,
@@ -307,6 +337,25 @@ class AgentLoop:
         finally:
             run.current_tool = ""
         return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    async def _resolve(self, tools: dict[str, Tool[Any]], ctx: ToolContext, run: Run) -> Message:
+        """The results of a decided boundary's calls: approved ones run once, denied ones say so."""
+        approved = [r.call for r in run.resumption if r.outcome == APPROVE]
+        ran: dict[str, ToolResultPart] = {}
+        if approved:
+            results, _ = await self._call_tools(tools, approved, ctx, run, approved=True)
+            ran = {r.call_id: r for r in results}
+        parts = [
+            ran.get(r.call.id)
+            or ToolResultPart(
+                call_id=r.call.id,
+                name=r.call.name,
+                content=f"DENIED: {r.reason or 'no reason given'}",
+                is_error=True,
+            )
+            for r in run.resumption
+        ]
+        return Message(role="tool", content=tuple(parts))
 
     async def _compact(
         self, run: Run, client: ModelClient, model: str, settings: ModelSettings, reason: str
@@ -355,6 +404,7 @@ class AgentLoop:
                 return
         try:
             delivery = await wake.sink.deliver(OutboundMessage(text=text, expects_reply=False))
+            fault("after_delivery_before_record")
         except Exception as exc:
             log.exception("session %s: delivering the final answer failed", key)
             await run.session.custom(

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from threads.llm.base import UNPARSED_ARGS_KEY, ToolSpec
 from threads.messages import FilePart, ToolCallPart, ToolResultPart
+from threads.turns import Parked
 
 if TYPE_CHECKING:
     from threads.turns import Run
@@ -43,7 +44,9 @@ class ToolOutput:
     """What a tool returns: content for the model, and whether the turn ends here.
 
     ``files`` (images a tool produced, by reference) travel with the tool
-    results, so a model that accepts images sees them.
+    results, so a model that accepts images sees them. ``parked`` is the
+    approval gate's answer for a call that waits for a person: the call has
+    no result yet, and the turn ends pending on it.
     """
 
     content: str
@@ -51,6 +54,7 @@ class ToolOutput:
     ends_turn: bool = False
     data: Mapping[str, Any] = field(default_factory=dict)
     files: tuple[FilePart, ...] = ()
+    parked: Parked | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -152,18 +156,18 @@ def tool(
 
 
 class ApprovalGate(Protocol):
-    """Decides whether a call of a tool that requires approval may run.
+    """Decides whether a call may run, must wait for a person, or is refused.
 
-    ``review`` returns ``None`` to let the call run, or the output the model
-    gets instead (a refusal). It runs after the arguments are validated, so
-    it sees the call as it would run. Asking a person (and waiting for the
-    answer) is a gate of this shape.
+    ``review`` sees every call once its arguments are valid: ``None`` lets it
+    run; a :class:`ToolOutput` is what the model gets instead — a refusal, or
+    one whose ``parked`` says the call waits for a decision (the turn ends
+    pending; the decision's resume runs the call, approved).
     """
 
     async def review(
         self, tool: Tool[Any], call: ToolCallPart, ctx: ToolContext
     ) -> ToolOutput | None:
-        """``None`` to run the call; otherwise what the model is told."""
+        """``None`` to run the call; otherwise what the model is told, or the park."""
         ...
 
 
@@ -258,9 +262,18 @@ class ToolRegistry:
         return selection
 
     async def call(
-        self, tools: Mapping[str, Tool[Any]], call: ToolCallPart, ctx: ToolContext
+        self,
+        tools: Mapping[str, Tool[Any]],
+        call: ToolCallPart,
+        ctx: ToolContext,
+        *,
+        approved: bool = False,
     ) -> tuple[ToolResultPart, ToolOutput]:
-        """Run one call; every failure becomes an error result the model can read."""
+        """Run one call; every failure becomes an error result the model can read.
+
+        ``approved`` is a person's decision for this very call: the approval
+        gate is not asked again.
+        """
         t = tools.get(call.name)
         if t is None:
             known = ", ".join(sorted(tools)) or "none"
@@ -269,13 +282,15 @@ class ToolRegistry:
                 is_error=True,
             )
         else:
-            output = await self._run(t, call, ctx)
+            output = await self._run(t, call, ctx, approved=approved)
         result = ToolResultPart(
             call_id=call.id, name=call.name, content=output.content, is_error=output.is_error
         )
         return result, output
 
-    async def _run(self, t: Tool[Any], call: ToolCallPart, ctx: ToolContext) -> ToolOutput:
+    async def _run(
+        self, t: Tool[Any], call: ToolCallPart, ctx: ToolContext, *, approved: bool
+    ) -> ToolOutput:
         raw = call.args.get(UNPARSED_ARGS_KEY)
         if isinstance(raw, str) and len(call.args) == 1:
             shown = raw if len(raw) <= 200 else raw[:197] + "..."
@@ -288,18 +303,10 @@ class ToolRegistry:
             args = t.args.model_validate(call.args)
         except ValidationError as exc:
             return ToolOutput(content=describe_validation(t.name, exc), is_error=True)
-        if t.requires_approval:
-            refusal = (
-                await self.approvals.review(t, call, ctx)
-                if self.approvals is not None
-                else ToolOutput(
-                    content=f"{t.shown} requires a person's approval, and no one can approve "
-                    "calls here; do without it",
-                    is_error=True,
-                )
-            )
-            if refusal is not None:
-                return refusal
+        if not approved:
+            instead = await self._review(t, call, ctx)
+            if instead is not None:
+                return instead
         timeout = t.timeout or self.default_timeout
         try:
             async with asyncio.timeout(timeout):
@@ -310,6 +317,19 @@ class ToolRegistry:
             log.warning("tool %s failed: %s", t.shown, exc, exc_info=True)
             return ToolOutput(content=f"{t.shown} failed: {exc}", is_error=True)
         return out if isinstance(out, ToolOutput) else ToolOutput(content=str(out))
+
+    async def _review(
+        self, t: Tool[Any], call: ToolCallPart, ctx: ToolContext
+    ) -> ToolOutput | None:
+        if self.approvals is not None:
+            return await self.approvals.review(t, call, ctx)
+        if t.requires_approval:
+            return ToolOutput(
+                content=f"{t.shown} requires a person's approval, and no one can approve "
+                "calls here; do without it",
+                is_error=True,
+            )
+        return None
 
 
 def describe_validation(tool_name: str, exc: ValidationError) -> str:

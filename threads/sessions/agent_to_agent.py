@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from config.models import GatewayConfig
 from threads.errors import ExchangeRefusedError, TurnError
+from threads.faults import fault
 from threads.keys import SessionKey
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import RunResult, Turn
@@ -223,6 +224,7 @@ class Exchange:
             chain=self.cause.chain,
             depth=depth,
         )
+        fault("mid_announce")
         try:
             _accepted, turn = await self.manager.wake_turn(key, wake)
             result = await settle(turn, STEP_TIMEOUT)

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from config.channels import AdminConfig
 from gateway.http.admin.api import api_application
+from gateway.http.admin.approvals import ApprovalsApi
 from gateway.http.admin.auth import AdminAuth, read_token
 from gateway.http.admin.dashboard import dashboard_application
 from gateway.http.admin.errors import AdminTokenError
@@ -64,6 +65,7 @@ class AdminPart:
             *JobsApi(parts).routes(),
             *PairingApi(parts).routes(),
             *NodesApi(parts).routes(),
+            *ApprovalsApi(parts).routes(),
             Route(method="GET", path="/openapi.json", name="openapi", tag="meta",
                   summary="This document", handler=self._openapi),
         ]  # fmt: skip

@@ -9,7 +9,7 @@
 Handlers raise the errors of the packages they call (cron, threads, channels);
 :func:`api_error_of` maps each to its status once, here: a refused field is
 400 naming it, a thing that is not there 404, a state that forbids the call
-409, an expired pairing code 410. Anything unexpected is a 500 whose message
+409 (an approval request no longer waiting), an expired pairing code 410. Anything unexpected is a 500 whose message
 names no internals (the cause is logged).
 """
 
@@ -28,6 +28,7 @@ from cron.errors import (
     NotYourJobError,
 )
 from cron.errors import StoreError as CronStoreError
+from threads.approvals.errors import GrantNotFoundError, NotPendingError
 from threads.errors import (
     InvalidKeyError,
     ManagerClosedError,
@@ -90,6 +91,10 @@ def api_error_of(exc: Exception) -> ApiError:
         return ApiError(404, str(exc))
     if isinstance(exc, NotYourJobError):
         return ApiError(403, str(exc))
+    if isinstance(exc, GrantNotFoundError):
+        return ApiError(404, str(exc))
+    if isinstance(exc, NotPendingError):
+        return ApiError(409, str(exc))
     conflicts = (
         JobConflictError,
         NoGatewayError,

@@ -22,6 +22,7 @@ from gateway.http.admin.schemas import Body, Query
 if TYPE_CHECKING:
     from channels.pairing import PairingService
     from cron.service import CronService
+    from threads.approvals.service import ApprovalService
     from threads.cluster.member import Member
     from threads.manager import ThreadManager
     from threads.node import NodeIdentity
@@ -45,6 +46,9 @@ class Parts(Protocol):
 
     @property
     def pairing(self) -> PairingService | None: ...
+
+    @property
+    def approvals(self) -> ApprovalService | None: ...
 
     @property
     def node(self) -> NodeIdentity | None: ...

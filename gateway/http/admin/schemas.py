@@ -377,3 +377,67 @@ class MetricsOut(Out):
     minutes: int
     points: list[MetricsPoint]
     sessions: list[SessionTokens]
+
+
+# -- approvals
+
+
+class ApproveRequest(Body):
+    """Approve a waiting tool call; ``always`` also lets the same call run unasked from now on."""
+
+    always: bool = False
+
+
+class DenyRequest(Body):
+    """Refuse a waiting tool call; ``reason`` is what the agent reads after ``DENIED:``."""
+
+    reason: str = Field(default="", max_length=2000)
+
+
+class ApprovalRequestOut(Out):
+    id: str
+    session_key: str
+    session_id: str
+    agent: str
+    tool: str
+    args: Any = None
+    args_sha256: str
+    reason: str
+    created: datetime
+    expiry: datetime | None = None
+    run_id: str
+    caller: dict[str, str] = Field(default_factory=dict)
+
+
+class ApprovalsOut(Out):
+    requests: list[ApprovalRequestOut]
+
+
+class DecisionOut(Out):
+    id: str
+    session_key: str
+    tool: str
+    outcome: Literal["approve", "deny"]
+    reason: str
+    who: str
+    via: str
+    always: bool
+    grant: str | None = None
+    decided: datetime
+
+
+class GrantOut(Out):
+    id: str
+    key: str
+    tool: str
+    label: str
+    args: list[dict[str, Any]]
+    who: str
+    via: str
+    created: datetime
+    request_id: str = ""
+    session_id: str = ""
+
+
+class GrantsOut(Out):
+    grants: list[GrantOut]

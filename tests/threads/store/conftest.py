@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
+from gateway.testing.process import delete_keys
 from tests.conftest import require_service
 from threads.store.base import Pause, SessionStore, StoreOptions
 from threads.store.jsonl import JsonlStore
@@ -36,18 +36,7 @@ def redis_prefix() -> str:
 
 async def delete_prefix(prefix: str) -> None:
     """Delete the keys under ``prefix``, and only those."""
-    client = aioredis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
-    try:
-        batch: list[bytes] = []
-        async for key in client.scan_iter(match=f"{prefix}*", count=500):
-            batch.append(key)
-            if len(batch) >= 500:
-                await client.unlink(*batch)
-                batch.clear()
-        if batch:
-            await client.unlink(*batch)
-    finally:
-        await client.aclose()
+    await delete_keys(REDIS_URL, prefix)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from tests.threads.store.conftest import (
 )
 from tests.threads.store.helpers import header, msg, texts
 from threads.errors import LockedError, StaleError
+from threads.store import open_store
 from threads.store.redis import RedisStore
 
 
@@ -140,4 +141,19 @@ async def test_a_lapsed_lock_is_taken_again_when_nobody_wrote_meanwhile(
     await store.append(h.id, [msg("two")])
     assert await client.get(f"{prefix}lock:{h.id}") is not None
     assert texts((await store.load(h.id)).entries) == ["one", "two"]
+    await store.close()
+
+
+async def test_the_cron_prefix_of_a_store_url_keeps_its_sessions_apart(
+    client: aioredis.Redis, prefix: str
+) -> None:
+    # Gateways that share a Redis database by their cron prefixes share nothing else.
+    store = open_store(f"{REDIS_URL}?cron_prefix={prefix}cron:")
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("one")])
+    await store.point("web:abc", h.id)
+    keys = {key async for key in client.scan_iter(match=f"{prefix}*")}
+    assert keys >= {f"{prefix}weft:{kind}".encode() for kind in (f"s:{h.id}", f"c:{h.id}", "keys")}
+    assert await client.exists(f"weft:s:{h.id}") == 0
     await store.close()

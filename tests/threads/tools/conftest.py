@@ -7,9 +7,10 @@ from typing import Any
 
 from config import GatewayConfig, validate
 from threads.agent.tools import ToolContext, ToolOutput, ToolRegistry
+from threads.approvals.gate import DurableApprovals
+from threads.clock import MonotonicClock
 from threads.messages import ToolCallPart
 from threads.tools import builtin_tools
-from threads.tools.approval import ConfigApprovals
 
 
 def tools_config(tmp_path: Path, **sections: Any) -> GatewayConfig:
@@ -24,7 +25,9 @@ class Caller:
 
     def __init__(self, config: GatewayConfig, agent: str = "default") -> None:
         self.config = config
-        self.registry = ToolRegistry(builtin_tools(config), approvals=ConfigApprovals(config))
+        self.registry = ToolRegistry(
+            builtin_tools(config), approvals=DurableApprovals(config, clock=MonotonicClock())
+        )
         self.agent = agent
         self._ids = 0
 

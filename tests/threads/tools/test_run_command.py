@@ -1,4 +1,4 @@
-"""run_command: off unless chosen, refused until approved, bounded in time and output."""
+"""run_command: off unless chosen, parked until approved, bounded in time and output."""
 
 from __future__ import annotations
 
@@ -26,17 +26,11 @@ def test_no_built_in_tool_is_offered_to_an_agent_that_does_not_name_it(tmp_path:
     assert set(chosen) == {"read_file", "run_command"}
 
 
-async def test_a_command_requiring_approval_is_refused_with_how_to_allow_it(
-    tmp_path: Path,
-) -> None:
+async def test_a_command_requiring_approval_parks_instead_of_running(tmp_path: Path) -> None:
     output = await caller(tmp_path, auto_approve=False)("run_command", argv=["touch", "ran"])
-    assert output.is_error
-    assert output.content == (
-        "run_command was not run: it needs a person's approval, and approvals are not available "
-        "in this gateway yet. Tell the user; an operator can allow it by configuration: add "
-        '"run_command" to auto_approve in [agents.default]; or, for every agent, '
-        "[tools.run_command] requires_approval = false."
-    )
+    assert output.parked is not None
+    assert output.parked.tool == "run_command"
+    assert output.parked.reason == "tool requires approval"
     assert not (tmp_path / "data" / "workspaces" / "default" / "ran").exists()
 
 

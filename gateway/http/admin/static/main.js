@@ -1,8 +1,9 @@
 // The dashboard: log in with the admin token (kept in this tab's sessionStorage),
-// then the views — live threads and charts, sessions, cron, pairing, nodes.
+// then the views — live threads and charts, sessions, cron, pairing, approvals, nodes.
 'use strict';
 
 import {call, setToken, token, whenUnauthorized} from './api.js';
+import {ApprovalsView} from './approvals.js';
 import {CronView} from './cron.js';
 import {byId} from './dom.js';
 import {NodesView} from './nodes.js';
@@ -25,6 +26,7 @@ const views = {
   sessions,
   cron: new CronView({notify}),
   pairing: new PairingView({notify}),
+  approvals: new ApprovalsView({notify}),
   nodes: new NodesView({notify}),
 };
 
@@ -36,6 +38,7 @@ function show(name) {
   if (name === 'sessions') sessions.load();
   else if (name === 'cron') views.cron.load();
   else if (name === 'pairing') views.pairing.load();
+  else if (name === 'approvals') views.approvals.load();
   if (name === 'nodes') views.nodes.load();
   else views.nodes.stop();
 }

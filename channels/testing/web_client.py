@@ -1,0 +1,132 @@
+"""A web chat client that speaks the page's protocol, for tests and benchmarks.
+
+It does what ``web_chat.js`` does in a browser: loads the page once for the
+signed chat cookie, opens the WebSocket, sends ``{"text": …}`` and keeps
+every frame the gateway pushes. The chat outlives a gateway process: the
+cookie is signed with the key in the data directory, so :meth:`WebChat.connect`
+to a restarted gateway (on whatever port it has now) continues the same chat,
+and replies that waited for the page arrive on connecting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+BARRIER_ERROR = "the message has no 'text'"
+
+
+class WebChat:
+    """One browser tab's chat: every reply and error the gateway sent it, in order."""
+
+    def __init__(self, http: aiohttp.ClientSession) -> None:
+        self._http = http
+        self.cookie = ""  # the signed chat id, "<chat>.<mac>"
+        self.chat = ""
+        self.replies: list[str] = []
+        self.errors: list[str] = []
+        self.frames: list[dict[str, Any]] = []
+        self.repeats: list[str] = []  # replies sent again under an id already shown
+        self._shown: set[str] = set()
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None and not self._ws.closed
+
+    async def connect(self, url: str) -> None:
+        """Open the socket at ``url`` (the page's address); the first call takes a chat."""
+        await self.close()
+        port = urlsplit(url).port
+        name = f"gateway_chat_{port}"
+        if not self.cookie:
+            async with self._http.get(url) as page:
+                page.raise_for_status()
+                self.cookie = page.cookies[name].value
+        self._ws = await self._http.ws_connect(
+            f"{url.rstrip('/')}/ws", headers={"Cookie": f"{name}={self.cookie}"}
+        )
+        self._reader = asyncio.create_task(self._read(self._ws), name=f"web chat {url}")
+        await self.wait_for(lambda: bool(self.chat), what="the hello frame")
+
+    async def send(self, text: str) -> None:
+        """Send one message; whether it was taken shows in :attr:`errors` (nothing: taken)."""
+        assert self._ws is not None, "connect first"
+        await self._ws.send_str(orjson.dumps({"text": text}).decode())
+
+    async def barrier(self, timeout: float = 30.0) -> None:
+        """Return once every frame the gateway sent before this call has been read.
+
+        A message without text is refused on the same socket, after whatever
+        the gateway pushed before reading it: its error is the barrier.
+        """
+        assert self._ws is not None, "connect first"
+        before = self.errors.count(BARRIER_ERROR)
+        await self._ws.send_str('{"text": ""}')
+        await self.wait_for(
+            lambda: self.errors.count(BARRIER_ERROR) > before, timeout, what="the barrier"
+        )
+
+    async def wait_for(
+        self, condition: Callable[[], bool], timeout: float = 30.0, *, what: str = "a frame"
+    ) -> None:
+        """Wait until ``condition()`` holds, checked at every frame; TimeoutError after ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not condition():
+                    if not self.connected and self._reader is not None and self._reader.done():
+                        raise ConnectionError(f"the socket closed while waiting for {what}")
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise TimeoutError(f"no {what} within {timeout:g} s; replies: {self.replies}") from None
+
+    async def closed(self, timeout: float = 30.0) -> None:
+        """Wait until the gateway's side of the socket has gone (a killed process's has)."""
+        if self._reader is not None:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._reader)
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        self._ws = self._reader = None
+
+    def _reply(self, frame: dict[str, Any]) -> None:
+        """Keep a reply, unless its id was shown already: the page shows an id once."""
+        ident = frame.get("id")
+        if ident:
+            if ident in self._shown:
+                self.repeats.append(str(frame.get("text", "")))
+                return
+            self._shown.add(ident)
+        self.replies.append(str(frame.get("text", "")))
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        try:
+            async for message in ws:
+                if message.type is not aiohttp.WSMsgType.TEXT:
+                    continue
+                frame = orjson.loads(message.data)
+                self.frames.append(frame)
+                kind = frame.get("type")
+                if kind == "hello":
+                    self.chat = str(frame.get("chat", ""))
+                elif kind == "reply":
+                    self._reply(frame)
+                elif kind == "error":
+                    self.errors.append(str(frame.get("error", "")))
+                self._changed.set()
+        finally:
+            self._changed.set()
