@@ -190,6 +190,11 @@ class ChannelSink:
     def describe(self) -> str:
         return f"Caller is the {self.channel.name} user — reply with dispatch(to=caller:user)"
 
+    @property
+    def attached(self) -> bool:
+        """Whether the chat is a connection to this process (:class:`Attached`)."""
+        return isinstance(self.channel, Attached)
+
     def to_wire(self) -> dict[str, str]:
         wire = {"kind": "channel", "channel": self.channel.name, "chat": self.chat_id}
         if self.reply_to:

@@ -209,7 +209,8 @@ async def test_a_killed_process_keys_are_taken_over_and_their_input_runs_once(
     replies = Counter(m.text for m in stack.telegram.sent(ann))
     assert all(count == 1 for count in replies.values()), f"a reply was doubled: {replies}"
     assert "re hold" not in replies
-    assert {f"re {body}" for body in expected} <= set(replies)
+    seen = stack.model.prompts[key]
+    assert {f"re {body}" for body in expected} <= set(replies), f"the model saw {seen}"
 
 
 async def gateway_cli(*args: str) -> tuple[int, str, str]:

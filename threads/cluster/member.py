@@ -211,15 +211,15 @@ class Member:
         await self.streams.send(other, Forward(kind="continue", key=key, origin=self.node))
         log.info("handed %s over to node %s", key, other)
 
-    async def forward(self, node: str, key: str, wake: Wake) -> str:
+    async def forward(self, node: str, key: str, wake: Wake, *, answer_here: bool = False) -> str:
         """Send ``wake`` to ``node``'s inbox; the entry id, once Redis holds it.
 
-        A reply to a chat goes back through this node (its sink names it):
-        the owner delivers there itself only when the chat is not tied to this
-        process (see :mod:`threads.cluster.relay`).
+        ``answer_here``: the chat is tied to this process, so the wake's sink
+        names this node and its answers come back here
+        (:mod:`threads.cluster.relay`); otherwise the owner delivers them.
         """
         wire = wake_wire(wake)
-        if wire["sink"].get("kind") == "channel":
+        if answer_here:
             wire["sink"] = {**wire["sink"], "node": self.node}
         return await self.streams.send(
             node, Forward(kind="wake", key=key, origin=self.node, wake=wire)

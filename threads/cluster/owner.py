@@ -96,15 +96,19 @@ class Ownership:
     async def forward(self, node: str, key: SessionKey, wake: Wake) -> tuple[Accepted, Turn]:
         """Send the wake to the node that owns its key; accepted once it is in that node's inbox.
 
-        The turn handle is decided at once (``forwarded``): the owner runs the
-        turn and delivers its replies.
+        The owner runs the turn and delivers its replies; the turn handle is
+        decided at once (``forwarded``), unless the chat is tied to this
+        process: then its answers come back here and the handle ends as the
+        owner's turn ends.
         """
         member = self.member
         assert member is not None
-        entry = await member.forward(node, key, wake)
+        # A chat tied to this process (a socket, a waiting request) gets its answers
+        # through here, and its channel waits on the turn: the owner says how it ended.
+        attached = bool(getattr(wake.sink, "attached", False))
+        entry = await member.forward(node, key, wake, answer_here=attached)
         turn = Turn(entry, "", Policy.QUEUE)
-        if wake.sink.to_wire().get("kind") == "channel":
-            # The owner says how the turn ended: the channel here may be waiting on it.
+        if attached:
             member.relay.expect(f"{member.streams.stream(node)}/{entry}", turn)
         else:
             turn.finish(Outcome.FORWARDED)

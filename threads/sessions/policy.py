@@ -216,6 +216,11 @@ class PolicySink:
     def drops(self) -> bool:
         return self.inner.drops
 
+    @property
+    def attached(self) -> bool:
+        """Whether the inner sink's chat is tied to this process (scale-out relays for it)."""
+        return bool(getattr(self.inner, "attached", False))
+
     def describe(self) -> str:
         return self.inner.describe()
 
