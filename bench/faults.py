@@ -155,7 +155,8 @@ async def one_store(kind: str, args: argparse.Namespace, model: FakeOpenAIServer
                 await asyncio.gather(*load)
             for chat in chats:
                 await chat.close()
-            heard = answers(reply for chat in chats for reply in chat.replies)
+            # Heard: as often as it came, or as often as the page shows it now, whichever is more.
+            heard = sum((answers(c.replies) | answers(c.view) for c in chats), Counter[str]())
             refused = sum(1 for chat in chats for e in chat.errors if e != BARRIER_ERROR)
         accepted = await stored_orders(url) & set(store.sent)
     finally:

@@ -40,8 +40,9 @@ from threads.messages import Message
 from threads.store import open_store
 from threads.store.base import Query, StoreOptions
 from threads.store.entries import Entry, Header, MessageEntry
-from threads.store.keyfile import encode_point, fsync_dir, read_journal
+from threads.store.keyfile import encode_point, read_journal
 from threads.store.listing import DirectoryListing
+from threads.store.private import fsync_dir
 
 FIGURES: dict[str, Any] = {}
 

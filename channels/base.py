@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from threads.sinks import Delivery, OutboundMessage
+from threads.sinks import Delivery, OutboundMessage, dedups
 from threads.turns import Turn
 
 ChatType = Literal["direct", "group", "channel"]
@@ -186,6 +186,11 @@ class ChannelSink:
     @property
     def drops(self) -> bool:
         return False
+
+    @property
+    def dedups(self) -> bool:
+        """The channel's: only a channel that drops a repeated outbound id may get one."""
+        return dedups(self.channel)
 
     def describe(self) -> str:
         return f"Caller is the {self.channel.name} user — reply with dispatch(to=caller:user)"

@@ -5,10 +5,11 @@ answering them has run for ``typing_after`` seconds (a quick answer needs no
 indicator: it is the answer), a channel that can show it refreshes its typing
 indicator every few seconds and — when the model streams — shows the answer
 so far in one draft message edited in place, at most once per ``edit_every``
-seconds. A turn still waiting for its slot or its place in the queue shows
-nothing yet. The final answer replaces the draft: the channel's ``deliver`` takes
-the draft over. A draft no delivery took over (the turn ended silently, or
-failed) is removed when the turn ends.
+seconds; one that can (:class:`ShowsTools`) shows each tool as it runs. A turn
+still waiting for its slot or its place in the queue shows nothing yet. The
+final answer replaces the draft: the channel's ``deliver`` takes the draft
+over. A draft no delivery took over (the turn ended silently, or failed) is
+removed when the turn ends.
 
 One follower per chat: a message steered into the running turn is followed by
 the follower already there, and a turn the chat's messages wait for (a steer
@@ -26,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from threads.turns import Event, RunStart, TextDelta, Turn
+from threads.turns import Event, RunStart, TextDelta, ToolFinish, ToolStart, Turn
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,15 @@ class Presence(Protocol):
 
     async def end_draft(self, chat_id: str) -> None:
         """The turn ended: remove a draft no delivery took over, forget the one that was."""
+        ...
+
+
+@runtime_checkable
+class ShowsTools(Protocol):
+    """A presence that also shows the tools a turn runs (the web chat)."""
+
+    async def tool(self, chat_id: str, event: ToolStart | ToolFinish) -> None:
+        """A tool started or finished in the turn shown in the chat."""
         ...
 
 
@@ -79,6 +89,7 @@ class Feedback:
         self.typing_every = typing_every
         self.typing_after = typing_after
         self.edit_every = edit_every
+        self._tools = presence if isinstance(presence, ShowsTools) else None
         self.drafts = drafts
         self.clock = clock
         self._followers: dict[str, _Follower] = {}
@@ -151,6 +162,8 @@ class Feedback:
                         began = self.clock()
                     elif isinstance(event, TextDelta):
                         text += event.text
+                    elif self._tools is not None and isinstance(event, ToolStart | ToolFinish):
+                        await self._quietly(self._tools.tool(chat_id, event), "tool", chat_id)
                     pending = asyncio.ensure_future(anext(events))
                 now = self.clock()
                 if self.drafts and text != shown and now - last_edit >= self.edit_every:

@@ -111,12 +111,19 @@ class DiscordConfig(Section):
 
 
 class WebConfig(Section):
-    """The browser chat at ``/`` of the HTTP server: which other origins may embed it, its token."""
+    """The browser chat at ``/`` of the HTTP server: which other origins may embed it, its token.
+
+    ``max_file_bytes`` is what the files of one message may weigh together (0
+    turns attachments off); ``history`` is how many items of the conversation
+    a page is shown when it opens.
+    """
 
     enabled: bool = True
     token: SecretStr | None = None
     token_file: Path | None = None
     allowed_origins: list[str] = Field(default_factory=list)
+    max_file_bytes: int = Field(default=8 * 1024 * 1024, ge=0, le=64 * 1024 * 1024)
+    history: int = Field(default=50, ge=0, le=500)
 
     @field_validator("allowed_origins")
     @classmethod

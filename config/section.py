@@ -70,3 +70,22 @@ def normal_origin(value: str) -> str:
         host = f"[{host}]"
     default = 80 if parts.scheme == "http" else 443
     return f"{parts.scheme}://{host}" + (f":{port}" if port not in (None, default) else "")
+
+
+def same_origin(origin: str, host: str) -> bool:
+    """Whether ``Origin`` names the host and port the request was sent to (its ``Host``).
+
+    A ``Host`` without a port means the default port of the origin's scheme.
+    """
+    seen = urlsplit(origin)
+    sent = urlsplit(f"//{host}")
+    try:
+        default = {"http": 80, "https": 443}[seen.scheme]
+        return (
+            seen.hostname is not None
+            and seen.hostname == sent.hostname
+            and (seen.port or default) == (sent.port or default)
+            and seen.path == ""
+        )
+    except (KeyError, ValueError):
+        return False

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from threads.errors import ClosedError, DroppedError
 from threads.keys import SessionKey
-from threads.sinks import Delivery, OutboundMessage, Sink
+from threads.sinks import Delivery, OutboundMessage, Sink, dedups
 
 if TYPE_CHECKING:
     from threads.turns import RunResult, Turn
@@ -76,6 +76,10 @@ class HeaderDropSink:
     def drops(self) -> bool:
         return True
 
+    @property
+    def dedups(self) -> bool:
+        return True  # nothing is shown, however often
+
     def describe(self) -> str:
         return self.words
 
@@ -102,6 +106,10 @@ class WatchedSink:
     @property
     def drops(self) -> bool:
         return self.inner.drops
+
+    @property
+    def dedups(self) -> bool:
+        return dedups(self.inner)
 
     def describe(self) -> str:
         return self.words

@@ -74,6 +74,7 @@ from threads.media import Media
 from threads.node import NodeIdentity, claim_node
 from threads.ops import check_session_tool, health_tool
 from threads.sessions.access import SubagentToolFilter
+from threads.sessions.catalog import Catalog
 from threads.sessions.delegation import settle_unsettled
 from threads.sessions.policy import SendPolicy, key_of_endpoint, send_command
 from threads.sessions.tools import SESSION_TOOLS
@@ -504,7 +505,10 @@ class Gateway:
         if web.enabled and "web" not in given:
             try:
                 self.web = WebChannel.from_config(
-                    web, self.config.http, state_dir=self.config.data_dir / "state"
+                    web,
+                    self.config.http,
+                    state_dir=self.config.data_dir / "state",
+                    media_dir=self.config.data_dir / "media" / "web",
                 )
             except ChannelError as exc:
                 raise StartupError(str(exc)) from None
@@ -529,6 +533,11 @@ class Gateway:
             if isinstance(channel, ApiChannel):
                 self.api = channel
             channels.append(channel)
+        if self.web is not None:
+            # The page shows the conversation from the session; models see its pictures.
+            self.web.catalog = Catalog.of(self.manager)
+            if self.web.files is not None:
+                self.web.files.serve_to(self.media)
         for telegram in build_telegram(self.config, COMMANDS):
             if telegram.name in given:
                 continue

@@ -211,13 +211,39 @@ def session_lines(info: dict[str, Any]) -> list[str]:
             state += f", waiting for approval of {request['tool']} ({request['id']})"
         lines.append(f"  state           {state}")
         lines.append(f"  waiting         {info.get('thread_pending', 0)} message(s)")
+    uncertain = info.get("delivery_uncertain") or []
+    if uncertain:
+        lines.append(f"  delivery uncertain: {len(uncertain)} send(s) a restart could not confirm")
+        lines += _uncertain_lines(uncertain, "    ")
     known = {
         "session_key", "exists", "session_id", "agent", "message_count", "turn_count",
         "size_bytes", "last_modified", "thread_active", "thread_state", "thread_elapsed_sec",
         "thread_iterations", "thread_current_tool", "thread_pending", "thread_awaiting_approval",
+        "delivery_uncertain",
     }  # fmt: skip
     lines += [f"  {name:<15} {_value(value)}" for name, value in info.items() if name not in known]
     return lines
+
+
+def _uncertain_lines(sends: list[dict[str, Any]], indent: str) -> list[str]:
+    """One line per send whose delivery is uncertain: when, what, to whom, its start."""
+    return [
+        f"{indent}{_when(str(s.get('recorded', '')))}  {s.get('kind', '?')} to "
+        f"{s.get('session_key', '') + ' → ' if s.get('session_key') else ''}{s.get('to', '?')}: "
+        f"{s.get('text', '')}"
+        for s in sends
+    ]
+
+
+def _outbound_section(info: dict[str, Any]) -> list[str]:
+    sends = info["outbound"].get("uncertain") or []
+    if not sends:
+        return ["outbound:", "  delivery uncertain  none"]
+    return [
+        "outbound:",
+        f"  delivery uncertain  {len(sends)} send(s) found unconfirmed at start-up, not repeated",
+        *_uncertain_lines(sends, "    "),
+    ]
 
 
 def health_lines(info: dict[str, Any]) -> list[str]:
@@ -233,6 +259,7 @@ def health_lines(info: dict[str, Any]) -> list[str]:
         "channels": _channels_section,
         "mcp": _mcp_section,
         "approvals": _approvals_section,
+        "outbound": _outbound_section,
         "process": _process_section,
     }
     for name, render in renderers.items():

@@ -6,6 +6,12 @@ uniqueness rules. An invalid call is a tool error naming the field, where it
 belongs and the corrected shape; the turn goes on so the model can fix it.
 A valid call is applied in order and ends the turn; the result reports who
 received each send and which child sessions were created or resumed.
+
+Every send is recorded in the outbound ledger, in one durable append with
+the call itself, before the first one leaves; each send's mark lands with
+the turn's end. A gateway that dies part-way through leaves a record of
+every send, which the restart completes without repeating a delivered one
+(:mod:`threads.outbound`).
 """
 
 from __future__ import annotations
@@ -17,15 +23,26 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from threads import outbound
 from threads.agent.tools import ToolContext, ToolOutput, json_text, tool
-from threads.errors import ExchangeRefusedError, InvalidKeyError
+from threads.errors import InvalidKeyError
 from threads.faults import fault
 from threads.keys import TASK_ID, USER_CHANNELS, SessionKey, base_channel, endpoint_key
+from threads.outbound import Outgoing
+from threads.session_sink import WakeSink
 from threads.sessions import access
 from threads.sessions.catalog import Catalog
 from threads.sessions.errors import SessionToolError
 from threads.sinks import OutboundMessage, Sink
-from threads.wake import Cause, SessionCaller, SystemCaller, UserCaller, Wake, WakeSource
+from threads.wake import (
+    Cause,
+    SessionCaller,
+    SystemCaller,
+    UserCaller,
+    Wake,
+    WakeSource,
+    wake_to_wire,
+)
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -366,52 +383,83 @@ async def _may_wake(
 
 
 async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]:
-    """Deliver every send in order; the report names each receiver."""
+    """Record every send, then deliver them in order; the report names each receiver."""
     manager: ThreadManager = ctx.services
+    run = ctx.run
     key = SessionKey(ctx.key)
-    wake: Wake = ctx.run.payload
+    wake: Wake = run.payload
     cause = Cause.after(wake)
+    sends: list[Outgoing] = []
+    existed: list[bool] = []
+    for item in planned:
+        send = item.send
+        kind = f"{outbound.DISPATCH}{send.to}"
+        if item.sink is not None:
+            message = OutboundMessage(text=send.body)
+            sends.append(
+                outbound.outgoing(run.send_id(), item.sink, message, kind=kind, run_id=run.run_id)
+            )
+            existed.append(True)
+            continue
+        assert item.target is not None
+        existed.append(await manager.session_exists(item.target))
+        child_wake = Wake(
+            source=WakeSource.SESSION,
+            body=send.body,
+            caller=SessionCaller(session_key=key),
+            sink=manager.session_sink(key, item.target, cause=cause),
+            agent=item.agent,
+            chain=cause.chain,
+            depth=cause.depth,
+        )
+        sink = WakeSink(
+            target=item.target,
+            wake=child_wake,
+            manager=manager,
+            fork_of=run.session if send.to == "fork" else None,
+        )
+        sends.append(
+            outbound.outgoing(
+                run.send_id(),
+                sink,
+                OutboundMessage(text=send.body),
+                kind=kind,
+                run_id=run.run_id,
+                target=str(item.target),
+                wake=wake_to_wire(child_wake),
+            )
+        )
+    if sends:
+        await run.record(sends)
     delivered: list[dict[str, Any]] = []
     notes: list[str] = []
     replied = False
-    for item in planned:
+    for item, out, exists in zip(planned, sends, existed, strict=True):
         send = item.send
         entry: dict[str, Any] = {"to": send.to}
-        try:
-            if item.sink is not None:
-                result = await item.sink.deliver(OutboundMessage(text=send.body))
-                fault("after_delivery_before_record")
-                entry["delivered_to"] = result.delivered_to
-                if result.blocked:
-                    entry["blocked"] = result.blocked
-                replied = replied or send.to == "caller:session"
-            else:
-                assert item.target is not None
-                exists = await manager.session_exists(item.target)
-                if send.to == "fork" and not exists:
-                    await manager.create_fork(item.target, ctx.run.session, agent=item.agent)
-                child_wake = Wake(
-                    source=WakeSource.SESSION,
-                    body=send.body,
-                    caller=SessionCaller(session_key=key),
-                    sink=manager.session_sink(key, item.target, cause=cause),
-                    agent=item.agent,
-                    chain=cause.chain,
-                    depth=cause.depth,
-                )
-                accepted = await manager.wake(item.target, child_wake)
-                note = "resumed" if exists else "created"
-                if send.to == "session" and exists:
-                    note = "woken"
-                entry["delivered_to"] = f"session {item.target}"
-                entry["session_key"] = str(item.target)
-                entry["run_id"] = accepted.run_id
-                entry["note"] = note
-                notes.append(f"{item.target}: {note}")
-        except ExchangeRefusedError as exc:
-            entry["blocked"] = str(exc)
-        except Exception as exc:
-            entry["error"] = f"{type(exc).__name__}: {exc}"
+        result, done = await outbound.send(out)
+        if result is not None:
+            fault("after_delivery_before_record")
+        if done is not None:
+            run.ledger.append(done)
+        if result is None:
+            entry["error"] = done.error if done is not None else "not sent: the gateway is stopping"
+        elif item.target is None:
+            entry["delivered_to"] = result.delivered_to
+            if result.blocked:
+                entry["blocked"] = result.blocked
+            replied = replied or send.to == "caller:session"
+        elif result.blocked:
+            entry["blocked"] = result.blocked
+        else:
+            note = "resumed" if exists else "created"
+            if send.to == "session" and exists:
+                note = "woken"
+            entry["delivered_to"] = result.delivered_to
+            entry["session_key"] = str(item.target)
+            entry["run_id"] = result.message_ids[0] if result.message_ids else ""
+            entry["note"] = note
+            notes.append(f"{item.target}: {note}")
         delivered.append(entry)
     report: dict[str, Any] = {"ok": True, "delivered_to": delivered}
     if notes:
@@ -429,4 +477,6 @@ async def dispatch_tool(args: DispatchArgs, ctx: ToolContext) -> ToolOutput:
     except DispatchError as exc:
         return ToolOutput(content=str(exc), is_error=True)
     report = await apply(planned, ctx)
-    return ToolOutput(content=json_text(report), ends_turn=True, data=report)
+    # What the turn answered its caller, for whoever reads the turn's end (an exchange).
+    reply = next((p.send.body for p in planned if p.send.to.startswith("caller:")), "")
+    return ToolOutput(content=json_text(report), ends_turn=True, data={**report, "reply": reply})

@@ -23,6 +23,14 @@ not given up: a prompt stays at the head of the queue, a step or a turn end
 stays with its run, and each is tried again with the outage's backoff until
 the store takes it — the run is never run twice. Only a close past its
 deadline gives up; what was accepted is durable and runs at the next start.
+
+What a turn sends at its end — the final answer, a closing notice, the
+hand-offs its owner names (``child_completed``, an exchange's next step) —
+is recorded in the outbound ledger in that same append, and handed to its
+sinks only once the append is durable; each send's mark follows in one more
+append (:mod:`threads.outbound`, :mod:`threads.deliveries`). Sends a stopped
+writer recorded and never marked are completed when the session is next
+continued or sent to.
 """
 
 from __future__ import annotations
@@ -38,12 +46,29 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from threads.approvals.boundary import park_entries, resume_ended
 from threads.approvals.door import ApprovalDoor
+from threads.deliveries import Deliveries
 from threads.errors import BusyError, ClosedError, NotRunError, UnavailableError
 from threads.faults import fault
 from threads.ids import new_entry_id
-from threads.inbox import Chain, Deferral, Inbox, Pending, Write, deferral_receipts
+from threads.inbox import (
+    Chain,
+    Deferral,
+    Inbox,
+    Pending,
+    Sync,
+    Write,
+    deferral_receipts,
+    delivery_entries,
+)
 from threads.messages import JSON, Message
-from threads.store.entries import Entry, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
+from threads.outbound import Outgoing
+from threads.store.entries import (
+    Entry,
+    LeafEntry,
+    MessageEntry,
+    OutboundEntry,
+    TurnEntry,
+)
 from threads.tree import EntryTree, interruption_results, still_open
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
 
@@ -53,6 +78,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True, kw_only=True)
+class _End:
+    """A turn's end as it is written: its entries, and what its landing settles in memory."""
+
+    entries: list[Entry]
+    steers: list[Pending]
+    deferred: list[Deferral]
+    upcoming: Pending | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -73,7 +108,8 @@ class TurnDriver:
 
     ``tree`` is the session's entry tree (read here, never changed but by
     ``write``); ``lock`` is the session's lock, held around every write;
-    ``chain`` and ``write`` are the session's write path.
+    ``chain`` and ``write`` are the session's write path, and ``sync`` makes
+    what it wrote durable (a no-op unless the store flushes on demand).
     """
 
     def __init__(
@@ -84,6 +120,7 @@ class TurnDriver:
         lock: asyncio.Lock,
         chain: Chain,
         write: Write,
+        sync: Sync,
         options: SessionOptions,
     ) -> None:
         self._session = session
@@ -91,10 +128,16 @@ class TurnDriver:
         self._lock = lock
         self._chain = chain
         self._write = write
+        self._sync = sync
         self._options = options
         self._closing = False
         self._stop_queue = False
-        self._inbox = Inbox(session, tree=tree, chain=chain, write=write, options=options)
+        self._inbox = Inbox(
+            session, tree=tree, chain=chain, write=write, sync=sync, options=options
+        )
+        self._deliveries = Deliveries(
+            session, tree=tree, lock=lock, chain=chain, write=write, sync=sync, options=options
+        )
         self.approvals = ApprovalDoor(
             session,
             tree=tree,
@@ -126,6 +169,8 @@ class TurnDriver:
         if active is not None and active.begun:
             return "running"
         if active is not None or self._inbox.has_input() or self.approvals.awaiting:
+            return "pending"
+        if self._deliveries.completing:
             return "pending"
         return "idle"
 
@@ -160,12 +205,21 @@ class TurnDriver:
         wake: Mapping[str, JSON] | None,
         injected: Injected | None,
     ) -> Turn:
-        """Accept one message under the busy policy (:meth:`Session.send` says how)."""
+        """Accept one message under the busy policy (:meth:`Session.send` says how).
+
+        A wake whose ``origin`` (the sending session's outbound record) this
+        session already accepted is not taken again: its turn is decided at
+        once as dropped, naming the run the first copy became.
+        """
+        await self.complete_unsent()
         async with self._lock:
             if self._closing:
                 raise ClosedError(self._session.id)
-            await self._inbox.settle_unfinished()
+            self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             wake = dict(wake or {})
+            repeated = self._inbox.repeated(wake, policy)
+            if repeated is not None:
+                return repeated
             parked = self.approvals.awaiting
             idle = self._running is None and self._inbox.head is None and not parked
             if idle and policy is not Policy.COLLECT:
@@ -243,10 +297,19 @@ class TurnDriver:
             # Steers first, so a resume settled next runs ahead of their follow-ups.
             if self._inbox.has_steers() and self._steer_target() is None:
                 await self._inbox.defer_steers()
-            await self._inbox.settle_unfinished()
+            self._deliveries.leave_for_later(await self._inbox.settle_unfinished())
             self._kick()
             head = self._inbox.head
-            return head.turn if head else None
+        await self.complete_unsent()
+        return head.turn if head else None
+
+    async def complete_unsent(self) -> None:
+        """Complete the sends a stopped writer recorded and never marked (see ``Deliveries``)."""
+        await self._deliveries.complete_unsent()
+
+    async def send_out(self, out: Outgoing) -> OutboundEntry | None:
+        """A send outside any turn (see :meth:`Session.send_out`)."""
+        return await self._deliveries.send_out(out)
 
     async def clear_queue(self) -> int:
         """Drop every input not yet given to a model; each gets a ``dropped`` receipt."""
@@ -391,8 +454,7 @@ class TurnDriver:
         try:
             await self._write(prompts)
         except UnavailableError as exc:
-            self._inbox.requeue(batch)
-            self._held(batch, exc, f"the prompt of {head.turn.run_id}")
+            self._inbox.hold_back(batch, exc)
             raise
         except Exception as exc:
             log.exception(
@@ -458,11 +520,14 @@ class TurnDriver:
         await asyncio.shield(self._finish(active, result))
 
     async def _finish(self, active: _Active, result: RunResult | None) -> None:
-        """Write the run's unwritten messages and its turn entry; decide its turns.
+        """Write the run's unwritten messages, its sends and its turn entry; send; decide its turns.
 
         While the store cannot take the end it is tried again (the run is done
         and is not run again); a close past its deadline gives up on it, and
-        the next start records the turn as interrupted.
+        the next start records the turn as interrupted. The sends of the turn's
+        end are recorded in the append that ends the turn and handed to their
+        sinks once it is durable, before the turn is decided (a waiter sees
+        what was delivered); their marks follow.
         """
         run = active.run
         if result is None:
@@ -477,11 +542,13 @@ class TurnDriver:
         if parked:
             outcome = Outcome.PARKED
         async with self._lock:
-            ending = self._ending(active, result, canceled=canceled)
-        deferred: list[Deferral] = []
+            sends = [*run.outbox, *self._hand_offs(run.run_id, run.payload, result)]
+            run.outbox = []
+            end = self._end(active, result, canceled=canceled, sends=sends)
         try:
-            deferred = await self._until_written(
-                partial(self._end, ending, parked=bool(parked)), f"the end of turn {run.run_id}"
+            await self._until_written(
+                partial(self._write_linked, end.entries, then=partial(self._ended, end)),
+                f"the end of turn {run.run_id}",
             )
         except Exception as exc:
             log.exception(
@@ -491,24 +558,39 @@ class TurnDriver:
             result = dataclasses.replace(
                 result, stop_reason="error", error=f"turn end not persisted: {exc}"
             )
+            self._inbox.return_steers(end.steers)
+            if end.upcoming is not None:
+                end.upcoming.started = False
+            end.deferred = []
             self.end_unwritten = True
             self._running = None
+            sends = []  # not recorded, so not sent: the turn runs again once it can be
+        else:
+            sends = await self._deliveries.synced(sends)
+        await self._deliveries.send(sends)
         run.emit(RunFinish(result=result))
         if outcome is Outcome.PARKED:
-            self.approvals.parked(run.payload, ending, self._options.on_park)
+            self.approvals.parked(run.payload, end.entries, self._options.on_park)
         if not active.pendings:
             run.turn.finish(outcome, result)  # a resume's turn
         for pending in active.pendings:
             pending.turn.finish(outcome, result)
-        for old, new in deferred:
+        for old, new in end.deferred:
             old.turn.next = new.turn
             old.turn.finish(Outcome.DEFERRED)
 
-    def _ending(self, active: _Active, result: RunResult, *, canceled: bool) -> list[Entry]:
-        """The run's last messages and its turn entry (lock held): built once, written until landed.
+    def _end(
+        self, active: _Active, result: RunResult, *, canceled: bool, sends: Sequence[Outgoing]
+    ) -> _End:
+        """The turn's end, built once (lock held) and written until it lands.
 
-        A parked run's waiting calls stay without a result; its approval
-        requests and their audit ride with the turn entry.
+        The run's last messages, ledger and sends, and its turn entry; the
+        steers no run drained, as deferrals; and, when input waits, the next
+        turn's prompt, riding in the same append: one write, not two. Its
+        prompt counts as written from here (nothing drops it meanwhile); a
+        write given up puts it all back. A parked run's waiting calls stay
+        without a result; its approval requests and their audit ride with the
+        turn entry, and nothing starts after it until its boundary resolves.
         """
         run = active.run
         parked = result.parked if not canceled else ()
@@ -518,6 +600,9 @@ class TurnDriver:
             unanswered.pop(p.call.id, None)
         messages += interruption_results(unanswered)
         entries, leaf = _linked(self._tree.leaf, messages)
+        entries += run.ledger
+        run.ledger = []
+        entries += [out.record for out in sends]
         turn_entry = TurnEntry(
             id=new_entry_id(),
             parent=leaf,
@@ -538,23 +623,9 @@ class TurnDriver:
         if active.rollback:
             prompt = self._tree.by_id.get(active.prompt_id)
             entries.append(LeafEntry(id=new_entry_id(), entry=prompt.parent if prompt else ""))
-        return entries
-
-    async def _end(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
-        """Write the turn's end with the steers it leaves and the next prompt.
-
-        Steers no run drained become deferrals; when input waits, the next
-        turn's prompt rides in the same append: one write, not two. On a
-        failure nothing of it is kept in memory and the steers are put back.
-        """
-        async with self._lock:
-            return await self._end_locked(ending, parked=parked)
-
-    async def _end_locked(self, ending: list[Entry], *, parked: bool = False) -> list[Deferral]:
         steers = self._inbox.take_steers()
         deferred = self._inbox.plan_deferrals(steers)
-        linked = self._chain(*ending, *deferral_receipts(deferred))
-        # A parked turn holds the session: nothing starts until its boundary resolves.
+        linked = self._chain(*entries, *deferral_receipts(deferred))
         upcoming = None if parked else self._upcoming(deferred)
         if upcoming is not None:
             last = linked[-1]
@@ -567,17 +638,14 @@ class TurnDriver:
                     wake=upcoming.wake,
                 )
             )
-        try:
-            await self._write(linked)
-        except BaseException:
-            self._inbox.return_steers(steers)
-            raise
-        fault("after_turn_end")
-        if upcoming is not None:
             upcoming.started = True
-        self._inbox.queue_deferred(deferred)
+        return _End(entries=linked, steers=steers, deferred=deferred, upcoming=upcoming)
+
+    def _ended(self, end: _End) -> None:
+        """The turn's end landed (lock held): its deferrals queue, and no turn runs."""
+        fault("after_turn_end")
+        self._inbox.queue_deferred(end.deferred)
         self._running = None
-        return deferred
 
     def _upcoming(self, deferred: list[Deferral]) -> Pending | None:
         """The input that will run next, when its prompt can be written now (lock held)."""
@@ -588,10 +656,20 @@ class TurnDriver:
             return None
         return head
 
-    async def _flush_run(self, run: Run) -> None:
+    def _hand_offs(self, run_id: str, payload: Any, result: RunResult) -> list[Outgoing]:
+        make = self._options.hand_offs
+        return make(self._session, run_id, payload, result) if make is not None else []
+
+    async def _flush_run(self, run: Run, records: Sequence[Entry]) -> None:
+        """Append the run's staged messages and ledger entries, and ``records``.
+
+        With ``records`` (sends about to leave) the append is made durable
+        before this returns, whatever the store's fsync policy.
+        """
         async with self._lock:
             messages, run.staged = run.staged, []
-            entries = _linked(self._tree.leaf, messages)[0]
+            ledger, run.ledger = run.ledger, []
+            entries = [*_linked(self._tree.leaf, messages)[0], *ledger, *records]
         try:
             await self._until_written(
                 partial(self._write_linked, entries), f"a step of {run.run_id}"
@@ -599,79 +677,44 @@ class TurnDriver:
         except BaseException:
             if entries and entries[0].id not in self._tree.by_id:
                 run.staged = messages + run.staged  # the turn end writes them
+                run.ledger = ledger + run.ledger
             raise
+        if records:
+            await self._sync()
 
-    async def _write_linked(self, entries: list[Entry]) -> None:
+    async def _write_linked(
+        self, entries: list[Entry], then: Callable[[], None] | None = None
+    ) -> None:
+        """Write ``entries`` linked onto the leaf; ``then`` runs under the same lock once they landed."""
         async with self._lock:
             await self._write(self._chain(*entries))
+            if then is not None:
+                then()
 
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:
             messages, run.staged = run.staged, []
-            entries = _linked(self._tree.leaf, messages)[0]
+            steers = self._inbox.take_steers()
+            entries = _linked(self._tree.leaf, messages)[0] + delivery_entries(steers, run.run_id)
         try:
-            steers = await self._until_written(
-                partial(self._drain_steers, run, entries), f"a step of {run.run_id}"
+            await self._until_written(
+                partial(self._write_linked, entries), f"a step of {run.run_id}"
             )
         except BaseException:
             if entries and entries[0].id not in self._tree.by_id:
                 run.staged = messages + run.staged
+                self._inbox.return_steers(steers)
             raise
         for steer in steers:
             steer.turn.run_id = run.run_id
             steer.turn.finish(Outcome.DELIVERED)
         return [steer.injected or steer.message for steer in steers]
 
-    async def _drain_steers(self, run: Run, staged: list[Entry]) -> list[Pending]:
-        """Write the run's staged messages and every waiting steer into it; the steers."""
-        async with self._lock:
-            steers = self._inbox.take_steers()
-            entries = list(staged)
-            for steer in steers:
-                entries.append(
-                    ReceiptEntry(
-                        id=new_entry_id(),
-                        status="delivered",
-                        receipt=steer.receipt_id,
-                        run_id=run.run_id,
-                    )
-                )
-                entries.append(
-                    MessageEntry(id=new_entry_id(), message=steer.injected or steer.message)
-                )
-            try:
-                await self._write(self._chain(*entries))
-            except BaseException:
-                self._inbox.return_steers(steers)
-                raise
-        return steers
-
     async def _until_written(self, write: Callable[[], Awaitable[T]], what: str) -> T:
-        """``write()``, tried again with the outage's backoff while the store cannot take it."""
-        tries = 0
-        while True:
-            try:
-                return await write()
-            except UnavailableError as exc:
-                if self._give_up.is_set():
-                    raise
-                tries += 1
-                if tries == 1:
-                    log.warning(
-                        "session %s: %s waits for the store: %s", self._session.id, what, exc
-                    )
-            await self._options.outage.pause(tries, self._give_up)
-
-    def _held(self, batch: Sequence[Pending], error: UnavailableError, what: str) -> None:
-        """Accepted input whose turn waits for the store: logged, and told once per input."""
-        fresh = [pending for pending in batch if not pending.held]
-        if not fresh:
-            return
-        for pending in fresh:
-            pending.held = True
-        log.warning("session %s: %s waits for the store: %s", self._session.id, what, error)
-        if self._options.on_held is not None:
-            self._options.on_held(self._session, [pending.payload for pending in fresh])
+        """``write()``, again while the store cannot take it, until a close gives up."""
+        return await self._options.outage.retry(
+            write, what=f"session {self._session.id}: {what}", give_up=self._give_up
+        )
 
 
 def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:

@@ -1,4 +1,4 @@
-"""Views of a transcript for other readers: a fork's stripped inheritance.
+"""Views of a transcript for other readers: a fork's stripped inheritance, tool summaries.
 
 A new fork starts from its parent's history, stripped: tool calls folded into
 one-line summaries, reasoning removed, and wake headers cut to sender and time.
@@ -20,12 +20,17 @@ def one_line(text: str, limit: int = SUMMARY_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _call_summary(call: ToolCallPart, result: ToolResultPart | None) -> str:
+def tool_summary(call: ToolCallPart, result: ToolResultPart | None) -> str:
+    """One line for a tool call and its result: ``name(arg=…) → result``."""
     args = ", ".join(f"{k}={one_line(str(v), 40)}" for k, v in call.args.items())
-    line = f"[tool {call.name}({args})"
+    line = f"{call.name}({args})"
     if result is not None:
         line += f" → {'error: ' if result.is_error else ''}{one_line(result.content, 80)}"
-    return line + "]"
+    return line
+
+
+def _call_summary(call: ToolCallPart, result: ToolResultPart | None) -> str:
+    return f"[tool {tool_summary(call, result)}]"
 
 
 def _short_header(text: str) -> str:

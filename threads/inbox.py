@@ -7,7 +7,8 @@ record. It writes what acceptance makes durable (an idle session's prompt, a
 ``queued`` steer receipt, an ``accepted`` send receipt, the ``dropped`` fates
 of a cleared queue, the ``deferred`` fates of steers no run took) and mints
 the run ids. On open it restores what a stopped writer accepted and never
-settled, and records the turns a dead writer left running as canceled.
+settled, and records the turns a dead writer left running: as canceled (to
+be resumed), or, for a turn that died applying its ``dispatch``, as ended.
 
 It never takes the session's lock: the driver holds it around every call that
 writes, and decides when a turn runs.
@@ -15,26 +16,39 @@ writes, and decides when a turn runs.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
+
+from threads import outbound
+from threads.errors import DroppedError, UnavailableError
 from threads.ids import new_entry_id
-from threads.messages import JSON, Message
-from threads.store.entries import Entry, MessageEntry, ReceiptEntry, TurnEntry
+from threads.messages import JSON, Message, ToolResultPart
+from threads.store.entries import Entry, MessageEntry, OutboundEntry, ReceiptEntry, TurnEntry
 from threads.tree import EntryTree, interruption_results, unfinished_runs, unsettled_receipts
-from threads.turns import Outcome, Policy, Turn
+from threads.turns import Outcome, Policy, RunResult, Turn
 from threads.wake import mark_injected
 
 if TYPE_CHECKING:
     from threads.session import Injected, Session, SessionOptions
 
+log = logging.getLogger(__name__)
+
 _POLICIES = frozenset(p.value for p in Policy)
 CRASHED = "interrupted: the gateway stopped during this turn"
+DISPATCHED = (
+    "the gateway stopped while this dispatch was being applied; its sends were recorded "
+    "first, and the restart completed each (or marked it uncertain when its receiver "
+    "could not drop a repeat)"
+)
 
 Write = Callable[[Sequence[Entry]], Awaitable[None]]
+Sync = Callable[[], Awaitable[None]]
 
 
 class Chain(Protocol):
@@ -85,12 +99,14 @@ class Inbox:
         tree: EntryTree,
         chain: Chain,
         write: Write,
+        sync: Sync,
         options: SessionOptions,
     ) -> None:
         self._session = session
         self._tree = tree
         self._chain = chain
         self._write = write
+        self._sync = sync
         self._options = options
         self._counter = tree.highest_turn()
         self._queue: deque[Pending] = deque()
@@ -172,6 +188,27 @@ class Inbox:
     def mint_run_id(self) -> str:
         self._counter += 1
         return f"{self._session.id}-t{self._counter}"
+
+    def repeated(self, wake: Mapping[str, JSON], policy: Policy) -> Turn | None:
+        """The turn of a wake whose ``origin`` this session took already, decided as dropped.
+
+        A hand-off completed twice (before and after a crash) carries the same
+        origin, the sending session's outbound record: it is taken once. None
+        for a wake not seen before.
+        """
+        origin = wake.get("origin")
+        if not isinstance(origin, str) or origin not in self._tree.origins:
+            return None
+        run_id = self._tree.origins[origin]
+        turn = Turn(new_entry_id(), run_id, policy)
+        turn.finish(
+            Outcome.DROPPED,
+            error=DroppedError(
+                f"wake {origin} was already accepted (as run {run_id or 'a steer'}); "
+                "a repeated delivery is not taken twice"
+            ),
+        )
+        return turn
 
     async def start_now(
         self, message: Message, policy: Policy, payload: Any, wake: Mapping[str, JSON]
@@ -315,9 +352,26 @@ class Inbox:
                 batch.append(self._queue.popleft())
         return batch
 
-    def requeue(self, batch: Sequence[Pending]) -> None:
-        """Put a taken batch back at the head (its prompts could not be written)."""
+    def hold_back(self, batch: Sequence[Pending], error: UnavailableError) -> None:
+        """Put a taken batch back at the head: the store could not take its prompts.
+
+        Its turns wait for the store; the owner's ``on_held`` hears of each
+        input once, the first time it is held back.
+        """
         self._queue.extendleft(reversed(batch))
+        fresh = [pending for pending in batch if not pending.held]
+        if not fresh:
+            return
+        for pending in fresh:
+            pending.held = True
+        log.warning(
+            "session %s: the prompt of %s waits for the store: %s",
+            self._session.id,
+            batch[0].turn.run_id,
+            error,
+        )
+        if self._options.on_held is not None:
+            self._options.on_held(self._session, [pending.payload for pending in fresh])
 
     def take_steers(self) -> list[Pending]:
         """Take every waiting steer, for a run to drain."""
@@ -364,17 +418,34 @@ class Inbox:
 
     # -- restoring after a crash
 
-    async def settle_unfinished(self) -> None:
-        """Record turns a dead writer left running as canceled, and queue their resumes."""
+    async def settle_unfinished(self) -> list[OutboundEntry]:
+        """Record turns a dead writer left running, queue their resumes; the hand-offs made.
+
+        A turn whose ``dispatch`` was recorded (its sends are in the outbound
+        ledger) had ended when the writer died: it gets its dispatch result and
+        a ``dispatch`` turn entry, no resume, and the hand-offs its end makes
+        (a ``child_completed``) are recorded with it and returned, to be sent.
+        Any other is recorded as canceled and resumed (decision 0003).
+        """
         if not self._unfinished:
-            return
+            return []
         unfinished = self._unfinished
+        open_calls = self._tree.open_calls()
+        dispatched = self._dispatched(unfinished, open_calls)
         entries: list[Entry] = [
             MessageEntry(id=new_entry_id(), message=m)
-            for m in interruption_results(self._tree.open_calls())
+            for m in interruption_results(
+                {c: n for c, n in open_calls.items() if dispatched is None or c != dispatched[1]}
+            )
         ]
+        handed: list[OutboundEntry] = []
         resumes: list[Pending] = []
         for prompt in unfinished:
+            if dispatched is not None and prompt is dispatched[0]:
+                settled, records = self._settle_dispatched(prompt, dispatched[1])
+                entries += settled
+                handed += records
+                continue
             entries.append(
                 TurnEntry(
                     id=new_entry_id(),
@@ -409,9 +480,68 @@ class Inbox:
                 )
             )
             resumes.append(pending)
+        entries += handed
         await self._write(self._chain(*entries))
         self._unfinished = []
         self._queue.extendleft(reversed(resumes))
+        if handed:
+            await self._sync()
+        return handed
+
+    def _dispatched(
+        self, unfinished: Sequence[MessageEntry], open_calls: Mapping[str, str]
+    ) -> tuple[MessageEntry, str] | None:
+        """The unfinished turn that died applying its dispatch, and the call; None if none did."""
+        call = next((c for c, name in open_calls.items() if name == "dispatch"), None)
+        if call is None:
+            return None
+        runs = {
+            record.run_id
+            for record, _done in outbound.states(self._tree.entries).values()
+            if record.kind.startswith(outbound.DISPATCH)
+        }
+        return next(((p, call) for p in reversed(unfinished) if p.run_id in runs), None)
+
+    def _settle_dispatched(
+        self, prompt: MessageEntry, call: str
+    ) -> tuple[list[Entry], list[OutboundEntry]]:
+        """The result and turn entry of a turn that died applying its dispatch; its hand-offs."""
+        sends = outbound.of_run(self._tree.entries, prompt.run_id)
+        report = {
+            "ok": True,
+            "delivered_to": [
+                {"to": r.kind.removeprefix(outbound.DISPATCH), "send": r.id, "status": status}
+                for r, status in sends
+                if r.kind.startswith(outbound.DISPATCH)
+            ],
+            "note": DISPATCHED,
+        }
+        result_message = Message(
+            role="tool",
+            content=(
+                ToolResultPart(
+                    call_id=call, name="dispatch", content=orjson.dumps(report).decode()
+                ),
+            ),
+        )
+        reply = next((r.text for r, _ in sends if r.kind in outbound.CALLER_SENDS), "")
+        result = RunResult(
+            stop_reason="dispatch",
+            data={
+                **report,
+                "reply": reply,
+                "replied_to_caller_session": any(
+                    r.kind == f"{outbound.DISPATCH}caller:session" for r, _ in sends
+                ),
+            },
+        )
+        turn = TurnEntry(id=new_entry_id(), run_id=prompt.run_id, stop_reason="dispatch")
+        load, make = self._options.load_payload, self._options.hand_offs
+        payload = load(prompt.wake) if load is not None and prompt.wake else None
+        handed = make(self._session, prompt.run_id, payload, result) if make is not None else []
+        return [MessageEntry(id=new_entry_id(), message=result_message), turn], [
+            out.record for out in handed
+        ]
 
     # -- ending
 
@@ -427,6 +557,19 @@ class Inbox:
         self._queue.clear()
         self._steers.clear()
         self._counter = max(self._counter, self._tree.highest_turn())
+
+
+def delivery_entries(steers: Sequence[Pending], run_id: str) -> list[Entry]:
+    """Per steer drained into run ``run_id``: its ``delivered`` fate, then the message itself."""
+    out: list[Entry] = []
+    for steer in steers:
+        out.append(
+            ReceiptEntry(
+                id=new_entry_id(), status="delivered", receipt=steer.receipt_id, run_id=run_id
+            )
+        )
+        out.append(MessageEntry(id=new_entry_id(), message=steer.injected or steer.message))
+    return out
 
 
 def deferral_receipts(deferred: Sequence[Deferral]) -> list[Entry]:

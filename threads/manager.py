@@ -12,6 +12,13 @@ quarantined (:mod:`threads.quarantine`), one another process holds or the
 store cannot give now is logged in one line and kept for the next start, and
 every other session starts.
 
+The manager gives every session what it needs to keep the outbound ledger
+(:mod:`threads.ledger`): the hand-offs a turn's end makes
+(:mod:`threads.handoffs`: ``child_completed``, an exchange's next step), and,
+after a restart, the sends a dead process recorded and never confirmed —
+repeated to a receiver that drops repeats, otherwise marked uncertain and
+listed in ``health``.
+
 Scaled out (``cluster``, :mod:`threads.cluster`), a thread starts only on
 the node that holds its key's lease, and its session's writes are fenced
 with that lease; a wake for a key another node owns is forwarded to that
@@ -47,13 +54,14 @@ from threads.eviction import Eviction
 from threads.history import strip_for_fork
 from threads.ids import new_session_id
 from threads.keys import SessionKey
+from threads.ledger import Ledger, already_sent
 from threads.messages import JSON, Message
 from threads.outage import StoreOutage
 from threads.quarantine import UNREADABLE, Quarantine
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
 from threads.session import ParkListener, Session, SessionOptions
-from threads.session_sink import SessionSink
+from threads.session_sink import CaptureSink, SessionSink
 from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
 from threads.store.base import Fence, Loaded, SessionStore, location
 from threads.store.entries import ApprovalRequestEntry, MessageEntry, ParentRef
@@ -134,6 +142,7 @@ class ThreadManager:
         self.park_listeners: list[ParkListener] = []
         self.chains = Chains(config.threads.max_exchange_depth, record=self.recovery.record_stopped)
         self.budget = Budget(config.threads.budget)
+        self.ledger = Ledger(self)
 
     # -- lifetime
 
@@ -194,8 +203,11 @@ class ThreadManager:
                 log.warning("closing thread %s: %s", thread.key, result)
             elif isinstance(result, BaseException):
                 log.error("closing thread %s failed", thread.key, exc_info=result)
-        # Input that waited, and turn ends the store never took.
-        pending = sorted(waiting | {str(t.key) for t in threads if t.session.unsettled})
+        # Input that waited, turn ends the store never took, and sends the close kept
+        # from leaving (a hand-off refused as the manager closed): the next start's.
+        pending = sorted(
+            waiting | {str(t.key) for t in threads if t.session.unsettled or t.session.has_unsent}
+        )
         self._threads.clear()
         for thread in threads:
             self.ownership.unfence(thread.session.id)
@@ -361,11 +373,14 @@ class ThreadManager:
         options = self.session_options()
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
-        if loaded is None and session_id is not None:
-            loaded = await self.load_stored(key, session_id)
         if loaded is not None:
             self.ownership.fence(loaded.header.id, fence)
+            # Input left unsettled continues here only if no other writer holds the session.
             session = self._from_loaded(key, loaded, options)
+            await session.hold()
+        elif session_id is not None:
+            self.ownership.fence(session_id, fence)
+            session = self._from_loaded(key, await self.load_stored(key, session_id), options)
         elif create:
             name = agent or self.config.default_agent
             session_id = new_session_id()
@@ -432,6 +447,9 @@ class ThreadManager:
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
             resume=self._resume,
+            hand_offs=self.ledger.hand_offs,
+            redeliver=self.ledger.redeliver,
+            flush_store=self.config.store.fsync == "on_flush",
             outage=self.outage,
             on_held=self._held,
             on_park=self._parked,
@@ -488,6 +506,8 @@ class ThreadManager:
                 chain=wire.get("chain", ""),
                 depth=int(wire.get("depth", "0")),
             )
+        if kind == "capture":
+            return CaptureSink(caller=SessionKey(wire["caller"]))
         if self._channel_sinks is None:
             return DropSink(reason=f"the unavailable channel {wire.get('channel', kind)}")
         return ChannelSinkRef(wire=dict(wire), resolve=self._channel_sinks)
@@ -526,9 +546,11 @@ class ThreadManager:
         original = self.load_wake(prompt.wake)
         if self.chains.refused(original):
             return None  # its chain was stopped: the interrupted turn stays ended
+        sent = already_sent(session, prompt.run_id)
+        body = f"{RESUME_BODY}\n\n{sent}" if sent else RESUME_BODY
         wake = Wake(
             source=WakeSource.RESUME,
-            body=RESUME_BODY,
+            body=body,
             caller=original.caller,
             sink=original.sink,
             agent=original.agent,

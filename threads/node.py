@@ -26,8 +26,7 @@ from pathlib import Path
 import orjson
 
 from threads.errors import NodeBusyError
-from threads.store.keyfile import fsync_dir
-from threads.store.private import make_private_dir, open_private, read_private
+from threads.store.private import fsync_dir, make_private_dir, open_private, read_private
 
 log = logging.getLogger(__name__)
 

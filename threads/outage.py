@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from threads.clock import Clock, MonotonicClock
 from threads.errors import UnavailableError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 FIRST_DELAY = 0.1
 MOST_DELAY = 5.0
@@ -95,6 +98,26 @@ class StoreOutage:
             timer.cancel()
             for wait in waits:
                 wait.cancel()
+
+    async def retry(
+        self, write: Callable[[], Awaitable[T]], *, what: str, give_up: asyncio.Event
+    ) -> T:
+        """``write()``, tried again after :meth:`pause` while it raises :class:`UnavailableError`.
+
+        Once ``give_up`` is set the next failure is raised. ``what`` names the
+        write in the one line logged when it first waits.
+        """
+        tries = 0
+        while True:
+            try:
+                return await write()
+            except UnavailableError as exc:
+                if give_up.is_set():
+                    raise
+                tries += 1
+                if tries == 1:
+                    log.warning("%s waits for the store: %s", what, exc)
+            await self.pause(tries, give_up)
 
     def snapshot(self) -> dict[str, Any]:
         """For ``health``: whether the store takes writes, and what waits for it."""

@@ -44,12 +44,11 @@ class Quarantined:
     @classmethod
     def of(cls, key: str, session_id: str, where: str, error: BaseException) -> Quarantined:
         """The record of a session that failed to load with ``error``."""
-        unreadable_line = isinstance(error, CorruptError | NewerFormatError)
         return cls(
             key=key,
             session_id=session_id,
             where=where,
-            line=getattr(error, "line", 0) if unreadable_line else 0,
+            line=error.line if isinstance(error, CorruptError | NewerFormatError) else 0,
             entry=error.entry if isinstance(error, CorruptError) else "",
             reason=str(error) or type(error).__name__,
             since=time.time(),

@@ -13,6 +13,7 @@ import resource
 import time
 from typing import TYPE_CHECKING, Any
 
+from threads import outbound
 from threads.errors import NotFoundError, UnavailableError
 from threads.keys import SessionKey
 from threads.quarantine import UNREADABLE, Quarantined
@@ -28,9 +29,11 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
     """Seed 000's three states: on disk or not, and the live thread when loaded.
 
     ``exists`` and ``thread_active`` tell them apart; a stored session adds
-    its message count, size, last modification and agent; a loaded thread
-    adds ``thread_state`` (running, pending or idle), its iterations,
-    current tool and elapsed seconds, and the approval requests it waits on
+    its message count, size, last modification and agent, and the sends whose
+    delivery is uncertain (a restart found them unconfirmed and could not
+    repeat them, see :mod:`threads.outbound`); a loaded thread adds
+    ``thread_state`` (running, pending or idle), its iterations, current tool
+    and elapsed seconds, and the approval requests it waits on
     (``thread_awaiting_approval``, when there are any). A session that cannot
     be read adds ``quarantined``: where it is kept, the line and why.
     """
@@ -66,6 +69,7 @@ async def check_session(manager: ThreadManager, key: SessionKey) -> dict[str, An
         size_bytes=sum(len(encode_entry(e)) for e in entries),
         last_modified=last.isoformat(),
         agent=header.meta.get("agent", manager.config.default_agent),
+        delivery_uncertain=outbound.uncertain_sends(entries),
     )
     if thread is not None:
         snap = thread.snapshot()
@@ -113,6 +117,8 @@ async def health(manager: ThreadManager) -> dict[str, Any]:
             **manager.outage.snapshot(),
             "quarantined": manager.quarantine.listing(),
         },
+        # Sends this start found unconfirmed and could not repeat: delivery uncertain.
+        "outbound": {"uncertain": list(manager.ledger.uncertain)},
         "process": process_figures(manager.started_at),
     }
     for name, source in manager.health_sources.items():

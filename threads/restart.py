@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from threads import outbound
 from threads.approvals.boundary import has_boundary
 from threads.errors import (
     LockedError,
@@ -75,5 +76,8 @@ async def continue_key(manager: ThreadManager, key: SessionKey) -> None:
 
 
 def has_unsettled(entries: list[Any]) -> bool:
-    """Whether a session holds input it accepted and never settled, or a turn left running."""
-    return bool(unsettled_receipts(entries) or unfinished_runs(entries))
+    """Whether a session holds input it accepted and never settled, a turn left running,
+    or a send it recorded and never marked (:mod:`threads.outbound`)."""
+    return bool(
+        unsettled_receipts(entries) or unfinished_runs(entries) or outbound.unsettled(entries)
+    )

@@ -36,7 +36,8 @@ from threads.errors import (
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, Usage
 from threads.outage import StoreOutage
-from threads.store.base import Leaser, Loaded, LoadReport, Releaser, SessionStore
+from threads.outbound import Outgoing
+from threads.store.base import Flusher, Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
     ApprovalRequestEntry,
     BranchSummaryEntry,
@@ -50,17 +51,20 @@ from threads.store.entries import (
     LeafEntry,
     Lineage,
     MessageEntry,
+    OutboundEntry,
     ParentRef,
     PoolReceiptEntry,
     ReceiptEntry,
     TurnEntry,
 )
 from threads.tree import EntryTree, unfinished_runs, unsettled_receipts
-from threads.turns import Agent, Policy, Run, Turn
+from threads.turns import Agent, Policy, Run, RunResult, Turn
 
 Gate = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 PayloadLoader = Callable[[Mapping[str, JSON]], Any]
 Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, JSON]] | None"]
+HandOffs = Callable[["Session", str, Any, RunResult], list[Outgoing]]
+Redeliver = Callable[["Session", OutboundEntry], "Outgoing | None"]
 ParkListener = Callable[["Session", Sequence[ApprovalRequestEntry]], None]
 SessionState = Literal["running", "pending", "idle"]
 Injected = Message | Callable[[], Message]
@@ -85,6 +89,14 @@ class SessionOptions:
     on ``clock`` (the real monotonic time unless a test brings its own).
     ``load_payload`` rebuilds a restored input's payload from its stored wake;
     ``resume`` makes the follow-up of a turn a dead writer left running.
+    ``hand_offs`` names what the end of a turn (given its run id, payload and
+    result) hands to other sessions — a ``child_completed``, the next step of
+    an exchange — recorded in the append that ends the turn and sent after
+    it; ``redeliver`` rebuilds a send a stopped writer recorded and never
+    marked, or returns None when it may not be repeated (see
+    :mod:`threads.outbound`). ``flush_store`` says the store makes appends
+    durable only when flushed (``fsync = "on_flush"``): the session flushes
+    at every turn end and before anything it recorded leaves.
     ``outage`` paces the retries of writes the store could not take (shared
     by a manager's sessions); ``on_held`` is told the payloads of accepted
     input whose turn waits for the store, once per input; ``on_park`` hears
@@ -97,6 +109,9 @@ class SessionOptions:
     clock: Clock = field(default_factory=MonotonicClock)
     load_payload: PayloadLoader | None = None
     resume: Resumer | None = None
+    hand_offs: HandOffs | None = None
+    redeliver: Redeliver | None = None
+    flush_store: bool = False
     outage: StoreOutage = field(default_factory=StoreOutage)
     on_held: HeldNotice | None = None
     on_park: ParkListener | None = None
@@ -135,6 +150,7 @@ class Session:
             lock=self._lock,
             chain=self._chain,
             write=self._write,
+            sync=self._sync,
             options=self._options,
         )
 
@@ -275,6 +291,11 @@ class Session:
         """What is accepted and not yet given to a model: steers first, then sends."""
         return self._driver.queue()
 
+    @property
+    def has_unsent(self) -> bool:
+        """True while a send this session recorded has no mark (see :mod:`threads.outbound`)."""
+        return bool(self._tree.unmarked)
+
     def has_steers(self) -> bool:
         return self._driver.has_steers()
 
@@ -341,6 +362,11 @@ class Session:
         self._options.outage.succeeded()
         self._record(entries)
 
+    async def _sync(self) -> None:
+        """Make what was appended durable, when the store only does so on a flush."""
+        if self._options.flush_store and isinstance(self._store, Flusher):
+            await self._store.flush(self.id)
+
     async def _reconcile(self, entries: Sequence[Entry]) -> bool:
         """After a failed write: keep it if it landed after all; True when ``entries`` is it.
 
@@ -375,6 +401,15 @@ class Session:
         for entry in entries:
             self._tree.add(entry)
         self._view += len(entries)
+
+    async def hold(self) -> None:
+        """Take the writer lease now, before the first write needs it.
+
+        :class:`LockedError` when another writer (another process, another
+        store) holds the session; nothing is written either way.
+        """
+        async with self._lock:
+            await self._take_lease()
 
     async def _take_lease(self) -> None:
         if self._leaser is None or self._leased:
@@ -442,6 +477,16 @@ class Session:
         (written,) = await self._append(entry)
         assert isinstance(written, PoolReceiptEntry)
         return written
+
+    async def send_out(self, out: Outgoing) -> OutboundEntry | None:
+        """A send outside a turn (a notice, an announce), through the outbound ledger.
+
+        Its record is made durable, then it is sent, then its mark is
+        appended; the mark is returned (None when the send waits for the next
+        start). A send whose id the session already recorded is not made
+        again (None is returned): the ledger completes it if it is pending.
+        """
+        return await self._driver.send_out(out)
 
     async def custom(self, kind: str, data: JSON = None) -> None:
         """Append application state that never enters the model's context."""
@@ -523,7 +568,8 @@ class Session:
 
         Nothing that would start a run is carried over: input still waiting on
         the path is recorded as dropped in the fork, and a turn still running
-        on it as canceled there.
+        on it as canceled there. The outbound ledger is not copied: the sends
+        on the path are this session's, not the fork's.
         """
         async with self._lock:
             if entry_id:
@@ -531,6 +577,7 @@ class Session:
                 if isinstance(target, LeafEntry):
                     raise ValueError(f"entry {entry_id} is a leaf entry; fork the entry it names")
             path = self._tree.path(entry_id) if entry_id else []
+            path = [e for e in path if not isinstance(e, OutboundEntry)]
         fork = await Session.create(
             self._store,
             agent or self.agent,

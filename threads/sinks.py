@@ -5,6 +5,11 @@ adapter), another session (replies wake that session), or a drop sink (the
 caller cannot be answered: cron, heartbeat, compression, progress). Every
 sink has a wire form so that a wake accepted before a crash still knows
 where its reply goes after the restart.
+
+Every message a turn sends carries its outbound id (see
+:mod:`threads.outbound`). A sink that :func:`dedups` shows a message once
+however often it is delivered with the same id, so a send a crash left
+unconfirmed may be repeated to it; to any other sink it is not.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ class OutboundMessage:
 
     ``expects_reply`` is false for a turn's plain-text final answer: a session
     that receives it is told no reply is expected (channels ignore it).
+    ``outbound_id`` is the send's id in the outbound ledger ("" for a message
+    no session recorded): a receiver that deduplicates drops a second copy.
     """
 
     text: str
     reply_to: str = ""
     meta: Mapping[str, str] = field(default_factory=dict)
     expects_reply: bool = True
+    outbound_id: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,12 +43,16 @@ class Delivery:
     ``delivered_to`` names the receiver (``telegram:123``, ``session cli``,
     ``dropped``); ``message_ids`` are the platform's ids of the chunks sent;
     ``blocked`` is the reason a policy refused it, recorded rather than silent.
+    ``held`` says the receiver only keeps it in memory until its reader comes
+    (a web chat with no page open): a crash now would lose it, so the
+    outbound ledger does not count it delivered.
     """
 
     delivered_to: str
     message_ids: tuple[str, ...] = ()
     dropped: bool = False
     blocked: str = ""
+    held: bool = False
 
 
 @runtime_checkable
@@ -65,6 +77,21 @@ class Sink(Protocol):
         ...
 
 
+@runtime_checkable
+class Deduplicating(Protocol):
+    """A sink (or channel) that can say whether it drops a repeated outbound id."""
+
+    @property
+    def dedups(self) -> bool:
+        """True when a message delivered twice with one ``outbound_id`` is shown once."""
+        ...
+
+
+def dedups(receiver: object) -> bool:
+    """Whether ``receiver`` shows a repeated send once: only then may a restart repeat it."""
+    return isinstance(receiver, Deduplicating) and receiver.dedups
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DropSink:
     """A sink that discards output: the caller is a system source such as cron."""
@@ -74,6 +101,10 @@ class DropSink:
     @property
     def drops(self) -> bool:
         return True
+
+    @property
+    def dedups(self) -> bool:
+        return True  # nothing is shown, however often
 
     def describe(self) -> str:
         return f"Caller is {self.reason} — output to caller is dropped"
@@ -99,6 +130,10 @@ class ChannelSinkRef:
     @property
     def drops(self) -> bool:
         return self.resolve(self.wire).drops
+
+    @property
+    def dedups(self) -> bool:
+        return dedups(self.resolve(self.wire))
 
     def describe(self) -> str:
         return self.resolve(self.wire).describe()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from threads.budget import Overspent
 from threads.errors import NoTurnRunningError, ThreadNotLoadedError
 from threads.keys import SessionKey
+from threads.outbound import loose_id, outgoing
 from threads.sinks import OutboundMessage, Sink
 from threads.turns import Run, Turn
 from threads.wake import UserCaller, Wake
@@ -29,6 +30,7 @@ from threads.wake import UserCaller, Wake
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
     from threads.runner import Thread
+    from threads.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +136,7 @@ async def stop_key(
             if run is not None:
                 ended.append(run.turn)
             if not by_user:
-                await _tell(active)
+                await _tell(session, active)
     await _settled(manager, ended)
     return StopReport(
         ended=tuple(ended_keys),
@@ -169,7 +171,7 @@ async def stop_all(manager: ThreadManager, *, drain: bool) -> StopReport:
             ended_keys.append(str(thread.key))
             if run is not None:
                 ended.append(run.turn)
-            await _tell(active)
+            await _tell(session, active)
     await _settled(manager, ended)
     return StopReport(ended=tuple(sorted(ended_keys)), dropped=dropped, chains=len(cuts))
 
@@ -211,15 +213,18 @@ async def _settled(manager: ThreadManager, turns: Iterable[Turn]) -> None:
         future.exception()  # an ended turn reports how it ended; nothing to raise here
 
 
-async def _tell(payload: object) -> None:
-    """Tell the chat user whose turn a stop ended, in one line."""
+async def _tell(session: Session, payload: object) -> None:
+    """Tell the chat user whose turn a stop ended, in one line (through the outbound ledger)."""
     if not _is_user(payload):
         return
     assert isinstance(payload, Wake)
     if payload.sink.drops:
         return
+    notice = outgoing(
+        loose_id(session.id), payload.sink, OutboundMessage(text=TOLD_USER), kind="notice"
+    )
     try:
-        await payload.sink.deliver(OutboundMessage(text=TOLD_USER))
+        await session.send_out(notice)
     except Exception:
         log.exception("telling the user that their turn was stopped failed")
 
@@ -246,7 +251,7 @@ async def overspent(manager: ThreadManager, key: SessionKey, run: Run, over: Ove
         log.warning("session %s: %s; its turn was stopped", key, over.describe())
         return
     log.warning("session %s: %s; its turn was stopped and its user told", key, over.describe())
-    try:
-        await sink.deliver(OutboundMessage(text=text))
-    except Exception:
-        log.exception("session %s: telling the user about the spent budget failed", key)
+    # Sent with the end of the turn the budget stops, like any closing notice.
+    run.outbox.append(
+        outgoing(run.send_id(), sink, OutboundMessage(text=text), kind="notice", run_id=run.run_id)
+    )

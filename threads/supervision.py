@@ -1,12 +1,11 @@
-"""Parents hear about their children: ``child_completed`` and ``progress`` wakes (seed 000).
+"""Parents hear about their running children: ``progress`` wakes (seed 000).
 
-When a turn of a subagent or fork that its parent woke ends, the parent gets
-one ``child_completed`` wake carrying the child's answer — unless the child
-already replied with ``dispatch(to=caller:session)`` (that reply woke the
-parent) or was ended by a soft stop. While a child has been running longer
-than ``progress_after_seconds``, its parent is woken about every
-``progress_interval_seconds`` with a mechanical snapshot of the child: never
-its result. Both wakes come from the system, with a drop sink.
+While a child has been running longer than ``progress_after_seconds``, its
+parent is woken about every ``progress_interval_seconds`` with a mechanical
+snapshot of the child: never its result. The wake comes from the system, with
+a drop sink, and is durable in the parent when it is accepted (there is
+nothing before it to lose). A child's end reaches its parent as a
+``child_completed`` hand-off, recorded with that end (:mod:`threads.handoffs`).
 """
 
 from __future__ import annotations
@@ -17,13 +16,11 @@ import time
 from collections.abc import Callable
 
 from threads.errors import ThreadsError
-from threads.faults import fault
-from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.runner import Thread
 from threads.sinks import DropSink
-from threads.turns import Outcome, Run, Turn
-from threads.wake import Cause, SessionCaller, SystemCaller, Wake, WakeSource
+from threads.turns import Run
+from threads.wake import Cause, SystemCaller, Wake, WakeSource
 
 log = logging.getLogger(__name__)
 
@@ -53,63 +50,10 @@ class Supervisor:
         self._scanner: asyncio.Task[None] | None = None
 
     def start(self, *, scanning: bool = True) -> None:
-        """Watch children; with ``scanning``, look for long runs in the background."""
-        self.manager.observe(self._observe)
+        """With ``scanning``, look for long runs in the background."""
         if scanning:
             tick = max(min(self.progress_after, self.progress_interval) / 4, 0.01)
             self._scanner = self.manager.spawn(self._scan_forever(tick), name="progress scanner")
-
-    # -- child completion
-
-    def _observe(self, thread: Thread, wake: Wake, turn: Turn) -> None:
-        parent = thread.key.parent
-        if parent is None or not isinstance(wake.caller, SessionCaller):
-            return
-        if wake.caller.session_key != parent:
-            return
-        cause = Cause.after(wake)
-        turn.add_done_callback(lambda done: self._completed(thread.key, parent, done, cause))
-
-    def _completed(self, child: SessionKey, parent: SessionKey, turn: Turn, cause: Cause) -> None:
-        if turn.outcome not in (Outcome.ANSWERED, Outcome.FAILED, Outcome.CANCELED):
-            return  # a steer delivered or deferred: the turn that ran it reports
-        result = turn.result
-        if result is not None and result.stop_reason == "stopped":
-            return  # a soft stop ends silently
-        if result is not None and result.data.get("replied_to_caller_session"):
-            return  # the reply already woke the parent
-        self.manager.spawn(
-            self._tell_parent(child, parent, turn, cause), name=f"child_completed {child}"
-        )
-
-    async def _tell_parent(
-        self, child: SessionKey, parent: SessionKey, turn: Turn, cause: Cause
-    ) -> None:
-        result = turn.result
-        if result is None:
-            status, answer = "canceled", "(the child's turn was canceled before it answered)"
-        elif result.error:
-            status, answer = "failed", result.error
-        else:
-            status = "completed"
-            answer = result.text.strip() or "(the child ended its turn without an answer)"
-        body = f"child: {child}\nstatus: {status}\nrun: {turn.run_id}\n\n{answer}"
-        wake = Wake(
-            source=WakeSource.CHILD_COMPLETED,
-            body=body,
-            caller=SystemCaller(name="child_completed"),
-            sink=DropSink(reason="child_completed"),
-            meta={"child": str(child)},
-            chain=cause.chain,
-            depth=cause.depth,
-        )
-        fault("mid_child_hand_off")
-        try:
-            await self.manager.wake(parent, wake)
-        except ThreadsError as exc:
-            log.warning("child_completed for %s not delivered to %s: %s", child, parent, exc)
-
-    # -- progress
 
     async def _scan_forever(self, tick: float) -> None:
         while True:

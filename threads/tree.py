@@ -20,6 +20,7 @@ from threads.store.entries import (
     InfoEntry,
     LeafEntry,
     MessageEntry,
+    OutboundEntry,
     ReceiptEntry,
     TurnEntry,
 )
@@ -38,6 +39,10 @@ class EntryTree:
         self.by_id: dict[str, Entry] = {}
         self.leaf = ""
         self.orphaned: list[str] = []
+        # Wake origin (an outbound record of another session) -> the run it became.
+        self.origins: dict[str, str] = {}
+        # Outbound records no mark has settled yet, by id (see threads.outbound).
+        self.unmarked: dict[str, OutboundEntry] = {}
         self._path_cache: list[Entry] | None = []
         self._context: ContextBuilder | None = ContextBuilder()
 
@@ -84,6 +89,15 @@ class EntryTree:
     def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
         self.entries.append(entry)
         self.by_id[entry.id] = entry
+        if isinstance(entry, MessageEntry | ReceiptEntry):
+            origin = entry.wake.get("origin") if entry.wake else None
+            if isinstance(origin, str) and origin:
+                self.origins[origin] = entry.run_id
+        elif isinstance(entry, OutboundEntry):
+            if entry.record:
+                self.unmarked.pop(entry.record, None)
+            else:
+                self.unmarked[entry.id] = entry
         if not move_leaf:
             return
         if isinstance(entry, LeafEntry):

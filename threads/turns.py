@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -19,9 +19,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from threads.errors import ClosedError, DroppedError
 from threads.messages import Message, ToolCallPart, Usage
+from threads.outbound import Outgoing, send, send_id
+from threads.sinks import Delivery
+from threads.store.entries import Entry
 
 if TYPE_CHECKING:
     from threads.session import Session
+
+Flush = Callable[["Run", Sequence[Entry]], Awaitable[None]]
 
 
 class Policy(StrEnum):
@@ -254,6 +259,13 @@ class Run:
     entry, in one batch. A run that resumes an approval boundary has no
     prompt: ``resumption`` holds the parked calls and their decisions, which
     it applies before its first model call.
+
+    Sends go through the outbound ledger (:mod:`threads.outbound`):
+    ``send_now`` records them durably, with what is staged, then hands them
+    to their sinks (a notice mid-turn, the sends of ``dispatch``); ``outbox``
+    holds the sends made once the turn's end is durable (the final answer, a
+    closing notice). ``ledger`` holds the marks (and records) that ride with
+    the next write.
     """
 
     def __init__(
@@ -279,15 +291,14 @@ class Run:
         self.current_tool = ""
         self.tool_history: list[str] = []
         self.staged: list[Message] = []
+        self.ledger: list[Entry] = []
+        self.outbox: list[Outgoing] = []
         self.stop_requested = False
-        self._flush: Callable[[Run], Awaitable[None]] | None = None
+        self._sends = 0
+        self._flush: Flush | None = None
         self._drain: Callable[[Run], Awaitable[list[Message]]] | None = None
 
-    def bind(
-        self,
-        flush: Callable[[Run], Awaitable[None]],
-        drain: Callable[[Run], Awaitable[list[Message]]],
-    ) -> None:
+    def bind(self, flush: Flush, drain: Callable[[Run], Awaitable[list[Message]]]) -> None:
         self._flush = flush
         self._drain = drain
 
@@ -295,8 +306,30 @@ class Run:
         self.staged.extend(messages)
 
     async def flush(self) -> None:
-        if self.staged and self._flush is not None:
-            await self._flush(self)
+        if (self.staged or self.ledger) and self._flush is not None:
+            await self._flush(self, ())
+
+    def send_id(self) -> str:
+        """A new stable id for a send of this run: the run, the step, the send's index."""
+        self._sends += 1
+        return send_id(self.run_id, self.steps, self._sends)
+
+    async def record(self, sends: Sequence[Outgoing]) -> None:
+        """Make ``sends`` durable (pending), with everything staged, before any leaves."""
+        if self._flush is None:
+            raise RuntimeError(f"run {self.run_id} is not bound to a session")
+        await self._flush(self, [out.record for out in sends])
+
+    async def send_now(self, sends: Sequence[Outgoing]) -> list[Delivery | None]:
+        """Record ``sends``, then hand each to its sink; their marks ride with the next write."""
+        await self.record(sends)
+        deliveries: list[Delivery | None] = []
+        for out in sends:
+            delivery, done = await send(out)
+            if done is not None:
+                self.ledger.append(done)
+            deliveries.append(delivery)
+        return deliveries
 
     async def drain(self) -> list[Message]:
         """Deliver waiting steers into this run; empty when none wait."""

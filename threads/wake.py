@@ -82,7 +82,10 @@ class Wake:
     ``expects_reply`` is false for a session's plain-text final answer: it is
     delivered once, and the receiving side's own plain answer goes nowhere.
     ``files`` are the files the user sent with the message; they ride in the
-    prompt message itself, after its text.
+    prompt message itself, after its text. ``origin`` is the outbound record
+    (in the sending session's ledger) this wake is the delivery of: a session
+    accepts one wake per origin, so a hand-off completed twice (before and
+    after a crash) wakes it once.
     """
 
     source: WakeSource
@@ -96,6 +99,7 @@ class Wake:
     depth: int = 0
     expects_reply: bool = True
     files: tuple[FilePart, ...] = ()
+    origin: str = ""
 
     def __post_init__(self) -> None:
         # Frozen all the way down: the meta a wake carries cannot change under it.
@@ -165,6 +169,8 @@ def wake_to_wire(wake: Wake) -> dict[str, Any]:
         out["depth"] = wake.depth
     if not wake.expects_reply:
         out["expects_reply"] = False
+    if wake.origin:
+        out["origin"] = wake.origin
     return out
 
 
@@ -181,6 +187,7 @@ def wake_from_wire(obj: Mapping[str, Any], body: str, resolve_sink: SinkResolver
         chain=str(obj.get("chain", "")),
         depth=int(obj.get("depth", 0)),
         expects_reply=bool(obj.get("expects_reply", True)),
+        origin=str(obj.get("origin", "")),
     )
 
 

@@ -1,8 +1,11 @@
 """A web chat client that speaks the page's protocol, for tests and benchmarks.
 
-It does what ``web_chat.js`` does in a browser: loads the page once for the
+It does what the page (``channels/web/static/chat.js``) does: loads the page once for the
 signed chat cookie, opens the WebSocket, sends ``{"text": …}`` and keeps
-every frame the gateway pushes. The chat outlives a gateway process: the
+every frame the gateway pushes: every reply as it came (:attr:`WebChat.replies`,
+a reply under an id already shown dropped as the page drops it) and what the
+page shows now (:attr:`WebChat.view`: the answers of the last ``history``
+frame, then the replies since). The chat outlives a gateway process: the
 cookie is signed with the key in the data directory, so :meth:`WebChat.connect`
 to a restarted gateway (on whatever port it has now) continues the same chat,
 and replies that waited for the page arrive on connecting.
@@ -32,6 +35,8 @@ class WebChat:
         self.replies: list[str] = []
         self.errors: list[str] = []
         self.frames: list[dict[str, Any]] = []
+        # What the page shows now: the last history's answers, then replies since.
+        self.view: list[str] = []
         self.repeats: list[str] = []  # replies sent again under an id already shown
         self._shown: set[str] = set()
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -112,6 +117,7 @@ class WebChat:
                 return
             self._shown.add(ident)
         self.replies.append(str(frame.get("text", "")))
+        self.view.append(self.replies[-1])
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         try:
@@ -125,6 +131,9 @@ class WebChat:
                     self.chat = str(frame.get("chat", ""))
                 elif kind == "reply":
                     self._reply(frame)
+                elif kind == "history":
+                    items = frame.get("items") or ()
+                    self.view = [str(i.get("text", "")) for i in items if i.get("role") == "bot"]
                 elif kind == "error":
                     self.errors.append(str(frame.get("error", "")))
                 self._changed.set()

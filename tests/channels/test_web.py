@@ -18,11 +18,19 @@ async def test_the_page_is_served(web: WebChannel) -> None:
         assert "<title>Gateway chat</title>" in await response.text()
 
 
-async def test_the_pages_script_is_served(web: WebChannel) -> None:
-    async with browser() as http, http.get(f"{web.url}web_chat.js") as response:
-        assert response.status == 200
-        assert response.content_type == "text/javascript"
-        assert "new WebSocket(" in await response.text()
+async def test_the_pages_scripts_and_style_are_served(web: WebChannel) -> None:
+    async with browser() as http:
+        async with http.get(f"{web.url}chat/chat.js") as response:
+            assert response.status == 200
+            assert response.content_type == "text/javascript"
+            assert "new WebSocket(" in await response.text()
+        for name in ("view.js", "composer.js"):
+            async with http.get(f"{web.url}chat/{name}") as response:
+                assert response.content_type == "text/javascript"
+        async with http.get(f"{web.url}chat/chat.css") as response:
+            assert response.content_type == "text/css"
+        async with http.get(f"{web.url}chat/nothing.js") as response:
+            assert response.status == 404
 
 
 async def test_a_web_message_is_answered_over_the_websocket(
@@ -72,6 +80,24 @@ async def test_a_reply_to_a_closed_page_waits_for_it_to_reconnect(web: WebChanne
         async with open_chat(http, web) as (ws, again):
             assert again == chat
             assert (await receive(ws, "reply"))["text"] == "later"
+
+
+async def test_a_reply_carries_its_outbound_id_and_a_repeat_waits_in_the_backlog_once(
+    web: WebChannel,
+) -> None:
+    async with browser() as http:
+        async with open_chat(http, web) as (ws, chat):
+            await web.deliver(chat, OutboundMessage(text="answer", outbound_id="s_1-t1-s1-1"))
+            reply = await receive(ws, "reply")
+            assert (reply["text"], reply["id"]) == ("answer", "s_1-t1-s1-1")
+        # A restart repeats an unconfirmed send to the web chat: it deduplicates.
+        assert web.dedups
+        for _ in range(2):
+            await web.deliver(chat, OutboundMessage(text="later", outbound_id="s_1-t2-s1-1"))
+        await web.deliver(chat, OutboundMessage(text="after"))
+        async with open_chat(http, web) as (ws, _):
+            assert (await receive(ws, "reply"))["text"] == "later"
+            assert (await receive(ws, "reply"))["text"] == "after"
 
 
 async def test_a_chat_outlives_a_restart_of_the_gateway(tmp_path: Path) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -140,7 +138,12 @@ async def test_a_socket_that_knows_only_another_chats_id_cannot_read_write_or_ta
 
 async def test_every_response_carries_the_security_headers(web: WebChannel) -> None:
     async with browser() as http:
-        for path, status in [("", 200), ("web_chat.js", 200), ("nothing-here", 404)]:
+        for path, status in [
+            ("", 200),
+            ("chat/chat.js", 200),
+            ("chat/chat.css", 200),
+            ("nothing-here", 404),
+        ]:
             async with http.get(f"{web.url}{path}") as response:
                 assert response.status == status
                 assert_secure(response.headers)
@@ -149,26 +152,37 @@ async def test_every_response_carries_the_security_headers(web: WebChannel) -> N
             assert_secure(r.headers)
 
 
-async def test_the_page_runs_no_inline_script_and_its_style_is_allowed_by_hash(
-    web: WebChannel,
-) -> None:
+async def test_the_page_runs_no_inline_script_or_style(web: WebChannel) -> None:
     async with browser() as http, http.get(web.url) as response:
         page = await response.text()
         policy = response.headers["Content-Security-Policy"]
-    assert re.findall(r"<script[^>]*>", page) == ['<script src="/web_chat.js" defer>']
+    assert re.findall(r"<script[^>]*>", page) == ['<script type="module" src="/chat/chat.js">']
     assert not re.search(r"\son\w+=", page, re.IGNORECASE), "an inline event handler"
-    (style,) = re.findall(r"<style>(.*?)</style>", page, re.DOTALL)
-    digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
-    assert f"style-src 'sha256-{digest}'" in policy
+    assert "<style" not in page
+    assert not re.search(r"\sstyle=", page, re.IGNORECASE), "an inline style"
+    assert "script-src 'self'" in policy
+    assert "style-src 'self'" in policy
     assert "unsafe" not in policy
 
 
-async def test_the_page_shows_model_output_as_text(web: WebChannel) -> None:
-    async with browser() as http, http.get(f"{web.url}web_chat.js") as response:
-        script = await response.text()
-    assert "textContent" in script
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
-        assert sink not in script
+async def test_the_page_inserts_markup_only_from_the_servers_rendering(web: WebChannel) -> None:
+    """Everything is text (textContent), but an answer's HTML, which the server renders
+    with raw HTML off: the only ``innerHTML`` sets it from a frame's ``html``."""
+    scripts = {}
+    async with browser() as http:
+        for name in ("chat.js", "view.js", "composer.js"):
+            async with http.get(f"{web.url}chat/{name}") as response:
+                scripts[name] = await response.text()
+    assert "textContent" in scripts["view.js"]
+    for name, script in scripts.items():
+        for sink in ("outerHTML", "insertAdjacentHTML", "document.write", "eval(", "Function("):
+            assert sink not in script, (name, sink)
+        for line in script.splitlines():
+            if "innerHTML" in line:
+                assert name == "view.js"
+                assert re.fullmatch(
+                    r"\s*(node|this\.draftNode)\.innerHTML = html;  // trusted: .*", line
+                )
 
 
 # -- the token

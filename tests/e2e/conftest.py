@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Generator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright
@@ -62,10 +64,16 @@ class Problems(list[str]):
         self.append(f"{message.type}: {message.text}")
 
 
-@pytest.fixture
-async def page(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Page]:
-    """A fresh page in a context of its own; screenshotted when the test fails."""
-    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+@asynccontextmanager
+async def page_in(
+    browser: Browser, request: pytest.FixtureRequest, **options: Any
+) -> AsyncIterator[Page]:
+    """A fresh page in a context of its own; every tab of it screenshotted when the test fails."""
+    context = await browser.new_context(**options)
     opened = await context.new_page()
     try:
         yield opened
@@ -73,14 +81,37 @@ async def page(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterato
         if failed(request.node):
             ARTIFACTS.mkdir(exist_ok=True)
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
-            await opened.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+            for index, tab in enumerate(p for p in context.pages if not p.is_closed()):
+                suffix = f"-tab{index + 1}" if index else ""
+                await tab.screenshot(path=str(ARTIFACTS / f"{name}{suffix}.png"), full_page=True)
         await context.close()
+
+
+@pytest.fixture
+async def page(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Page]:
+    """A desktop-sized page; screenshotted when the test fails."""
+    async with page_in(browser, request, viewport=DESKTOP) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def phone(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Page]:
+    """A phone-sized page (touch, narrow, dense pixels); screenshotted when the test fails."""
+    async with page_in(
+        browser, request, viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=2
+    ) as opened:
+        yield opened
+
+
+def watch(page: Page, found: Problems | None = None) -> Problems:
+    """Everything that goes wrong inside ``page`` from now on (added to ``found``)."""
+    found = Problems() if found is None else found
+    page.on("console", found.note)
+    page.on("pageerror", lambda error: found.append(f"page error: {error}"))
+    return found
 
 
 @pytest.fixture
 def problems(page: Page) -> Problems:
     """Everything that goes wrong inside ``page`` from now on."""
-    found = Problems()
-    page.on("console", found.note)
-    page.on("pageerror", lambda error: found.append(f"page error: {error}"))
-    return found
+    return watch(page)

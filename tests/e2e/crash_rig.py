@@ -177,7 +177,8 @@ class Rig:
             finally:
                 for chat in chats:
                     await chat.close()
-        outcome.heard = [answers(chat.replies) for chat in chats]
+        # Heard: as often as it came, or as often as the page shows it now, whichever is more.
+        outcome.heard = [answers(chat.replies) | answers(chat.view) for chat in chats]
         outcome.repeats = sum(len(chat.repeats) for chat in chats)
         for n, (want, heard) in enumerate(zip(scenario.expected, outcome.heard, strict=True)):
             wanted = {_mark(answer, tag) for answer in want}

@@ -189,14 +189,10 @@ async def test_a_turn_cut_off_by_a_lapsed_lease_is_recorded_canceled_and_resumed
     assert "restarted while your previous turn was running" in b.chat.to("4")[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the answer is delivered before the turn end is written: needs the "
-    "outbound ledger (issue 14 points 1-2), whose fenced record comes first",
-)
 async def test_a_node_whose_lease_lapsed_mid_turn_sends_no_reply(
     nodes: tuple[Node, Node], lease_clock: LeaseClock
 ) -> None:
+    """Its answer's ledger record is a session write, refused by the fence: nothing is sent."""
     a, b = nodes
     a.model.gate = asyncio.Event()
     await a.chat.push(chat_id="6", user_id="6", text="slow")

@@ -14,7 +14,7 @@ from channels.cli import CliChannel
 from config import GatewayConfig
 from gateway.app import Gateway
 from tests.gateway.conftest import Replies, make_config
-from tests.threads.sessions.conftest import SUBAGENT, GatedModel, SessionScript
+from tests.threads.sessions.conftest import SUBAGENT, GatedModel, SessionScript, eventually
 from threads.keys import SessionKey
 from threads.sessions.policy import PolicySink
 from threads.sinks import Delivery, OutboundMessage
@@ -202,9 +202,15 @@ async def test_the_gateway_settles_and_announces_open_delegations_when_it_starts
         script.add("cli", call("sessions_spawn", task="count", label="counter"), dispatch())
         await gw.cli.submit("count for me")
         await model.reached(SUBAGENT)
+        # The watcher starts once the delegation is recorded as running, which may come
+        # after the child's first model call: wait for it, then it dies with the process.
+        await eventually(
+            lambda: _true(any(t.get_name().startswith("delegation") for t in gw.manager._tasks)),
+            "the delegation's watcher started",
+        )
         for task in list(gw.manager._tasks):
             if task.get_name().startswith("delegation"):
-                task.cancel()  # the watcher dies with the process
+                task.cancel()
     cli = CliChannel()
     replies = Replies()
     cli.listeners.append(replies)
@@ -213,3 +219,7 @@ async def test_the_gateway_settles_and_announces_open_delegations_when_it_starts
     ):
         (announce,) = await replies.wait()
     assert announce.startswith("Sub-agent counter finished.\nStatus: canceled")
+
+
+async def _true(value: bool) -> bool:
+    return value

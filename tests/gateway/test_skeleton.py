@@ -35,7 +35,12 @@ async def test_a_terminal_message_is_echoed_and_the_turn_is_stored(config: Gatew
     lines = session_lines(config.data_dir)
     assert lines[0]["type"] == "session"
     kinds = [line["type"] for line in lines[1:]]
-    assert kinds == ["message", "message", "message", "turn"]
+    # The prompt; the model's dispatch call with its send recorded before it left; the
+    # dispatch result with the send's mark; the turn's end.
+    assert kinds == ["message", "message", "outbound", "message", "outbound", "turn"]
+    record, mark = lines[3], lines[5]
+    assert (record["status"], record["kind"]) == ("pending", "dispatch:caller:user")
+    assert (mark["status"], mark["record"]) == ("delivered", record["id"])
     prompt = lines[1]
     assert prompt["run_id"].endswith("-t1")  # type: ignore[union-attr]
     assert "source: cli" in str(prompt["message"])

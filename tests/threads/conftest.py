@@ -22,6 +22,14 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from config import GatewayConfig, validate
+from tests.conftest import require_service
+from tests.threads.store.conftest import (
+    REDIS_HOST,
+    REDIS_PORT,
+    Backend,
+    backend_location,
+    delete_prefix,
+)
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import Tool, ToolContext, ToolRegistry, tool
@@ -53,6 +61,23 @@ async def session_store(
     store = open_store(url)
     yield store
     await store.close()
+
+
+@pytest.fixture(params=["jsonl", "sqlite", "redis"])
+async def crash_backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """A place a process can die on: a directory, a SQLite file or a Redis prefix."""
+    name: str = request.param
+    if name == "redis":
+        require_service("redis", REDIS_HOST, REDIS_PORT)
+    found = Backend(name=name, location=backend_location(name, tmp_path), shared=True)
+    try:
+        yield found
+    finally:
+        try:
+            await found.close_all()
+        finally:
+            if name == "redis":
+                await delete_prefix(found.location)
 
 
 async def stored(store: SessionStore, session_id: str) -> list[Entry]:
@@ -240,11 +265,20 @@ class Blocker:
 
 @dataclass
 class Inbox:
-    """A channel endpoint that keeps what it is sent."""
+    """A channel endpoint that keeps what it is sent.
+
+    With ``dedups`` it shows a message once per outbound id, as the web chat
+    does (``received`` still counts every delivery); ``after_deliver`` runs
+    after a message is taken (a test kills the process there).
+    """
 
     name: str = "user"
     messages: list[str] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    dedups: bool = False
+    received: list[OutboundMessage] = field(default_factory=list)
+    after_deliver: Callable[[OutboundMessage], None] | None = None
+    _shown: set[str] = field(default_factory=set, repr=False)
 
     @property
     def drops(self) -> bool:
@@ -257,8 +291,14 @@ class Inbox:
         return {"kind": "channel", "channel": "test", "chat": self.name}
 
     async def deliver(self, message: OutboundMessage) -> Delivery:
-        self.messages.append(message.text)
+        repeat = bool(message.outbound_id) and message.outbound_id in self._shown
+        self.received.append(message)
+        self._shown.add(message.outbound_id)
+        if not (self.dedups and repeat):
+            self.messages.append(message.text)
         self.arrived.set()
+        if self.after_deliver is not None:
+            self.after_deliver(message)
         return Delivery(delivered_to=f"test:{self.name}")
 
     async def wait(self, count: int = 1) -> list[str]:
@@ -337,13 +377,15 @@ async def make_runtime(
     tools: Iterable[Tool[Any]] = (),
     recovery_path: Path | None = None,
     start: bool = True,
+    inboxes: dict[str, Inbox] | None = None,
 ) -> Runtime:
+    """A runtime over ``store``; ``inboxes`` are the channel endpoints (kept across a restart)."""
     config = config or gateway_config()
     registry = ToolRegistry([dispatch_tool, check_session_tool, health_tool, *tools])
     loop = AgentLoop(
         config=config, models=Models(config.models, clients={"scripted": model}), tools=registry
     )
-    inboxes: dict[str, Inbox] = {}
+    inboxes = {} if inboxes is None else inboxes
 
     def channel_sinks(wire: Mapping[str, str]) -> Inbox:
         name = wire.get("chat", "user")

@@ -15,25 +15,31 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.private_redis import PrivateRedis, private_redis  # noqa: F401 - the fixture
+from tests.private_redis import LostReply, PrivateRedis, private_redis  # noqa: F401 - fixture
 from tests.threads.conftest import (
     DEADLINE,
     Blocker,
     FullDisk,
+    HandAgent,
     Runtime,
     accepted_and_never_run,
+    answer,
     make_runtime,
     prompts,
     stored,
+    texts,
     turn_entries,
 )
 from threads.errors import UnavailableError
 from threads.manager import HELD
+from threads.messages import Message
+from threads.session import Session
 from threads.store.base import SessionStore
 from threads.store.entries import Entry
 from threads.store.jsonl import JsonlStore
 from threads.store.redis import RedisStore
 from threads.testing.scripted import ScriptedModel, call, dispatch
+from threads.turns import Run, RunResult
 from threads.wake import Wake, WakeSource
 
 KEY = "telegram:42"
@@ -150,3 +156,51 @@ async def test_input_held_back_by_the_store_is_kept_by_a_clean_close_and_runs_at
     assert len(turn_entries(entries)) == 1
     await again.manager.close()
     await store.close()
+
+
+async def test_a_write_whose_reply_was_lost_is_kept_not_written_twice(
+    private_redis: PrivateRedis,  # noqa: F811
+) -> None:
+    hop = LostReply(private_redis.port)
+    await hop.start()
+    store = RedisStore(hop.url)
+    try:
+        session = await Session.create(store, HandAgent())
+        hop.lose_next_reply()
+        with pytest.raises(UnavailableError):
+            await session.custom("note", 1)  # it landed; the session was told it failed
+        await session.custom("note", 2)
+        stored_notes = [e.data for e in await stored(store, session.id)]
+        assert stored_notes == [1, 2]
+        assert [e.data for e in session.entries()] == stored_notes  # the view holds it too
+        await session.close()
+    finally:
+        await store.close()
+        await hop.close()
+
+
+async def test_a_step_whose_reply_was_lost_is_not_written_again_by_its_retry(
+    private_redis: PrivateRedis,  # noqa: F811
+) -> None:
+    hop = LostReply(private_redis.port)
+    await hop.start()
+    store = RedisStore(hop.url)
+
+    async def step_then_answer(run: Run) -> RunResult:
+        run.stage(Message.assistant("a step whose reply is lost"))
+        hop.lose_next_reply()
+        await run.flush()  # retried after the lost reply: kept, not written twice
+        return await answer("done")(run)
+
+    try:
+        session = await Session.create(store, HandAgent(step_then_answer))
+        turn = await session.send(Message.user("go"))
+        async with asyncio.timeout(DEADLINE):
+            await turn.wait()
+        assert turn.outcome == "answered"
+        reopened = await Session.open(store, session.id, HandAgent())  # ids are unique
+        assert texts(reopened.entries()).count("a step whose reply is lost") == 1
+        await session.close()
+    finally:
+        await store.close()
+        await hop.close()

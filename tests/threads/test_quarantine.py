@@ -6,6 +6,7 @@ import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.threads.conftest import (
@@ -18,8 +19,9 @@ from tests.threads.conftest import (
 from threads.errors import QuarantinedError
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message
+from threads.node import NodeIdentity
 from threads.store import open_store
-from threads.store.base import SessionStore
+from threads.store.base import SessionStore, StoreOptions
 from threads.store.entries import Header, MessageEntry
 from threads.testing.scripted import ScriptedModel
 
@@ -116,3 +118,39 @@ async def test_a_session_met_by_a_wake_after_start_up_is_set_aside_too(tmp_path:
         await rt.manager.wake(BROKEN, rt.user_wake("hello again?"))
     await rt.manager.close()
     await store.close()
+
+
+async def test_a_session_another_live_node_holds_is_one_line_and_the_others_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    there = open_store(
+        f"sqlite:///{tmp_path / 'gateway.db'}",
+        StoreOptions(node=NodeIdentity(node_id="n_there", boot=4)),
+    )
+    held = await accepted_and_never_run(there, BROKEN, "held elsewhere", chat="held chat")
+    await there.acquire(held, object())  # type: ignore[attr-defined]
+    here = open_store(
+        f"sqlite:///{tmp_path / 'gateway.db'}",
+        StoreOptions(node=NodeIdentity(node_id="n_here", boot=1)),
+    )
+    fine = await accepted_and_never_run(here, FINE, "still here?", chat="fine chat")
+    recovery = tmp_path / "recovery.json"
+    with caplog.at_level(logging.WARNING, logger="threads.restart"):
+        rt = await make_runtime(here, ScriptedModel(), recovery_path=recovery)
+    (reply,) = await rt.inbox("fine chat").wait()
+    assert reply.endswith("still here?")
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == (
+        f"session key {BROKEN} not continued here: session {held} is locked by another "
+        "store, node n_there (boot 4, pid " + line.rsplit("pid ", 1)[1]
+    )
+    assert rt.manager.thread(BROKEN) is None
+    thread = rt.manager.thread(FINE)
+    assert thread is not None
+    await thread.session.wait_idle()
+    assert len(turn_entries(await stored(here, fine))) == 1
+    await rt.manager.close()
+    # The next start looks at it again.
+    assert orjson.loads(recovery.read_bytes())["pending"] == [BROKEN]
+    await here.close()
+    await there.close()

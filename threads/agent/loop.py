@@ -5,6 +5,11 @@ One :class:`AgentLoop` serves every session. Per turn it resolves the agent
 each step's messages are staged on the run and made durable before the next
 model call; steered messages are drained after each tool batch and at what
 would have been the final answer (which they turn into one more step).
+
+Nothing here hands a message to a sink directly: a final text answer and a
+closing notice go to the run's outbox, recorded with the turn's end and sent
+once it is durable; a notice mid-turn is recorded, then sent
+(:mod:`threads.outbound`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from threads.llm.errors import (
 )
 from threads.media import Media
 from threads.messages import Message, ToolCallPart, ToolResultPart, Usage
+from threads.outbound import outgoing
 from threads.session import Session
 from threads.sinks import OutboundMessage
 from threads.store.entries import CompactionEntry
@@ -125,20 +131,20 @@ class AgentLoop:
         except ModelError as exc:
             log.warning("session %s: the model failed: %s", run.session.id, exc)
             provider = self.model_ref(run, self.agent_for(run)).partition("/")[0]
-            await self._notify_user(run, f"(Sorry — {unavailable(exc, provider)})")
+            self._notice_at_end(run, f"(Sorry — {unavailable(exc, provider)})")
             return RunResult(
                 stop_reason="error", error=f"{type(exc).__name__}: {exc}", steps=run.steps
             )
         except Exception as exc:
             log.exception("session %s: the turn failed", run.session.id)
-            await self._notify_user(
+            self._notice_at_end(
                 run, "(Sorry — something went wrong on our side and this turn failed.)"
             )
             return RunResult(
                 stop_reason="error", error=f"{type(exc).__name__}: {exc}", steps=run.steps
             )
         if result.stop_reason == "max_steps":
-            await self._notify_user(
+            self._notice_at_end(
                 run, f"(I stopped after {result.steps} steps without finishing; ask me to go on.)"
             )
         return result
@@ -175,7 +181,6 @@ class AgentLoop:
         if run.resumption:
             # A decided approval boundary: its calls are answered before the model goes on.
             resolved = await self._resolve(tools, ctx, run)
-            run.stage(resolved)
             if messages and messages[-1].role == "tool":
                 # The step's other calls were answered before it parked: one tool message.
                 resolved = Message(role="tool", content=messages.pop().content + resolved.content)
@@ -239,7 +244,7 @@ class AgentLoop:
                     continue
                 text = message.text()
                 if not stopping:
-                    await self._deliver_text(text, run, key)
+                    self._answer(text, run, key)
                 return RunResult(
                     stop_reason="stopped" if stopping else "end_turn",
                     text=text,
@@ -264,11 +269,7 @@ class AgentLoop:
             results, outputs = await self._call_tools(tools, calls, ctx, run)
             parked = tuple(o.parked for o in outputs if o.parked is not None)
             if parked:
-                # Calls wait for a person: the others' results land, the turn ends pending.
-                answered = tuple(r for r, o in zip(results, outputs, strict=True) if not o.parked)
-                files = tuple(f for o in outputs for f in o.files)
-                if answered or files:
-                    run.stage(Message(role="tool", content=(*answered, *files)))
+                # Calls wait for a person; the others' results are durable already.
                 return RunResult(
                     stop_reason="parked",
                     text=message.text(),
@@ -278,9 +279,7 @@ class AgentLoop:
                     parked=parked,
                 )
             files = tuple(f for o in outputs for f in o.files)  # images tools returned
-            tool_message = Message(role="tool", content=(*results, *files))
-            messages.append(tool_message)
-            run.stage(tool_message)
+            messages.append(Message(role="tool", content=(*results, *files)))
             ended = next((o for o in outputs if o.ends_turn), None)
             if ended is not None:
                 return RunResult(
@@ -291,8 +290,6 @@ class AgentLoop:
                     last_input=last_input,
                     data=dict(ended.data),
                 )
-            # The results are staged: they land with the next step's calls (flushed
-            # before those run) or with the turn's end, one append per step.
             if run.has_steers():
                 messages.extend(await run.drain())
         return RunResult(
@@ -312,11 +309,24 @@ class AgentLoop:
         *,
         approved: bool = False,
     ) -> tuple[list[ToolResultPart], list[ToolOutput]]:
+        """Run a step's calls side by side; each result is durable as soon as its tool ends.
+
+        A restart in the middle of a batch keeps the finished results and
+        closes only the calls still running as interrupted. The result of a
+        call that ends the turn (``dispatch``) lands with the turn's end; a
+        call parked for approval gets none until it is decided.
+        """
+
         async def one(call: ToolCallPart) -> tuple[ToolResultPart, ToolOutput]:
             run.current_tool = call.name
             run.tool_history.append(call.name)
             run.emit(ToolStart(call_id=call.id, name=call.name))
             result, output = await self.tools.call(tools, call, ctx, approved=approved)
+            if output.parked is None:
+                # Durable now; a parked call stays open for its decision.
+                run.stage(Message(role="tool", content=(result, *output.files)))
+                if not output.ends_turn:
+                    await run.flush()
             if len(calls) > 1:
                 fault("mid_tool_batch")
             run.emit(
@@ -355,6 +365,9 @@ class AgentLoop:
             )
             for r in run.resumption
         ]
+        denied = tuple(p for p in parts if p.call_id not in ran)
+        if denied:
+            run.stage(Message(role="tool", content=denied))  # the approved ones are durable
         return Message(role="tool", content=tuple(parts))
 
     async def _compact(
@@ -367,21 +380,38 @@ class AgentLoop:
             # The turn goes on uncompacted; an overflow then fails it with its own error.
             log.warning("session %s: %s compaction failed: %s", run.session.id, reason, exc)
             return False
-        await self._notify_user(run, COMPACTION_NOTICE)
+        wake = _user_wake(run)
+        if wake is not None:
+            # Recorded with the step so far, then sent; a restart does not send it again.
+            notice = outgoing(
+                run.send_id(),
+                wake.sink,
+                OutboundMessage(text=COMPACTION_NOTICE),
+                kind="notice",
+                run_id=run.run_id,
+            )
+            try:
+                await run.send_now([notice])
+            except Exception:
+                log.exception("session %s: the compaction notice was not recorded", run.session.id)
         return True
 
-    async def _notify_user(self, run: Run, text: str) -> None:
-        """A short notice to the turn's caller when that caller is a chat user."""
-        wake = run.payload if isinstance(run.payload, Wake) else None
-        if wake is None or not isinstance(wake.caller, UserCaller) or wake.sink.drops:
-            return
-        try:
-            await wake.sink.deliver(OutboundMessage(text=text))
-        except Exception:
-            log.exception("session %s: a notice to the user was not delivered", run.session.id)
+    def _notice_at_end(self, run: Run, text: str) -> None:
+        """A short notice to the turn's caller when that caller is a chat user, sent at the end."""
+        wake = _user_wake(run)
+        if wake is not None:
+            run.outbox.append(
+                outgoing(
+                    run.send_id(),
+                    wake.sink,
+                    OutboundMessage(text=text),
+                    kind="notice",
+                    run_id=run.run_id,
+                )
+            )
 
-    async def _deliver_text(self, text: str, run: Run, key: str) -> None:
-        """A final text answer goes to the caller, as a reply would.
+    def _answer(self, text: str, run: Run, key: str) -> None:
+        """A final text answer goes to the caller, as a reply would, once the turn's end is durable.
 
         A child's answer to the parent that woke it is not sent here: the
         parent receives it in the ``child_completed`` wake. An answer to a
@@ -402,17 +432,23 @@ class AgentLoop:
                     wake.caller.session_key,
                 )
                 return
-        try:
-            delivery = await wake.sink.deliver(OutboundMessage(text=text, expects_reply=False))
-            fault("after_delivery_before_record")
-        except Exception as exc:
-            log.exception("session %s: delivering the final answer failed", key)
-            await run.session.custom(
-                "delivery_failed", {"to": wake.sink.describe(), "error": str(exc)}
+        run.outbox.append(
+            outgoing(
+                run.send_id(),
+                wake.sink,
+                OutboundMessage(text=text, expects_reply=False),
+                kind="reply",
+                run_id=run.run_id,
             )
-            return
-        if delivery.blocked:
-            log.info("session %s: the final answer was not delivered: %s", key, delivery.blocked)
+        )
+
+
+def _user_wake(run: Run) -> Wake | None:
+    """The turn's wake when its caller is a chat user who can be told things."""
+    wake = run.payload if isinstance(run.payload, Wake) else None
+    if wake is None or not isinstance(wake.caller, UserCaller) or wake.sink.drops:
+        return None
+    return wake
 
 
 def unavailable(exc: ModelError, provider: str) -> str:

@@ -7,8 +7,9 @@ once the child's wake is durable, then one settlement — ``done``, ``failed``,
 after the announce was posted. The child's header names its requester
 (``spawned_by``, ``spawn_session``, ``spawn_receipt``), so at start-up
 :func:`settle_unsettled` finds every child whose delegation never settled,
-settles it from what its transcript recorded, and announces it: a restart
-never loses an announce (at worst one is posted twice).
+settles it from what its transcript recorded, and announces it. The post is
+a send in the requester's outbound ledger whose id is the delegation's, so a
+restart never loses an announce and never posts one twice.
 
 The announce posts Status (from the runtime outcome, never the model's text),
 Result and Notes, and a stats line, to the requester's chat; the child's
@@ -27,18 +28,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from threads.errors import ExchangeRefusedError, NotFoundError, ThreadsError, TurnError
+from threads.errors import NotFoundError, ThreadsError, TurnError
+from threads.handoffs import hand_off
 from threads.keys import SessionKey
 from threads.messages import Usage
+from threads.outbound import outgoing
 from threads.session import Session
+from threads.session_sink import CaptureSink
 from threads.sessions import meta as m
-from threads.sessions.agent_to_agent import (
-    ANNOUNCE_SKIP,
-    STEP_TIMEOUT,
-    CaptureSink,
-    is_skip,
-    settle,
-)
+from threads.sessions.agent_to_agent import ANNOUNCE_SKIP, STEP_TIMEOUT, is_skip, settle
 from threads.sessions.catalog import Catalog
 from threads.sessions.keys import is_subagent
 from threads.sinks import DropSink, OutboundMessage
@@ -349,23 +347,24 @@ class Delegations:
         )
         if skipped:
             return
+        # One id per delegation: a post settled again after a restart is not sent twice.
+        ident = f"{delegation.requester_session}-{delegation.receipt}"
         sink = self.manager.user_sink(delegation.requester)
         if sink is not None:
-            await sink.deliver(OutboundMessage(text=text, meta={"child": str(delegation.child)}))
-            return
-        wake = Wake(
-            source=WakeSource.CHILD_COMPLETED,
-            body=text,
-            caller=SystemCaller(name="sessions_spawn"),
-            sink=DropSink(reason="sessions_spawn announce"),
-            meta={"child": str(delegation.child)},
-            chain=delegation.chain,
-            depth=delegation.depth + 1,
-        )
-        try:
-            await self.manager.wake(delegation.requester, wake)
-        except ExchangeRefusedError as exc:
-            log.info("delegation %s: the report to its requester: %s", delegation.child, exc)
+            message = OutboundMessage(text=text, meta={"child": str(delegation.child)})
+            post = outgoing(f"{ident}-announce", sink, message, kind="announce")
+        else:
+            wake = Wake(
+                source=WakeSource.CHILD_COMPLETED,
+                body=text,
+                caller=SystemCaller(name="sessions_spawn"),
+                sink=DropSink(reason="sessions_spawn announce"),
+                meta={"child": str(delegation.child)},
+                chain=delegation.chain,
+                depth=delegation.depth + 1,
+            )
+            post = hand_off(self.manager, ident, delegation.requester, wake, kind="announce")
+        await self._on_requester(delegation, lambda s: s.send_out(post))
 
     async def clean_up(self, delegation: Delegation, outcome: Outcome, session_id: str) -> None:
         """Delete the child (cleanup=delete) or mark it settled, which starts its archive clock."""

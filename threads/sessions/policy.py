@@ -29,7 +29,7 @@ from threads.session import Session
 from threads.sessions import meta as m
 from threads.sessions.errors import UnknownSessionError
 from threads.sessions.keys import chat_type_of, seed_channel
-from threads.sinks import Delivery, OutboundMessage, Sink
+from threads.sinks import Delivery, OutboundMessage, Sink, dedups
 from threads.store.base import SessionStore
 from threads.store.entries import InfoEntry
 
@@ -220,6 +220,10 @@ class PolicySink:
     def attached(self) -> bool:
         """Whether the inner sink's chat is tied to this process (scale-out relays for it)."""
         return bool(getattr(self.inner, "attached", False))
+
+    @property
+    def dedups(self) -> bool:
+        return dedups(self.inner)
 
     def describe(self) -> str:
         return self.inner.describe()

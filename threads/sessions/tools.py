@@ -172,7 +172,6 @@ async def sessions_send_tool(args: SendArgs, ctx: ToolContext) -> ToolOutput:
         accepted, turn, capture = await exchange.start()
     except ExchangeRefusedError as exc:
         return _error(exc)
-    manager.spawn(exchange.follow_up(turn, capture), name=f"a2a {requester} -> {resolved.key}")
     answer: dict[str, Any] = {"runId": accepted.run_id, "sessionKey": str(resolved.key)}
     if args.timeoutSeconds == 0:
         return ToolOutput(content=json_text({**answer, "status": "accepted"}))

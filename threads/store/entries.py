@@ -40,6 +40,13 @@ POOL_CANCELED = "canceled"
 POOL_CAPPED = "capped"
 POOL_SETTLED = frozenset({POOL_DONE, POOL_FAILED, POOL_CANCELED, POOL_CAPPED})
 
+# Outbound statuses (format 6): a pending record, then at most one mark linked to it.
+OUTBOUND_PENDING = "pending"
+OUTBOUND_DELIVERED = "delivered"
+OUTBOUND_BLOCKED = "blocked"
+OUTBOUND_FAILED = "failed"
+OUTBOUND_UNCERTAIN = "uncertain"
+
 JSON: TypeAlias = Any
 
 
@@ -224,6 +231,39 @@ class PoolReceiptEntry(Entry):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OutboundEntry(Entry):
+    """The outbound ledger: one send, recorded before it leaves, then marked once.
+
+    The record (status ``pending``) is written before the send is handed to a
+    channel or another session; its id is the send's stable id, built from the
+    session, the turn, the step and the send's index. A later entry linked by
+    ``record`` marks what became of it: ``delivered``, ``blocked`` (a policy
+    refused it; ``error`` says why), ``failed`` (``error``), or ``uncertain``
+    (a restart found it unconfirmed and its receiver cannot drop a repeat).
+    ``to`` is the sink's wire form; a hand-off to another session also names
+    its ``target`` key and the ``wake`` it becomes there (the body is
+    ``text``). Never in the model's context.
+    """
+
+    TYPE: ClassVar[str] = "outbound"
+    VERSION: ClassVar[int] = 6
+    READS: ClassVar[int] = 6
+
+    status: str
+    record: str = ""
+    run_id: str = ""
+    kind: str = ""
+    to: Mapping[str, str] = field(default_factory=dict)
+    target: str = ""
+    wake: Mapping[str, JSON] = field(default_factory=dict)
+    text: str = ""
+    meta: Mapping[str, str] = field(default_factory=dict)
+    expects_reply: bool = True
+    delivered_to: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalRequestEntry(Entry):
     """A parked tool call made durable, with the SHA-256 of its arguments."""
 
@@ -323,6 +363,7 @@ ENTRY_KINDS: dict[str, type[Entry]] = {
         CustomMessageEntry,
         ReceiptEntry,
         PoolReceiptEntry,
+        OutboundEntry,
         ApprovalRequestEntry,
         ApprovalDecisionEntry,
         ApprovalAuditEntry,

@@ -57,11 +57,11 @@ from threads.store.handles import (
     raise_descriptor_limit,
     repair_tail,
 )
-from threads.store.keyfile import KeyJournal, encode_point, fsync_dir, read_journal
+from threads.store.keyfile import KeyJournal, encode_point, read_journal
 from threads.store.leases import Leases
 from threads.store.lines import decode_session, encode_batch
 from threads.store.listing import DirectoryListing
-from threads.store.private import make_private_dir, open_private
+from threads.store.private import fsync_dir, make_private_dir, open_private
 from threads.store.rules import ZERO_TIME, check_header, check_id
 from threads.store.watching import Pulse, tail
 

@@ -23,7 +23,7 @@ import orjson
 
 from threads.errors import CorruptError, LockedError
 from threads.store.lines import split_torn
-from threads.store.private import open_private, read_private
+from threads.store.private import fsync_dir, open_private, read_private
 
 JOURNAL = ".keys.jsonl"
 KEY_INDEX = "(key index)"
@@ -145,15 +145,6 @@ def read_journal(root: str, *, salvage: bool) -> dict[str, str] | None:
     except FileNotFoundError:
         return None
     return parse_journal(data, salvage=salvage)[0]
-
-
-def fsync_dir(path: str) -> None:
-    """Make the directory's entries (a created, renamed or removed name) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_fd(fd: int) -> bytes:

@@ -45,8 +45,11 @@ def read_private(path: str | os.PathLike[str]) -> bytes:
         return f.read()
 
 
-def write_private(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace the file at ``path`` with ``data``: a 0600 temporary file renamed over it."""
+def write_private(path: str | os.PathLike[str], data: bytes, *, sync: bool = False) -> None:
+    """Replace the file at ``path`` with ``data``: a 0600 temporary file renamed over it.
+
+    With ``sync`` the bytes and then the new name are on disk before it returns.
+    """
     tmp = os.fspath(path) + ".tmp"
     fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
@@ -55,13 +58,26 @@ def write_private(path: str | os.PathLike[str], data: bytes) -> None:
             while view:
                 view = view[os.write(fd, view) :]
             os.fchmod(fd, PRIVATE_FILE)  # a temporary file left looser by an older build
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        if sync:
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
     except BaseException:
         with suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def fsync_dir(path: str) -> None:
+    """Make the directory's entries (a created, renamed or removed name) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def make_private_dir(path: str | os.PathLike[str]) -> None:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
 from config.channels import AdminConfig, check_admin_token
-from config.section import normal_origin, read_secret
+from config.section import normal_origin, read_secret, same_origin
 from gateway.http.admin.errors import AdminTokenError, ApiError
 
 REALM = 'Bearer realm="gateway-admin"'
@@ -71,19 +70,3 @@ class AdminAuth:
             return normal_origin(origin) in self._origins
         except ValueError:  # "null", from a sandboxed frame or a file
             return False
-
-
-def same_origin(origin: str, host: str) -> bool:
-    """Whether ``Origin`` names the host and port the request was sent to (its ``Host``)."""
-    seen = urlsplit(origin)
-    sent = urlsplit(f"//{host}")
-    try:
-        default = {"http": 80, "https": 443}[seen.scheme]
-        return (
-            seen.hostname is not None
-            and seen.hostname == sent.hostname
-            and (seen.port or default) == (sent.port or default)
-            and seen.path == ""
-        )
-    except (KeyError, ValueError):
-        return False
