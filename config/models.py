@@ -243,6 +243,19 @@ class StoreConfig(Section):
         return value
 
 
+class ClusterConfig(Section):
+    """Scale-out on one Redis: this process's node id and the lease every owner holds.
+
+    Used when ``store.url`` is ``redis://``; the top-level ``node_id`` names
+    this process among the others. ``lease_seconds`` is how long a session
+    key, the cron scheduler or a bot's connection stays with a process that
+    stopped renewing it: the longest a dead process's work waits before
+    another takes it over.
+    """
+
+    lease_seconds: float = Field(default=15.0, ge=0.5, le=3600)
+
+
 class CronConfig(Section):
     """Scheduled wakes: the default zone and the misfire policy."""
 
@@ -314,6 +327,7 @@ class GatewayConfig(Section):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="before")
     @classmethod

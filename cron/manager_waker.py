@@ -18,13 +18,10 @@ from threads.errors import NotFoundError
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.messages import JSON
-from threads.store.entries import Entry, MessageEntry, ReceiptEntry
+from threads.store.entries import Entry
+from threads.tree import accepted_wake
 from threads.turns import Turn
 from threads.wake import Accepted, Wake, WakeSource
-
-# A prompt entry, or the receipt of a wake accepted while the session was busy; the
-# receipts that settle an earlier one (delivered, deferred, dropped) carry no wake.
-_ACCEPTING = frozenset({"accepted", "queued"})
 
 
 class ManagerWaker:
@@ -51,7 +48,7 @@ class ManagerWaker:
         """When the key's user last wrote: the newest wake from a chat channel it accepted."""
         found = await self._entries(key)
         for entry in reversed(found[1] if found else []):
-            accepted = _accepted_wake(entry)
+            accepted = accepted_wake(entry)
             if accepted is not None and _from_a_user(accepted[1]):
                 return entry.created
         return None
@@ -88,7 +85,7 @@ def held_in(
     out: list[HeldWake] = []
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for entry in entries:
-        found = _accepted_wake(entry)
+        found = accepted_wake(entry)
         if found is None:
             continue
         run_id, wire = found
@@ -114,15 +111,6 @@ def held_in(
             )
         )
     return out
-
-
-def _accepted_wake(entry: Entry) -> tuple[str, Mapping[str, JSON]] | None:
-    """The run id and wake of an entry that accepted a wake (a prompt or its receipt)."""
-    if isinstance(entry, MessageEntry) or (
-        isinstance(entry, ReceiptEntry) and entry.status in _ACCEPTING
-    ):
-        return (entry.run_id, entry.wake) if entry.run_id and entry.wake else None
-    return None
 
 
 def _from_a_user(wake: Mapping[str, JSON]) -> bool:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from config import GatewayConfig
-from gateway import config_cli, ops_cli
+from gateway import config_cli, nodes_cli, ops_cli
 from gateway.approvals_cli import app as approvals_app
 from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
 from gateway.control import ControlClient
@@ -147,6 +147,12 @@ async def _run(config: GatewayConfig) -> None:
                     "  no model is configured: replies come from the offline echo model",
                     flush=True,
                 )
+            if gw.member is not None:
+                print(
+                    f"  node:      {gw.member.node} (boot {gw.member.identity.boot}), one of the gateways "
+                    "on this Redis (`gateway nodes` lists them)",
+                    flush=True,
+                )
             if gw.web is not None:
                 print(f"  web chat:  {gw.web.url}", flush=True)
             if gw.api is not None and gw.http is not None:
@@ -259,6 +265,7 @@ async def _print_replies(client: ControlClient) -> None:
 # After run and chat, so `gateway --help` lists them in the order a newcomer needs them.
 config_cli.register(app)
 ops_cli.register(app)
+nodes_cli.register(app)
 app.add_typer(cron_app, name="cron")
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(heartbeat_app, name="heartbeat")

@@ -23,6 +23,10 @@ an optional ``id`` echoed in the answer:
 * ``pairing_approve`` / ``pairing_deny`` ``{"channel", "code"}`` — answers the
   request and whether its user was told now (``told``)
 * ``pairing_revoke`` ``{"channel", "user"}`` — answers the unpaired user
+* ``nodes`` — this node (``{"node": {"id", "boot", …}}``) and, scaled out, every
+  node with its leases and keys (``"cluster"``, null for a gateway on its own)
+* ``drain`` — this node leads nothing from now on and stops, handing its keys
+  over; answers what it held (``node``, ``keys``, ``leads``) before it stops
 * ``approvals_list`` — the tool calls waiting for a decision (``{"requests": […]}``)
 * ``approvals_decide`` ``{"request", "approve", "always", "reason", "who"}`` — decides
   one as the operator ``who`` (through the ``cli`` door); answers how it was decided
@@ -48,6 +52,7 @@ from channels.errors import ChannelError
 from channels.pairing import PairingService, listing_json, outcome_json
 from gateway.errors import ControlError, GatewayGoneError
 from gateway.preflight import another_gateway
+from gateway.scaleout import node_health
 from gateway.session_edits import Editor
 from threads.agent.loop import AgentLoop
 from threads.approvals.service import ApprovalService, Decider
@@ -99,6 +104,8 @@ class ControlServer:
             "pairing_approve": self._pairing_approve,
             "pairing_deny": self._pairing_deny,
             "pairing_revoke": self._pairing_revoke,
+            "nodes": self._nodes,
+            "drain": self._drain,
             "approvals_list": self._approvals_list,
             "approvals_decide": self._approvals_decide,
             "approvals_grants": self._approvals_grants,
@@ -298,6 +305,29 @@ class ControlServer:
     ) -> dict[str, Any]:
         user = await self._pairing().revoke(str(request["channel"]), str(request["user"]))
         return {"ok": True, "user": user.model_dump(mode="json")}
+
+    async def _nodes(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
+        gateway = self.gateway
+        member = gateway.member
+        return {
+            "ok": True,
+            "node": node_health(gateway.node, member),
+            "cluster": await member.view() if member is not None else None,
+        }
+
+    async def _drain(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
+        gateway = self.gateway
+        member = gateway.member
+        if member is None:
+            return {
+                "ok": False,
+                "error": "this gateway is not scaled out (store.url is not redis://): there is "
+                "no other node to hand its keys to; stop it with Ctrl-C or SIGTERM",
+            }
+        held = member.local_view()
+        # Answered first: the stop that follows closes this socket.
+        asyncio.get_running_loop().call_soon(gateway.spawn_drain)
+        return {"ok": True, "node": member.node, "keys": held["keys_owned"], "leads": held["leads"]}
 
     def _approvals(self) -> ApprovalService:
         service = self.gateway.approvals

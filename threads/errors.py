@@ -8,6 +8,7 @@ Every error raised here derives from :class:`ThreadsError`::
     │   ├── ExistsError                    create of a session that exists
     │   ├── LockedError                    another writer holds the session   (retry)
     │   ├── StaleError                     the session moved on behind a view (reopen)
+    │   │   └── FencedError                    this process's lease on the key lapsed
     │   ├── ClosedError                    the Session value was closed       (reopen)
     │   ├── CorruptError                   stored bytes that do not decode    (terminal)
     │   ├── NewerFormatError               data written by a newer build      (terminal)
@@ -27,6 +28,7 @@ Every error raised here derives from :class:`ThreadsError`::
     ├── ManagerClosedError             a wake for a manager that is shutting down
     ├── NoDelegationError (LookupError)  no unsettled delegation to a child (cancel)
     ├── NotDelegatingError (LookupError) a call that delegates to no such child, or is answered
+    ├── OwnedElsewhereError            a session key another gateway process owns
     ├── ExchangeRefusedError           a wake one session caused that may not run
     │   ├── ExchangeLimitError             past threads.max_exchange_depth
     │   └── ChainStoppedError              its chain was stopped (a stop, a budget)
@@ -86,6 +88,23 @@ class StaleError(StoreError):
         self.session = session
         msg = f"session {session} changed since it was opened; open it again to write"
         super().__init__(msg + (f" ({detail})" if detail else ""))
+
+
+class FencedError(StaleError):
+    """A write under a lease this process no longer holds: it lapsed, or another took it.
+
+    The fencing token the write carried is not the lease's current one, so the
+    write is refused whole; the key's current owner runs it from now on.
+    """
+
+    def __init__(self, session: str, lease: str, token: int) -> None:
+        self.lease = lease
+        self.token = token
+        super().__init__(
+            session,
+            f"this process's lease {lease} (fencing token {token}) lapsed or was taken over; "
+            "it writes no more, the lease's current owner does",
+        )
 
 
 class UnsafePathError(StoreError):
@@ -292,6 +311,18 @@ class ManagerClosedError(ThreadsError):
         super().__init__(
             f"the thread manager is closed; wake for {key} refused: the gateway is shutting "
             "down and accepted nothing for it — send it again once the gateway is back"
+        )
+
+
+class OwnedElsewhereError(ThreadsError):
+    """The session key is owned by another gateway process (scale-out): its wakes go there."""
+
+    def __init__(self, key: str, node: str) -> None:
+        self.key = key
+        self.node = node
+        super().__init__(
+            f"session {key} is owned by gateway node {node}; its wakes are sent there and it "
+            "is run, stopped and changed there"
         )
 
 

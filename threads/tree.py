@@ -15,7 +15,7 @@ from threads.entry_log import EntryIndex, EntryLog
 from threads.errors import CorruptError, NoEntryError
 from threads.identity import merged_meta
 from threads.ids import valid_id
-from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart, Usage
+from threads.messages import JSON, Message, TextPart, ToolCallPart, ToolResultPart, Usage
 from threads.store.entries import (
     POOL_SETTLED,
     BranchSummaryEntry,
@@ -453,6 +453,33 @@ def unsettled_receipts(entries: Sequence[Entry]) -> list[ReceiptEntry]:
         if entry.status == "queued" or (entry.status == "accepted" and entry.turn not in landed):
             out.append(entry)
     return out
+
+
+_ACCEPTING = frozenset({"accepted", "queued"})
+
+
+def accepted_wake(entry: Entry) -> tuple[str, Mapping[str, JSON]] | None:
+    """The run id and wake of an entry that accepted a wake (a prompt or its receipt).
+
+    The receipts that settle an earlier one (delivered, deferred, dropped) carry no wake.
+    """
+    if isinstance(entry, MessageEntry) or (
+        isinstance(entry, ReceiptEntry) and entry.status in _ACCEPTING
+    ):
+        return (entry.run_id, entry.wake) if entry.run_id and entry.wake else None
+    return None
+
+
+def holds_wake(entries: Sequence[Entry], name: str, value: str) -> bool:
+    """Whether a wake whose meta has ``name`` = ``value`` was accepted among ``entries``."""
+    for entry in entries:
+        found = accepted_wake(entry)
+        if found is None:
+            continue
+        meta = found[1].get("meta")
+        if isinstance(meta, Mapping) and meta.get(name) == value:
+            return True
+    return False
 
 
 def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:

@@ -56,6 +56,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     CANCELED = "canceled"
     NOT_PERSISTED = "not_persisted"  # the run ended, and its end could not be written
+    FORWARDED = "forwarded"
 
 
 # -- run events, streamed by Turn.events()

@@ -16,13 +16,14 @@ custom entry) and reported in ``Delivery.blocked``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from config.models import GatewayConfig, SendPolicyConfig, SendPolicyMatch
-from threads.errors import NotFoundError
+from threads.errors import NotFoundError, OwnedElsewhereError
 from threads.keys import SessionKey, base_channel
 from threads.session import Session
 from threads.sessions import meta as m
@@ -169,12 +170,29 @@ class SendPolicy:
         """Record ``key``'s override (``inherit`` clears it); the policy now in force."""
         if setting not in SETTINGS:
             raise ValueError(f"send policy {setting!r} is not one of allow, deny, inherit")
-        thread = await self.manager.open_thread(key, create=create)
+        try:
+            thread = await self.manager.open_thread(key, create=create)
+        except OwnedElsewhereError:
+            # Scaled out: the node that runs the session records it (and caches it).
+            answer = await self.manager.ownership.ask_owner(
+                SessionKey(key), "send_policy", {"setting": setting, "create": create}
+            )
+            if answer is None:  # the owner let go meanwhile: it is free to take now
+                return await self.set(key, setting, create=create)
+            found = answer["decision"]
+            return Decision(
+                allowed=found["allowed"], reason=found["reason"], source=found["source"]
+            )
         if thread is None:
             raise UnknownSessionError(key, "a send policy is set on an existing session")
         await thread.session.set_info(meta={m.SEND_POLICY: setting})
         self._overrides[thread.session.id] = setting if setting != "inherit" else None
         return await self.check(key)
+
+    async def set_here(self, key: SessionKey, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Another gateway node's ``set`` for a session this node runs (an owner op)."""
+        decision = await self.set(key, str(args["setting"]), create=bool(args.get("create")))
+        return {"ok": True, "decision": dataclasses.asdict(decision)}
 
     async def record_blocked(self, key: str, message: OutboundMessage, decision: Decision) -> None:
         """Write the refusal onto the session, so a blocked delivery is never silent."""
@@ -198,6 +216,11 @@ class PolicySink:
     @property
     def drops(self) -> bool:
         return self.inner.drops
+
+    @property
+    def attached(self) -> bool:
+        """Whether the inner sink's chat is tied to this process (scale-out relays for it)."""
+        return bool(getattr(self.inner, "attached", False))
 
     @property
     def dedups(self) -> bool:
