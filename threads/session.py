@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -304,8 +305,17 @@ class Session:
         return self._tree.meta(dict(self.header.meta))
 
     def usage(self) -> SessionUsage:
-        """The cost ledger: turns, summaries and delegated children, each in its bucket."""
-        return usage_of(self._tree.entries)
+        """The cost ledger: turns, summaries and delegated children, each in its bucket.
+
+        Only the entries of those kinds are decoded (a live session keeps its lines).
+        """
+        entries = self._tree.entries
+        return usage_of(
+            itertools.chain.from_iterable(
+                entries.of_kind(kind)
+                for kind in (TurnEntry.TYPE, CompactionEntry.TYPE, PoolReceiptEntry.TYPE)
+            )
+        )
 
     def queue(self) -> list[tuple[str, Message, Policy]]:
         """What is accepted and not yet given to a model: steers first, then sends."""

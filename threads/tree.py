@@ -183,7 +183,7 @@ class EntryTree:
 
     def meta(self, header_meta: dict[str, str]) -> dict[str, str]:
         """The header's metadata overlaid by the info entries' (reserved keys stand)."""
-        return merged_meta(header_meta, self.entries)
+        return merged_meta(header_meta, self.entries.of_kind(InfoEntry.TYPE))
 
     def highest_turn(self) -> int:
         """The highest ``-t<n>`` recorded in any run id (the run-id counter's recovery).
