@@ -570,6 +570,7 @@ class TurnDriver:
                 f"written ({exc}): the session holds no record of how it ended",
                 result,
             )
+            error.__cause__ = exc  # a lapsed lease (FencedError): the key's new owner answers
             self._inbox.return_steers(end.steers)
             if end.upcoming is not None:
                 end.upcoming.started = False

@@ -44,6 +44,7 @@ from threads.budget import Budget, Overspent
 from threads.chains import Chains
 from threads.cluster.owner import Ownership
 from threads.errors import (
+    FencedError,
     ManagerClosedError,
     NotFoundError,
     NotPersistedError,
@@ -506,7 +507,10 @@ class ThreadManager:
             return
         if isinstance(turn.error, NotRunError):
             self.spawn(_tell(wake, NOT_STARTED), name="tell a turn did not start")
-        elif isinstance(turn.error, NotPersistedError):
+        elif isinstance(turn.error, NotPersistedError) and not isinstance(
+            turn.error.__cause__, FencedError
+        ):
+            # A node that lost the key's lease says nothing: its new owner runs the input.
             self.spawn(_tell(wake, NOT_SAVED), name="tell a turn's end was not saved")
 
     # -- sinks and restored wakes
