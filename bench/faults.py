@@ -6,20 +6,25 @@ Per store, a real ``gateway run`` (the process an operator runs) talks to a
 fake OpenAI-compatible model that answers every numbered message once with
 ``reply [m:ID]`` (:mod:`threads.testing.numbered`; one in five messages asks
 for a batch of two tools first). ``--chats`` web chats send messages as fast
-as they are answered. The gateway is killed ``--kills`` times: each run is
-armed at a random fault point and hit (:mod:`threads.faults`) and also gets
-an outside SIGKILL at a random moment, whichever comes first; after each kill
-it is started again (a start that fails is tried again, and counted) and the
-chats reconnect with their cookies. After the last kill it runs unarmed until
-it has nothing left to do and is stopped cleanly.
+as they are answered, as the page does: each with an id, kept until the
+gateway acknowledges it and sent again on every reconnect until then. The
+gateway is killed ``--kills`` times: each run is armed at a random fault
+point and hit (:mod:`threads.faults`) and also gets an outside SIGKILL at a
+random moment, whichever comes first; after each kill it is started again (a
+start that fails is tried again, and counted) and the chats reconnect with
+their cookies. After the last kill it runs unarmed until it has nothing left
+to do and is stopped cleanly.
 
 Then, per store: ``sent`` (messages the chats sent), ``accepted`` (the ones
 the store holds: durable input), ``replied_once`` (accepted and answered
-exactly once), ``lost`` (accepted, never answered), ``doubled`` (answered
-more than once), ``unconfirmed`` (sent as the gateway died, never durable:
-the sender was not told it was taken), ``kills`` and ``restart_attempts``
-(starts it took to come back; equal to ``kills`` when every restart works at
-once). The last line is one JSON object with every figure.
+exactly once: a reply as the page shows it, live or in the conversation it
+loads on reconnecting), ``lost`` (accepted, never answered), ``doubled``
+(answered more than once), ``unconfirmed`` (sent, never durable),
+``unacknowledged`` (still waiting for an ack at the end: the page would
+still show them as sending), ``refused`` (the gateway said it could not take
+them), ``kills`` and ``restart_attempts`` (starts it took to come back; equal
+to ``kills`` when every restart works at once). The last line is one JSON
+object with every figure.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from channels.testing.web_client import BARRIER_ERROR, WebChat
+from channels.testing.web_client import WebChat
 from gateway.testing.process import (
     STORES,
     GatewayRun,
@@ -85,11 +90,12 @@ async def drive(chat: WebChat, tag: str, store: Store, rng: random.Random) -> No
         verb = "tools" if rng.random() < 0.2 else "plain"
         mark = f"reply [m:{id}]"
         start = len(chat.replies)
+        store.sent.append(id)
         try:
+            # Kept until acknowledged: a send into a dying socket goes again on reconnect.
             await chat.send(order(id, verb))
         except ConnectionError:
             return
-        store.sent.append(id)
         try:
             await chat.wait_for(lambda m=mark, s=start: any(m in r for r in chat.replies[s:]), 60)
         except (ConnectionError, TimeoutError):
@@ -117,6 +123,18 @@ async def start(config: Path, fault: str, store: Store) -> GatewayRun | None:
     raise RuntimeError(f"{store.kind}: gateway run did not start in {START_TRIES} tries")
 
 
+async def connected(chats: list[WebChat], run: GatewayRun) -> bool:
+    """Connect every chat to ``run``; False when an armed run died at its fault meanwhile."""
+    try:
+        for chat in chats:
+            await chat.connect(run.web_url)
+    except (aiohttp.ClientError, ConnectionError) as exc:
+        if run.fault and await run.wait() == -signal.SIGKILL:
+            return False
+        raise RuntimeError(f"the chats could not reconnect: {exc}") from exc
+    return True
+
+
 async def one_store(kind: str, args: argparse.Namespace, model: FakeOpenAIServer) -> dict[str, int]:
     rng = random.Random(f"{args.seed}-{kind}")
     root = Path(tempfile.mkdtemp(prefix=f"faults-{kind}-"))
@@ -135,8 +153,11 @@ async def one_store(kind: str, args: argparse.Namespace, model: FakeOpenAIServer
                     store.fired[f"{fault.partition(':')[0]} (starting)"] += 1
                     store.kills += 1
                     continue
-                for chat in chats:
-                    await chat.connect(run.web_url)
+                if not await connected(chats, run):
+                    # A resumed turn reached the fault point before the chats were back.
+                    store.fired[f"{fault.partition(':')[0]} (reconnecting)"] += 1
+                    store.kills += 1
+                    continue
                 if not armed:
                     await settle(run, chats)
                     await run.stop()
@@ -157,7 +178,8 @@ async def one_store(kind: str, args: argparse.Namespace, model: FakeOpenAIServer
                 await chat.close()
             # Heard: as often as it came, or as often as the page shows it now, whichever is more.
             heard = sum((answers(c.replies) | answers(c.view) for c in chats), Counter[str]())
-            refused = sum(1 for chat in chats for e in chat.errors if e != BARRIER_ERROR)
+            refused = sum(len(chat.failed) for chat in chats)
+            unacked = sum(len(chat.outbox) for chat in chats)
         accepted = await stored_orders(url) & set(store.sent)
     finally:
         if kind == "redis":
@@ -171,6 +193,7 @@ async def one_store(kind: str, args: argparse.Namespace, model: FakeOpenAIServer
         "lost": sum(1 for id in accepted if heard[f"reply [m:{id}]"] == 0),
         "doubled": sum(1 for n in counts if n > 1),
         "unconfirmed": len(store.sent) - len(accepted),
+        "unacknowledged": unacked,
         "refused": refused,
         "kills": store.kills,
         "restart_attempts": store.restart_attempts,

@@ -9,6 +9,7 @@ a channel user is its caller.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -107,6 +108,42 @@ class Answers(Protocol):
         ...
 
 
+@runtime_checkable
+class Attached(Protocol):
+    """A channel whose chats are connections to this process: a browser's socket, a waiting
+    HTTP request, a terminal. Only this process can deliver to them; scaled out, another
+    process relays its messages for them here (:mod:`threads.cluster.relay`)."""
+
+    attached: bool
+
+
+@runtime_checkable
+class Standby(Protocol):
+    """A channel whose updates one process at a time may take: a bot's polling or connection.
+
+    Scaled out, the gateway sets ``standby`` before ``start``: the channel
+    then starts able to deliver but takes no updates until its process leads
+    ``leader`` (:mod:`threads.cluster.leaders`), which calls
+    :meth:`start_receiving`; losing the lead calls :meth:`stop_receiving`.
+    ``leader`` names the bot, never its token (two accounts of one token are
+    one leader).
+    """
+
+    standby: bool
+
+    @property
+    def leader(self) -> str: ...
+
+    async def start_receiving(self) -> None: ...
+
+    async def stop_receiving(self) -> None: ...
+
+
+def leader_name(platform: str, token: str) -> str:
+    """A bot's leader lease name: the platform and a digest of its token (never the token)."""
+    return f"{platform}:{hashlib.sha256(token.encode()).hexdigest()[:16]}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ApprovalAsk:
     """A question for a person: may this call run? Shown with Approve / Always / Deny.
@@ -157,6 +194,11 @@ class ChannelSink:
 
     def describe(self) -> str:
         return f"Caller is the {self.channel.name} user — reply with dispatch(to=caller:user)"
+
+    @property
+    def attached(self) -> bool:
+        """Whether the chat is a connection to this process (:class:`Attached`)."""
+        return isinstance(self.channel, Attached)
 
     def to_wire(self) -> dict[str, str]:
         wire = {"kind": "channel", "channel": self.channel.name, "chat": self.chat_id}

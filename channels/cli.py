@@ -26,6 +26,7 @@ class CliChannel:
     """The terminal channel."""
 
     name = "cli"
+    attached = True  # its chats are connections to this process (channels.base.Attached)
 
     def __init__(self, *, user_id: str = "local", output: TextIO | None = None) -> None:
         self.user_id = user_id

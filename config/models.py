@@ -8,7 +8,6 @@ printed) and may be given inline, through the environment, or as a file path
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -25,16 +24,16 @@ from pydantic import (
 
 from config.approvals import ApprovalRule, ApprovalsConfig
 from config.channels import AdminConfig, ChannelsConfig, HttpConfig
+from config.compaction import CompactionConfig
+from config.heartbeat import HeartbeatConfig
 from config.paths import DEFAULT_SESSIONS_URL, place_store_paths
 from config.redaction import redact_url
-from config.section import NAME, Section, given, is_loopback
+from config.section import NAME, ModelRef, Section, given, is_loopback
 from config.tools import McpConfig, ToolsConfig
 
 BusyPolicy = Literal["queue", "reject", "steer", "interrupt", "rollback", "collect"]
 Visibility = Literal["spawned", "all"]
 SendAction = Literal["allow", "deny"]
-
-_MODEL_REF = re.compile(r"^(echo|[A-Za-z0-9_.-]+/[^\s]+)$")
 
 
 def _check_zone(value: str) -> str:
@@ -47,14 +46,7 @@ def _check_zone(value: str) -> str:
     return value
 
 
-def _check_model_ref(value: str) -> str:
-    if not _MODEL_REF.match(value):
-        raise ValueError(f"{value!r} is not 'provider/model' (e.g. 'openai/gpt-4o-mini') or 'echo'")
-    return value
-
-
 TimeZoneName = Annotated[str, AfterValidator(_check_zone)]
-ModelRef = Annotated[str, AfterValidator(_check_model_ref)]
 
 
 def _no_credentials(value: str) -> str:
@@ -81,6 +73,11 @@ class ProviderConfig(Section):
     max_retries: int = Field(default=4, ge=0, le=20)
     retry_budget_seconds: float = Field(default=60.0, ge=0, le=3600)
     headers: dict[str, str] = Field(default_factory=dict)
+    # How each request names the session and turn it serves: X-Weft-* headers
+    # (every provider ignores headers it does not know), "body" (a `metadata`
+    # object, for providers and proxies that keep it; Anthropic gets user_id
+    # only), or "off".
+    run_metadata: Literal["headers", "body", "off"] = "headers"
 
 
 class ModelSettings(Section):
@@ -145,6 +142,9 @@ class SubagentDefaults(Section):
     # A year at most: a timedelta overflows past ~1.4e12 minutes, and archival
     # later than a year is no archival.
     archive_after_minutes: int = Field(default=60, ge=0, le=527_040)
+    # Delegation slots per requesting session: sessions_spawn and delegate_task
+    # children past it wait, first in first out, for a running one to settle.
+    max_concurrent: int = Field(default=4, ge=1, le=1000)
 
 
 class SandboxDefaults(Section):
@@ -243,6 +243,19 @@ class StoreConfig(Section):
         return value
 
 
+class ClusterConfig(Section):
+    """Scale-out on one Redis: this process's node id and the lease every owner holds.
+
+    Used when ``store.url`` is ``redis://``; the top-level ``node_id`` names
+    this process among the others. ``lease_seconds`` is how long a session
+    key, the cron scheduler or a bot's connection stays with a process that
+    stopped renewing it: the longest a dead process's work waits before
+    another takes it over.
+    """
+
+    lease_seconds: float = Field(default=15.0, ge=0.5, le=3600)
+
+
 class CronConfig(Section):
     """Scheduled wakes: the default zone and the misfire policy."""
 
@@ -304,14 +317,17 @@ class GatewayConfig(Section):
     agents: dict[str, AgentConfig] = Field(default_factory=_default_agents)
     agent_defaults: AgentDefaults = Field(default_factory=AgentDefaults)
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
     cron: CronConfig = Field(default_factory=CronConfig)
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
     session: SessionConfig = Field(default_factory=SessionConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     http: HttpConfig = Field(default_factory=HttpConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="before")
     @classmethod

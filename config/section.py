@@ -10,12 +10,24 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, SecretStr
 
 # A name the configuration keys things by: agents, Telegram accounts.
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+_MODEL_REF = re.compile(r"^(echo|[A-Za-z0-9_.-]+/[^\s]+)$")
+
+
+def _check_model_ref(value: str) -> str:
+    if not _MODEL_REF.match(value):
+        raise ValueError(f"{value!r} is not 'provider/model' (e.g. 'openai/gpt-4o-mini') or 'echo'")
+    return value
+
+
+ModelRef = Annotated[str, AfterValidator(_check_model_ref)]
 
 
 class Section(BaseModel):

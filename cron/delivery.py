@@ -129,7 +129,7 @@ class WatchedSink:
 
 async def delivery_of(turn: Turn, watch: WatchedSink | None) -> str:
     """What became of the output of the turn a fire started, once it has ended."""
-    from threads.errors import NotRunError
+    from threads.errors import NotPersistedError, NotRunError
 
     try:
         result = await turn.wait()
@@ -139,6 +139,8 @@ async def delivery_of(turn: Turn, watch: WatchedSink | None) -> str:
         return "failed: the session closed before the turn ran"
     except NotRunError as exc:
         return f"failed: the turn could not start: {exc}"
+    except NotPersistedError as exc:
+        return f"failed: {exc}"
     if result is None:
         return "silent: the wake was steered into a running turn, whose answer is its own"
     return judge(result, watch)

@@ -18,13 +18,10 @@ from threads.errors import NotFoundError
 from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.messages import JSON
-from threads.store.entries import Entry, MessageEntry, ReceiptEntry
+from threads.store.entries import Entry
+from threads.tree import accepted_wake
 from threads.turns import Turn
-from threads.wake import Accepted, Wake
-
-# A prompt entry, or the receipt of a wake accepted while the session was busy; the
-# receipts that settle an earlier one (delivered, deferred, dropped) carry no wake.
-_ACCEPTING = frozenset({"accepted", "queued"})
+from threads.wake import Accepted, Wake, WakeSource
 
 
 class ManagerWaker:
@@ -42,19 +39,38 @@ class ManagerWaker:
     async def session_exists(self, key: SessionKey) -> bool:
         return await self.manager.session_exists(key)
 
-    async def held_wakes(self, key: SessionKey, meta: Mapping[str, str]) -> list[HeldWake]:
+    def busy(self, key: SessionKey) -> bool:
+        """Whether the key's thread runs a turn or holds input (a heartbeat is skipped then)."""
+        thread = self.manager.thread(key)
+        return thread is not None and thread.state != "idle"
+
+    async def last_user_message(self, key: SessionKey) -> datetime | None:
+        """When the key's user last wrote: the newest wake from a chat channel it accepted."""
+        found = await self._entries(key)
+        for entry in reversed(found[1] if found else []):
+            accepted = accepted_wake(entry)
+            if accepted is not None and _from_a_user(accepted[1]):
+                return entry.created
+        return None
+
+    async def _entries(self, key: SessionKey) -> tuple[str, Sequence[Entry]] | None:
         thread = self.manager.thread(key)
         if thread is not None:
-            session_id, entries = thread.session.id, thread.session.entries()
-        else:
-            found = await self.manager.store.resolve(key)
-            if found is None:
-                return []
-            try:
-                loaded = await self.manager.store.load(found)
-            except NotFoundError:
-                return []
-            session_id, entries = found, loaded.entries
+            return thread.session.id, thread.session.entries()
+        found = await self.manager.store.resolve(key)
+        if found is None:
+            return None
+        try:
+            loaded = await self.manager.store.load(found)
+        except NotFoundError:
+            return None
+        return found, loaded.entries
+
+    async def held_wakes(self, key: SessionKey, meta: Mapping[str, str]) -> list[HeldWake]:
+        found = await self._entries(key)
+        if found is None:
+            return []
+        session_id, entries = found
         return held_in(key, session_id, entries, meta)
 
 
@@ -69,7 +85,7 @@ def held_in(
     out: list[HeldWake] = []
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     for entry in entries:
-        found = _accepted_wake(entry)
+        found = accepted_wake(entry)
         if found is None:
             continue
         run_id, wire = found
@@ -97,10 +113,9 @@ def held_in(
     return out
 
 
-def _accepted_wake(entry: Entry) -> tuple[str, Mapping[str, JSON]] | None:
-    """The run id and wake of an entry that accepted a wake (a prompt or its receipt)."""
-    if isinstance(entry, MessageEntry) or (
-        isinstance(entry, ReceiptEntry) and entry.status in _ACCEPTING
-    ):
-        return (entry.run_id, entry.wake) if entry.run_id and entry.wake else None
-    return None
+def _from_a_user(wake: Mapping[str, JSON]) -> bool:
+    source = wake.get("source")
+    return isinstance(source, str) and source in _USER_SOURCES
+
+
+_USER_SOURCES = frozenset(s.value for s in WakeSource if s.is_user_channel)

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from channels.access import Access
 from channels.api import ApiChannel
-from channels.base import Channel, ChannelSink
+from channels.base import Attached, Channel, ChannelSink
 from channels.cli import CliChannel
 from channels.errors import ChannelError, ChannelStartError, DeliveryError
 from channels.pairing import PairingService
@@ -34,6 +34,7 @@ from config.models import GatewayConfig
 from cron import CronService, connect_store
 from cron.base import Clock
 from cron.errors import StoreError as CronStoreError
+from cron.heartbeat import Heartbeats
 from cron.manager_waker import ManagerWaker
 from gateway.approvals import ApprovalDesk
 from gateway.channel_setup import (
@@ -51,14 +52,20 @@ from gateway.lifetimes import Lifetimes
 from gateway.metrics import Metrics, TimedModels
 from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import Router, endpoint_of
+from gateway.scaleout import CRON, lead_bots, member_for, node_health, stand_by
 from threads import faults
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
+from threads.agent.pin_tool import pin_message_tool
 from threads.agent.tools import Tool, ToolRegistry
 from threads.approvals.gate import DurableApprovals
 from threads.approvals.grants import GrantBook
 from threads.approvals.service import ApprovalService
 from threads.clock import MonotonicClock, WallClock
+from threads.cluster.leases import LeaseClock, server_time
+from threads.cluster.member import Member
+from threads.cluster.owner import ManagerOwner
+from threads.cluster.relay import RelaySink
 from threads.dispatch import dispatch_tool
 from threads.errors import NodeBusyError, UnreachableError, UnsafePathError
 from threads.keys import SessionKey
@@ -68,12 +75,13 @@ from threads.manager import ThreadManager
 from threads.media import Media
 from threads.node import NodeIdentity, claim_node
 from threads.ops import check_session_tool, health_tool
+from threads.pool.recovery import recover_delegations
+from threads.pool.tools import delegate_task_tool
 from threads.sessions.access import SubagentToolFilter
 from threads.sessions.catalog import Catalog
-from threads.sessions.delegation import settle_unsettled
 from threads.sessions.policy import SendPolicy, key_of_endpoint, send_command
 from threads.sessions.tools import SESSION_TOOLS
-from threads.sinks import DropSink, OutboundMessage, Sink
+from threads.sinks import Delivery, DropSink, OutboundMessage, Sink
 from threads.state import StateStore, StateStoreError, open_state_store
 from threads.store import check_reachable, open_store
 from threads.store.base import SessionStore, StoreOptions
@@ -89,10 +97,19 @@ log = logging.getLogger(__name__)
 
 
 def check_models(config: GatewayConfig, models: Models) -> None:
-    """Resolve every agent's model now, so a bad provider setting stops the start-up."""
-    for name, agent in config.agents.items():
-        ref = agent.model or config.models.default
-        where = f"agents.{name}.model" if agent.model else "models.default"
+    """Resolve every agent's and summarizer's model now: a bad provider stops the start-up."""
+    refs = [
+        (
+            f"agents.{name}.model" if agent.model else "models.default",
+            agent.model or config.models.default,
+        )
+        for name, agent in config.agents.items()
+    ]
+    refs += [
+        (f"compaction.summary_models[{i}]", ref)
+        for i, ref in enumerate(config.compaction.summary_models)
+    ]
+    for where, ref in refs:
         try:
             models.resolve(ref)
         except (ModelError, UnknownModelError) as exc:
@@ -105,7 +122,15 @@ def default_tools(config: GatewayConfig) -> list[Tool[Any]]:
     The standard ones, and the opt-in built-ins (files, web, commands) an agent
     gets only by naming them.
     """
-    return [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS, *builtin_tools(config)]
+    return [
+        dispatch_tool,
+        check_session_tool,
+        health_tool,
+        *SESSION_TOOLS,
+        delegate_task_tool,
+        pin_message_tool,
+        *builtin_tools(config),
+    ]
 
 
 class Gateway:
@@ -125,6 +150,7 @@ class Gateway:
         tools: Sequence[Tool[Any]] = (),
         control: bool = True,
         cron_clock: Clock | None = None,
+        lease_clock: LeaseClock = server_time,
         approval_clock: WallClock | None = None,
     ) -> None:
         self.config = config
@@ -134,6 +160,8 @@ class Gateway:
         self._extra_tools = list(tools)
         self._control_enabled = control
         self._cron_clock = cron_clock
+        self._lease_clock = lease_clock
+        self.member: Member | None = None
         self._approval_clock = approval_clock or MonotonicClock()
         self._lifetimes = Lifetimes()
         self.channels: dict[str, Channel] = {}
@@ -151,6 +179,7 @@ class Gateway:
         self._router: Router | None = None
         self.control_path: Path | None = None
         self.cron: CronService | None = None
+        self.heartbeats: Heartbeats | None = None
         self.pairing: PairingService | None = None
         self.access: dict[str, Access] = {}
         self.mcp: McpHub | None = None
@@ -212,6 +241,9 @@ class Gateway:
             await check_reachable(self._store)
         except UnreachableError as exc:
             raise StartupError(f"store.url: {exc}") from None
+        self.member = member_for(
+            self._store, config, self.node, clock=self._lease_clock, info=self._node_info
+        )
 
         if config.admin.enabled:
             # The dashboard's charts: turns, model calls and their latency, tokens per session.
@@ -244,12 +276,16 @@ class Gateway:
             channel_sinks=self._channel_sink,
             user_sinks=self._user_sink,
             recovery_path=config.data_dir / "state" / "recovery.json",
+            cluster=self.member,
         )
         agent.services = self._manager
         self.approvals = ApprovalService(self._manager, clock=self._approval_clock, grants=grants)
         self._lifetimes.push("approvals", self.approvals.close)
         self._manager.health_sources["approvals"] = self.approvals.health
         self.send_policy = policy = SendPolicy(self._manager)
+        self._manager.health_sources["node"] = lambda: node_health(self.node, self.member)
+        if self.member is not None:
+            self._manager.health_sources["cluster"] = self.member.view
         self._manager.health_sources["channels"] = self._channel_health
         if self.metrics is not None:
             self._manager.observe(self.metrics.observe)
@@ -284,9 +320,13 @@ class Gateway:
         self._router.access = self.access
         self._router.wrap_sink = policy.wrap
         self._router.commands["/send"] = send_command(policy)
-        self._router.commands["/compact"] = compact_command(self._manager, agent.compact_session)
+        self._router.commands["/compact"] = compact_command(
+            self._manager,
+            lambda session, focus: agent.compact_session(session, instructions=focus),
+        )
         self._router.commands.update(ApprovalDesk(self, self.approvals).commands())
         await self._start_http()
+        bots = stand_by(self.channels) if self.member is not None else []
         for channel in self.channels.values():
             try:
                 await channel.start(self._router.handle)
@@ -294,21 +334,32 @@ class Gateway:
                 raise StartupError(str(exc)) from None
             self._lifetimes.push(f"{channel.name} channel", channel.stop)
 
+        # Delegations a stopped gateway left unsettled are settled or resumed before
+        # any turn continues: a delegating call whose turn died is answered first.
+        await recover_delegations(self._manager)
         # With the channels up, input left unsettled by the last run continues, and
         # running turns are drained at close while the channels can still deliver.
         try:
             await self._manager.start()
         except UnsafePathError as exc:
             raise StartupError(f"store.url: {exc}") from None
+        if self.member is not None:
+            owner = ManagerOwner(self._manager, ops={"send_policy": policy.set_here})
+            await self.member.start(owner, deliver=self._deliver_here)
+            # Closed after the threads: their leases are renewed while they finish.
+            self._lifetimes.push("cluster", self.member.stop)
         self._lifetimes.push("thread manager", self._manager.close)
+        if self.member is not None:
+            self._lifetimes.push("cluster inbox", self.member.stop_reading)
+            await lead_bots(self.member, bots)
         await self.approvals.start()
         # Closing, channels stop taking messages first; they deliver while turns finish.
         self._lifetimes.push("channel input", self._stop_receiving)
         Supervisor(self._manager).start()
         if config.cron.enabled:
             await self._start_cron(tools)
-        # Delegations a stopped gateway left open are settled and announced.
-        self._manager.spawn(settle_unsettled(self._manager), name="delegations at start-up")
+        if config.heartbeat.enabled:
+            await self._start_heartbeats()
         if self.pairing is not None:
             # Approvals and denials made while no gateway ran are told now.
             self._manager.spawn(self.pairing.deliver_notices(), name="pairing notices")
@@ -388,6 +439,20 @@ class Gateway:
         except (OSError, UnsafePathError) as exc:
             raise StartupError(f"data_dir: {exc}") from None
 
+    async def _start_heartbeats(self) -> None:
+        """Heartbeats on the state store, waking threads through the manager."""
+        state = self.state or await self._open_state()
+        beats = Heartbeats(
+            state,
+            ManagerWaker(self.manager),
+            self.config.heartbeat,
+            clock=self._cron_clock or MonotonicClock(),
+            zone=self.config.timezone,
+        )
+        beats.start()
+        self._lifetimes.push("heartbeats", beats.stop)
+        self.heartbeats = beats
+
     async def _start_cron(self, tools: ToolRegistry) -> None:
         """Cron on the state store, waking threads through the manager; its tools for agents."""
         try:
@@ -403,7 +468,11 @@ class Gateway:
             chat_sink=self._user_sink,
             clock=self._cron_clock,
         )
-        await service.start()
+        if self.member is not None:
+            # One scheduler for all the gateways: the node that leads cron runs it.
+            await self.member.lead(CRON, service.start, service.stop)
+        else:
+            await service.start()
         self._lifetimes.push("cron", service.stop)
         self.cron = service
         for cron_tool in cron_tools(service):
@@ -537,6 +606,27 @@ class Gateway:
         """Ask :meth:`serve_forever` to return."""
         self._stopped.set()
 
+    def spawn_drain(self) -> None:
+        """Start :meth:`drain` in a task the manager supervises (a control request's answer)."""
+        self.manager.spawn(self.drain(), name="drain")
+
+    async def drain(self) -> None:
+        """Hand this node's work to the others, then stop (``gateway drain``).
+
+        It leads nothing from now on, takes no key it does not hold, and
+        stops: its threads finish within the close deadline and the keys
+        still holding input are handed over to other nodes.
+        """
+        if self.member is not None:
+            self.member.draining = True
+            await self.member.resign()
+            await self.member.publish()
+        self.stop()
+
+    def _node_info(self) -> dict[str, Any]:
+        """What this node's cluster record adds: where its HTTP server answers."""
+        return {"http": self.web.url if self.web is not None else ""}
+
     async def serve_forever(self) -> None:
         await self._stopped.wait()
 
@@ -546,11 +636,22 @@ class Gateway:
         channel = self.channels.get(wire.get("channel", ""))
         if channel is None:
             return DropSink(reason=f"the {wire.get('channel', '?')} channel, which is not running")
-        sink = ChannelSink(
-            channel=channel, chat_id=wire.get("chat", ""), reply_to=wire.get("reply_to", "")
-        )
-        key = wire.get("key") or key_of_endpoint(channel.name, sink.chat_id)
+        chat = wire.get("chat", "")
+        sink: Sink = ChannelSink(channel=channel, chat_id=chat, reply_to=wire.get("reply_to", ""))
+        origin = wire.get("node", "")
+        elsewhere = self.member is not None and origin not in ("", self.member.node)
+        if elsewhere and self.member is not None and isinstance(channel, Attached):
+            # The chat is a connection to the node the wake came in on: deliver there.
+            sink = RelaySink(relay=self.member.relay, node=origin, wire=wire)
+        key = wire.get("key") or key_of_endpoint(channel.name, chat)
         return self.send_policy.wrap(key, sink) if self.send_policy else sink
+
+    async def _deliver_here(self, name: str, chat: str, message: OutboundMessage) -> Delivery:
+        """A message another node relays for a chat on this node (scale-out)."""
+        channel = self.channels.get(name)
+        if channel is None:
+            raise DeliveryError(name, chat, "the channel is not running on this node")
+        return await channel.deliver(chat, message)
 
     def _user_sink(self, key: SessionKey) -> Sink | None:
         """The user of a chat key, through the send policy; None when its channel is not running."""
@@ -576,9 +677,13 @@ class Gateway:
         return out
 
     async def wait_idle(self) -> None:
-        """Wait until no thread has a turn running or queued."""
+        """Wait until no thread has a turn running or queued, here or (forwarded) elsewhere."""
         while True:
-            busy = [t.session for t in self.manager.threads() if t.session.busy]
+            busy: list[Awaitable[object]] = [
+                t.session.wait_idle() for t in self.manager.threads() if t.session.busy
+            ]
+            if self.member is not None:
+                busy += [turn.wait() for turn in self.member.relay.handles()]
             if not busy:
                 return
-            await asyncio.gather(*(s.wait_idle() for s in busy))
+            await asyncio.gather(*busy, return_exceptions=True)

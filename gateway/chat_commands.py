@@ -14,7 +14,8 @@ from typing import Any
 
 from channels.base import Inbound
 from gateway.cli_kit import duration_text
-from threads.agent.compaction import CompactionError, NothingToCompactError
+from threads.agent.compaction import NothingToCompactError
+from threads.agent.summaries import CompactionError
 from threads.errors import ThreadsError
 from threads.keys import SessionKey
 from threads.llm.errors import ModelError
@@ -27,7 +28,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("reset", "the same as /new"),
     ("stop", "stop the running answer and the work it started (/stop drain: your queue too)"),
     ("status", "what this conversation is doing right now"),
-    ("compact", "summarize the older part of this conversation to make room"),
+    ("compact", "summarize the older part of this conversation to make room (/compact <focus>)"),
     ("send", "owners: on|off|inherit — allow, block or inherit replies to this chat"),
     ("help", "the commands you can use"),
 )
@@ -85,10 +86,15 @@ def status_text(key: SessionKey, info: dict[str, Any], model: str) -> str:
     return "\n".join(lines)
 
 
-def compact_command(
-    manager: ThreadManager, compact: Callable[[Session], Awaitable[CompactionEntry]]
-) -> Command:
-    """``/compact``: summarize the chat's older messages now (between answers)."""
+Compact = Callable[[Session, str], Awaitable[CompactionEntry]]
+"""Compacts a session now, with instructions for its summary ("" for none)."""
+
+
+def compact_command(manager: ThreadManager, compact: Compact) -> Command:
+    """``/compact [focus]``: summarize the chat's older messages now (between answers).
+
+    Words after the command guide the summary: ``/compact focus on the API design``.
+    """
 
     async def compact_now(inbound: Inbound, key: SessionKey, rest: str) -> str:
         thread = await manager.open_thread(key)
@@ -99,7 +105,7 @@ def compact_command(
             return "An answer is being written; send /compact again once it has arrived."
         before = len(session.context())
         try:
-            entry = await compact(session)
+            entry = await compact(session, rest.strip())
         except NothingToCompactError:
             return (
                 f"Nothing to compact yet: this conversation is short ({_count(before, 'message')}), "

@@ -32,14 +32,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from config import GatewayConfig
-from gateway import config_cli, ops_cli
+from gateway import config_cli, nodes_cli, ops_cli
 from gateway.approvals_cli import app as approvals_app
 from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
 from gateway.errors import ControlError, GatewayError, GatewayGoneError
+from gateway.heartbeat_cli import app as heartbeat_app
 from gateway.pairing_cli import app as pairing_app
-from gateway.sessions_cli import app as sessions_app
+from gateway.session_edits_cli import app as sessions_app
 from gateway.terminal import StopSignals, first_of, input_lines
 
 if TYPE_CHECKING:
@@ -144,6 +145,12 @@ async def _run(config: GatewayConfig) -> None:
             if model == "echo":
                 print(
                     "  no model is configured: replies come from the offline echo model",
+                    flush=True,
+                )
+            if gw.member is not None:
+                print(
+                    f"  node:      {gw.member.node} (boot {gw.member.identity.boot}), one of the gateways "
+                    "on this Redis (`gateway nodes` lists them)",
                     flush=True,
                 )
             if gw.web is not None:
@@ -258,8 +265,10 @@ async def _print_replies(client: ControlClient) -> None:
 # After run and chat, so `gateway --help` lists them in the order a newcomer needs them.
 config_cli.register(app)
 ops_cli.register(app)
+nodes_cli.register(app)
 app.add_typer(cron_app, name="cron")
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(heartbeat_app, name="heartbeat")
 app.add_typer(pairing_app, name="pairing")
 app.add_typer(approvals_app, name="approvals")
 

@@ -13,11 +13,20 @@ an optional ``id`` echoed in the answer:
   answers what the stop did (``ended``, ``winding_down``, ``dropped``, ``text``)
 * ``send_policy`` ``{"key", "setting"}`` — a session's send policy override
   (allow | deny | inherit); answers the policy now in force
+* ``cancel_delegation`` ``{"key"}`` — cancel the delegation running (or waiting
+  for a slot) in child session ``key``; answers its parent and state
+* ``session_edit`` ``{"key", "action", "args"}`` — pin, compact (or preview),
+  uncompact or branch a session between its turns; answers what was done
+  (:mod:`gateway.session_edits`)
 * ``pairing_list`` — every access-controlled channel's pending requests and
   paired users (``{"channels": {name: {"pending": […], "paired": […]}}}``)
 * ``pairing_approve`` / ``pairing_deny`` ``{"channel", "code"}`` — answers the
   request and whether its user was told now (``told``)
 * ``pairing_revoke`` ``{"channel", "user"}`` — answers the unpaired user
+* ``nodes`` — this node (``{"node": {"id", "boot", …}}``) and, scaled out, every
+  node with its leases and keys (``"cluster"``, null for a gateway on its own)
+* ``drain`` — this node leads nothing from now on and stops, handing its keys
+  over; answers what it held (``node``, ``keys``, ``leads``) before it stops
 * ``approvals_list`` — the tool calls waiting for a decision (``{"requests": […]}``)
 * ``approvals_decide`` ``{"request", "approve", "always", "reason", "who"}`` — decides
   one as the operator ``who`` (through the ``cli`` door); answers how it was decided
@@ -43,6 +52,9 @@ from channels.errors import ChannelError
 from channels.pairing import PairingService, listing_json, outcome_json
 from gateway.errors import ControlError, GatewayGoneError
 from gateway.preflight import another_gateway
+from gateway.scaleout import node_health
+from gateway.session_edits import Editor
+from threads.agent.loop import AgentLoop
 from threads.approvals.service import ApprovalService, Decider
 from threads.errors import ThreadsError
 
@@ -86,10 +98,14 @@ class ControlServer:
             "check_session": self._check_session,
             "stop_session": self._stop_session,
             "send_policy": self._send_policy,
+            "cancel_delegation": self._cancel_delegation,
+            "session_edit": self._session_edit,
             "pairing_list": self._pairing_list,
             "pairing_approve": self._pairing_approve,
             "pairing_deny": self._pairing_deny,
             "pairing_revoke": self._pairing_revoke,
+            "nodes": self._nodes,
+            "drain": self._drain,
             "approvals_list": self._approvals_list,
             "approvals_decide": self._approvals_decide,
             "approvals_grants": self._approvals_grants,
@@ -230,6 +246,37 @@ class ControlServer:
         decision = await policy.set(key, setting)
         return {"ok": True, "key": key, "policy": decision.action, "reason": decision.reason}
 
+    async def _cancel_delegation(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        key = str(request["key"])
+        delegation = await self.gateway.manager.pool.cancel(key, "canceled by an operator")
+        return {
+            "ok": True,
+            "key": key,
+            "parent": str(delegation.parent_key),
+            "receipt": delegation.receipt,
+            "state": delegation.state,
+        }
+
+    async def _session_edit(
+        self, request: dict[str, Any], connection: _Connection
+    ) -> dict[str, Any]:
+        key = str(request["key"])
+        manager = self.gateway.manager
+        thread = await manager.open_thread(key)
+        if thread is None:
+            raise LookupError(f"session key {key!r} names no session")
+        loop = manager.agent
+        if not isinstance(loop, AgentLoop):
+            raise LookupError("this gateway runs no agent loop to summarize with")
+        editor = Editor(config=self.gateway.config, models=loop.models)
+        args = request.get("args")
+        done = await editor.edit(
+            thread.session, str(request["action"]), dict(args) if isinstance(args, dict) else {}
+        )
+        return {"ok": True, "key": key, **done}
+
     def _pairing(self) -> PairingService:
         pairing = self.gateway.pairing
         if pairing is None:
@@ -258,6 +305,29 @@ class ControlServer:
     ) -> dict[str, Any]:
         user = await self._pairing().revoke(str(request["channel"]), str(request["user"]))
         return {"ok": True, "user": user.model_dump(mode="json")}
+
+    async def _nodes(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
+        gateway = self.gateway
+        member = gateway.member
+        return {
+            "ok": True,
+            "node": node_health(gateway.node, member),
+            "cluster": await member.view() if member is not None else None,
+        }
+
+    async def _drain(self, request: dict[str, Any], connection: _Connection) -> dict[str, Any]:
+        gateway = self.gateway
+        member = gateway.member
+        if member is None:
+            return {
+                "ok": False,
+                "error": "this gateway is not scaled out (store.url is not redis://): there is "
+                "no other node to hand its keys to; stop it with Ctrl-C or SIGTERM",
+            }
+        held = member.local_view()
+        # Answered first: the stop that follows closes this socket.
+        asyncio.get_running_loop().call_soon(gateway.spawn_drain)
+        return {"ok": True, "node": member.node, "keys": held["keys_owned"], "leads": held["leads"]}
 
     def _approvals(self) -> ApprovalService:
         service = self.gateway.approvals

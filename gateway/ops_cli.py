@@ -31,6 +31,7 @@ from gateway.cli_kit import (
 )
 from gateway.control import ControlClient
 from gateway.errors import ControlError
+from gateway.node_views import cluster_lines, node_lines
 from threads.errors import InvalidKeyError, ThreadsError
 from threads.keys import SessionKey
 from threads.store import check_reachable
@@ -249,6 +250,8 @@ def health_lines(info: dict[str, Any]) -> list[str]:
     """``health`` as text: one section per part of the JSON, in a fixed order, then the rest."""
     lines: list[str] = []
     renderers = {
+        "node": node_lines,
+        "cluster": _cluster_section,
         "threads": _threads_section,
         "provider": _provider_section,
         "sessions": _sessions_section,
@@ -266,6 +269,10 @@ def health_lines(info: dict[str, Any]) -> list[str]:
         if name not in renderers and name != "all_threads":
             lines += [f"{name}:", *_generic(value, "  ")]
     return lines
+
+
+def _cluster_section(info: dict[str, Any]) -> list[str]:
+    return cluster_lines(info["cluster"])
 
 
 def _threads_section(info: dict[str, Any]) -> list[str]:

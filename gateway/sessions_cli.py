@@ -2,13 +2,18 @@
 
     list [--kinds main,group] [--active-minutes N] [--limit N] [--archived] [--json]
     history KEY|ID [--limit N] [--include-tools] [--json]
+    tail KEY|ID [--lines N] [--json]
     send-policy KEY allow|deny|inherit
+    cancel CHILD_KEY
+    pin | compact | uncompact | branch    (gateway.session_edits_cli)
 
-``list`` and ``history`` read the session store directly, whether or not a
-gateway runs (store readers never lock). ``send-policy`` writes: with a
+``list``, ``history`` and ``tail`` read the session store directly, whether
+or not a gateway runs (store readers never lock); ``tail`` follows the
+session as it is written, until Ctrl-C. ``send-policy`` writes: with a
 gateway running it goes through the control socket, so the running gateway
 applies it at once; with none it writes the session in the store
-(docs/decisions/sessions-06-sessions-cli.md).
+(docs/decisions/sessions-06-sessions-cli.md). ``cancel`` stops a child's
+delegation in the running gateway, which records it ``canceled``.
 
 Keys are accepted in every shape the session tools accept (``main``,
 ``agent:<agentId>:<channel>:group:<id>``, a session id ``s_…``; see
@@ -22,6 +27,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import orjson
 import typer
@@ -40,7 +46,9 @@ from gateway.cli_kit import (
 )
 from gateway.control import ControlClient
 from gateway.errors import ControlError
-from threads.errors import InvalidKeyError, ThreadsError, UnreachableError
+from gateway.session_tail import NotWatchableError, follow
+from gateway.terminal import StopSignals, first_of
+from threads.errors import InvalidKeyError, NotFoundError, ThreadsError, UnreachableError
 from threads.sessions.catalog import HISTORY_DEFAULT, LIST_DEFAULT, Catalog
 from threads.sessions.errors import ReservedSessionKeyError, UnknownSessionError
 from threads.sessions.keys import KINDS, resolve, translate
@@ -149,6 +157,51 @@ def history(
             out.print(_part_text(part), markup=False)
 
 
+@app.command()
+def tail(
+    ref: KeyArgument,
+    lines: Annotated[
+        int, typer.Option("--lines", "-n", min=0, help="entries shown before following")
+    ] = 10,
+    config: ConfigOption = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="each entry's stored JSON, one per line")
+    ] = False,
+) -> None:
+    """Follow a session as it is written: messages, tool calls and turns, one line each."""
+    settings = load(config)
+    target = _translate(ref, settings)
+    tz = ZoneInfo(settings.timezone)
+
+    def write(line: str) -> None:
+        typer.echo(line)
+
+    async def go() -> None:
+        options = StoreOptions(salvage=settings.store.salvage, no_lock=True)
+        store = open_store(settings.store.url, options)
+        try:
+            await check_reachable(store)
+            session_id = (await resolve(target, store, settings)).session_id
+            with StopSignals(waiting_for="the store to close") as stop:
+                following = follow(
+                    store, session_id, last=lines, tz=tz, write=write, as_json=as_json
+                )
+                await first_of(stop.wait(), following)
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(go())
+    except UnknownSessionError as exc:
+        fail(unknown_session(exc.ref))
+    except (InvalidKeyError, ReservedSessionKeyError) as exc:
+        fail(str(exc), code=EXIT_USAGE)
+    except NotFoundError as exc:
+        fail(f"the session went away while it was followed: {exc}")
+    except (NotWatchableError, ThreadsError, OSError) as exc:
+        fail(f"cannot follow the session in {settings.store.safe_url}: {exc}")
+
+
 @app.command("send-policy")
 def send_policy(
     key: KeyArgument,
@@ -184,6 +237,37 @@ def send_policy(
     except (ControlError, ThreadsError, ValueError, LookupError) as exc:
         fail(str(exc))
     typer.echo(f"send policy for {answer['key']}: {answer['policy']} ({answer['reason']})")
+
+
+@app.command()
+def cancel(
+    key: Annotated[str, typer.Argument(help="the child session's key (agent:…:subagent:…)")],
+    config: ConfigOption = None,
+) -> None:
+    """Cancel a delegation: stop its child (or its wait for a slot); its parent records it canceled."""
+    settings = load(config)
+
+    async def go() -> dict[str, Any]:
+        client = await ControlClient.connect(settings.data_dir / "gateway.sock")
+        if client is None:
+            raise ControlError(
+                "no gateway is running here, and a delegation runs only inside one: "
+                "there is nothing to cancel (start it with `gateway run`)"
+            )
+        try:
+            return await client.call("cancel_delegation", key=key)
+        finally:
+            await client.close()
+
+    try:
+        answer = asyncio.run(go())
+    except (ControlError, ThreadsError) as exc:
+        fail(str(exc))
+    was = "waiting for a slot" if answer["state"] == "accepted" else "running"
+    typer.echo(
+        f"canceled the delegation to {answer['key']} ({was}); "
+        f"{answer['parent']} records it canceled"
+    )
 
 
 # --- helpers ----------------------------------------------------------------------------

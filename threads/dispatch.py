@@ -29,6 +29,7 @@ from threads.errors import InvalidKeyError
 from threads.faults import fault
 from threads.keys import TASK_ID, USER_CHANNELS, SessionKey, base_channel, endpoint_key
 from threads.outbound import Outgoing
+from threads.pool.pool import DELEGATION
 from threads.session_sink import WakeSink
 from threads.sessions import access
 from threads.sessions.catalog import Catalog
@@ -402,13 +403,25 @@ async def apply(planned: Sequence[_Planned], ctx: ToolContext) -> dict[str, Any]
             existed.append(True)
             continue
         assert item.target is not None
-        existed.append(await manager.session_exists(item.target))
+        exists = await manager.session_exists(item.target)
+        existed.append(exists)
+        meta: dict[str, str] = {}
+        if send.to in ("subagent", "fork"):
+            # A child of this session: a delegation, its receipt in the append that records the send.
+            delegation, accepted = manager.pool.expect(
+                run.session, key, item.target, prompt=send.body, run=run.run_id
+            )
+            run.ledger.append(accepted)
+            meta[DELEGATION] = delegation.receipt
+            if send.to == "subagent" and not exists:
+                await manager.pool.create_child(delegation, agent=item.agent)
         child_wake = Wake(
             source=WakeSource.SESSION,
             body=send.body,
             caller=SessionCaller(session_key=key),
             sink=manager.session_sink(key, item.target, cause=cause),
             agent=item.agent,
+            meta=meta,
             chain=cause.chain,
             depth=cause.depth,
         )

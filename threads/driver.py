@@ -36,18 +36,23 @@ continued or sent to.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from threads.approvals.boundary import park_entries, resume_ended
 from threads.approvals.door import ApprovalDoor
 from threads.deliveries import Deliveries
-from threads.errors import BusyError, ClosedError, NotRunError, UnavailableError
+from threads.errors import (
+    BusyError,
+    ClosedError,
+    NotPersistedError,
+    NotRunError,
+    UnavailableError,
+)
 from threads.faults import fault
 from threads.ids import new_entry_id
 from threads.inbox import (
@@ -60,13 +65,14 @@ from threads.inbox import (
     deferral_receipts,
     delivery_entries,
 )
-from threads.messages import JSON, Message
+from threads.messages import JSON, Message, Usage
 from threads.outbound import Outgoing
 from threads.store.entries import (
     Entry,
     LeafEntry,
     MessageEntry,
     OutboundEntry,
+    ReceiptEntry,
     TurnEntry,
 )
 from threads.tree import EntryTree, interruption_results, still_open
@@ -101,6 +107,8 @@ class _Active:
     begun: bool = False
     cancel_reason: str = ""
     rollback: bool = False
+    # Steers drained into the run: (their queued receipt, the run's steps when drained).
+    delivered: list[tuple[str, int]] = field(default_factory=list)
 
 
 class TurnDriver:
@@ -478,7 +486,7 @@ class TurnDriver:
             payload=head.payload,
             policy=head.policy,
         )
-        run.bind(self._flush_run, self._drain_run)
+        run.bind(self._flush_run, self._drain_run, self._rerun_run)
         active = _Active(
             run=run,
             pendings=batch,
@@ -494,7 +502,7 @@ class TurnDriver:
         run = await self.approvals.start_resume(self._options.load_payload)
         if run is None:
             return None
-        run.bind(self._flush_run, self._drain_run)
+        run.bind(self._flush_run, self._drain_run, self._rerun_run)
         self._running = active = _Active(run=run, pendings=[], prompt_id="")
         return active
 
@@ -546,6 +554,7 @@ class TurnDriver:
             sends = [*run.outbox, *self._hand_offs(run.run_id, run.payload, result)]
             run.outbox = []
             end = self._end(active, result, canceled=canceled, sends=sends)
+        error: BaseException | None = None
         try:
             await self._until_written(
                 partial(self._write_linked, end.entries, then=partial(self._ended, end)),
@@ -555,10 +564,13 @@ class TurnDriver:
             log.exception(
                 "session %s: the end of turn %s was not written", self._session.id, run.run_id
             )
-            outcome = Outcome.FAILED
-            result = dataclasses.replace(
-                result, stop_reason="error", error=f"turn end not persisted: {exc}"
+            outcome = Outcome.NOT_PERSISTED
+            error = NotPersistedError(
+                f"turn {run.run_id} of session {self._session.id} ran, but its end was not "
+                f"written ({exc}): the session holds no record of how it ended",
+                result,
             )
+            error.__cause__ = exc  # a lapsed lease (FencedError): the key's new owner answers
             self._inbox.return_steers(end.steers)
             if end.upcoming is not None:
                 end.upcoming.started = False
@@ -573,9 +585,9 @@ class TurnDriver:
         if outcome is Outcome.PARKED:
             self.approvals.parked(run.payload, end.entries, self._options.on_park)
         if not active.pendings:
-            run.turn.finish(outcome, result)  # a resume's turn
+            run.turn.finish(outcome, result, error)  # a resume's turn
         for pending in active.pendings:
-            pending.turn.finish(outcome, result)
+            pending.turn.finish(outcome, result, error)
         for old, new in end.deferred:
             old.turn.next = new.turn
             old.turn.finish(Outcome.DEFERRED)
@@ -616,8 +628,11 @@ class TurnDriver:
             policy=run.policy.value,
             last_input=result.last_input,
             pending=tuple(p.call for p in parked),
+            late_steps=run.late_steps,
         )
         entries.append(turn_entry)
+        if not result.ok:
+            entries.extend(_unanswered_steers(active, run))
         entries.extend(park_entries(parked, run.run_id))
         if run.resumption:
             entries.append(resume_ended(turn_entry))
@@ -673,9 +688,7 @@ class TurnDriver:
             ledger, run.ledger = run.ledger, []
             entries = [*_linked(self._tree.leaf, messages)[0], *ledger, *records]
         try:
-            await self._until_written(
-                partial(self._write_linked, entries), f"a step of {run.run_id}"
-            )
+            await self._step_written(run, partial(self._write_linked, entries))
         except BaseException:
             if entries and entries[0].id not in self._tree.by_id:
                 run.staged = messages + run.staged  # the turn end writes them
@@ -699,24 +712,86 @@ class TurnDriver:
             steers = self._inbox.take_steers()
             entries = _linked(self._tree.leaf, messages)[0] + delivery_entries(steers, run.run_id)
         try:
-            await self._until_written(
-                partial(self._write_linked, entries), f"a step of {run.run_id}"
-            )
+            await self._step_written(run, partial(self._write_linked, entries))
         except BaseException:
             if entries and entries[0].id not in self._tree.by_id:
                 run.staged = messages + run.staged
                 self._inbox.return_steers(steers)
             raise
+        active = self._running
         for steer in steers:
             steer.turn.run_id = run.run_id
             steer.turn.finish(Outcome.DELIVERED)
+            if active is not None and active.run is run:
+                active.delivered.append((steer.receipt_id, run.steps))
         return [steer.injected or steer.message for steer in steers]
+
+    async def _step_written(self, run: Run, write: Callable[[], Awaitable[None]]) -> None:
+        """A step's write, until it lands; one that needed more than one try is a late step."""
+        tries = 0
+
+        async def counted() -> None:
+            nonlocal tries
+            tries += 1
+            await write()
+
+        await self._until_written(counted, f"a step of {run.run_id}")
+        if tries > 1:
+            run.late_steps += 1
+
+    async def _rerun_run(self, run: Run, error: str, usage: Usage) -> None:
+        """Close the attempt's ledger (its turn entry names the re-run) and go on as the re-run."""
+        async with self._lock:
+            rerun_id = self._inbox.mint_run_id()
+            messages, run.staged = run.staged, []
+            ledger, run.ledger = run.ledger, []
+            attempt = TurnEntry(
+                id=new_entry_id(),
+                run_id=run.run_id,
+                stop_reason="error",
+                usage=usage,
+                steps=run.steps,
+                err=error,
+                policy=run.policy.value,
+                rerun=rerun_id,
+                late_steps=run.late_steps,
+            )
+            entries = [*_linked(self._tree.leaf, messages)[0], *ledger, attempt]
+        await self._until_written(
+            partial(self._write_linked, entries), f"the overflow of {run.run_id}"
+        )
+        active = self._running
+        for pending in active.pendings if active is not None else ():
+            pending.turn.run_id = rerun_id
+        if active is not None and not active.pendings:
+            run.turn.run_id = rerun_id
+        run.run_id = rerun_id
+        run.late_steps = 0
 
     async def _until_written(self, write: Callable[[], Awaitable[T]], what: str) -> T:
         """``write()``, again while the store cannot take it, until a close gives up."""
         return await self._options.outage.retry(
             write, what=f"session {self._session.id}: {what}", give_up=self._give_up
         )
+
+
+def _unanswered_steers(active: _Active, run: Run) -> list[Entry]:
+    """Marks for the steers a failed run took and never answered (no model step after them).
+
+    The ``delivered`` receipt was written with the message; the mark is a
+    second ``delivered`` receipt for the same steer, carrying ``unanswered``.
+    """
+    return [
+        ReceiptEntry(
+            id=new_entry_id(),
+            status="delivered",
+            receipt=receipt,
+            run_id=run.run_id,
+            unanswered=True,
+        )
+        for receipt, steps in active.delivered
+        if run.steps <= steps
+    ]
 
 
 def _linked(leaf: str, messages: Sequence[Message]) -> tuple[list[Entry], str]:

@@ -8,6 +8,7 @@ Every error raised here derives from :class:`ThreadsError`::
     │   ├── ExistsError                    create of a session that exists
     │   ├── LockedError                    another writer holds the session   (retry)
     │   ├── StaleError                     the session moved on behind a view (reopen)
+    │   │   └── FencedError                    this process's lease on the key lapsed
     │   ├── ClosedError                    the Session value was closed       (reopen)
     │   ├── CorruptError                   stored bytes that do not decode    (terminal)
     │   ├── NewerFormatError               data written by a newer build      (terminal)
@@ -25,18 +26,27 @@ Every error raised here derives from :class:`ThreadsError`::
     ├── ThreadNotLoadedError (LookupError)  no thread in memory for a key (stop-session)
     ├── NoTurnRunningError             a loaded thread that runs no turn (stop-session)
     ├── ManagerClosedError             a wake for a manager that is shutting down
+    ├── NoDelegationError (LookupError)  no unsettled delegation to a child (cancel)
+    ├── NotDelegatingError (LookupError) a call that delegates to no such child, or is answered
+    ├── OwnedElsewhereError            a session key another gateway process owns
     ├── ExchangeRefusedError           a wake one session caused that may not run
     │   ├── ExchangeLimitError             past threads.max_exchange_depth
     │   └── ChainStoppedError              its chain was stopped (a stop, a budget)
     └── TurnError                      how a turn ended when it did not answer
         ├── DroppedError               removed from the queue before it ran
-        └── NotRunError                never started
+        ├── NotRunError                never started
+        └── NotPersistedError          ran, and its end could not be written
 
 Messages name the thing (the session id, the line, the entry) and, where it
 helps, what to do next.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from threads.turns import RunResult
 
 
 class ThreadsError(Exception):
@@ -78,6 +88,23 @@ class StaleError(StoreError):
         self.session = session
         msg = f"session {session} changed since it was opened; open it again to write"
         super().__init__(msg + (f" ({detail})" if detail else ""))
+
+
+class FencedError(StaleError):
+    """A write under a lease this process no longer holds: it lapsed, or another took it.
+
+    The fencing token the write carried is not the lease's current one, so the
+    write is refused whole; the key's current owner runs it from now on.
+    """
+
+    def __init__(self, session: str, lease: str, token: int) -> None:
+        self.lease = lease
+        self.token = token
+        super().__init__(
+            session,
+            f"this process's lease {lease} (fencing token {token}) lapsed or was taken over; "
+            "it writes no more, the lease's current owner does",
+        )
 
 
 class UnsafePathError(StoreError):
@@ -231,6 +258,18 @@ class NotRunError(TurnError):
     """The turn never started: its prompt could not be written or the session closed."""
 
 
+class NotPersistedError(TurnError):
+    """The turn ran but the store refused its end: the session has no record of how it ended.
+
+    ``result`` is what the run produced (the model answered; the store did not
+    keep it). Messages its steps wrote as they joined the run are stored.
+    """
+
+    def __init__(self, message: str, result: RunResult) -> None:
+        self.result = result
+        super().__init__(message)
+
+
 class ThreadNotLoadedError(ThreadsError, LookupError):
     """The key has no thread in memory (finished, evicted or never started)."""
 
@@ -275,6 +314,18 @@ class ManagerClosedError(ThreadsError):
         )
 
 
+class OwnedElsewhereError(ThreadsError):
+    """The session key is owned by another gateway process (scale-out): its wakes go there."""
+
+    def __init__(self, key: str, node: str) -> None:
+        self.key = key
+        self.node = node
+        super().__init__(
+            f"session {key} is owned by gateway node {node}; its wakes are sent there and it "
+            "is run, stopped and changed there"
+        )
+
+
 class ExchangeRefusedError(ThreadsError):
     """A wake caused by another session that the gateway will not run (DESIGN §11)."""
 
@@ -300,3 +351,23 @@ class ChainStoppedError(ExchangeRefusedError):
         self.key = key
         self.reason = reason
         super().__init__(f"not delivered to {key}: this exchange was stopped ({reason})")
+
+
+class NoDelegationError(ThreadsError, LookupError):
+    """No unsettled delegation to the child: it settled already, or never was."""
+
+    def __init__(self, child: str) -> None:
+        self.child = child
+        super().__init__(
+            f"no delegation to {child} is in flight: it settled already, or {child} is no "
+            "delegated child (gateway sessions list shows the sessions)"
+        )
+
+
+class NotDelegatingError(ThreadsError, LookupError):
+    """A resolution for a call that delegates to no such child, or that has its result."""
+
+    def __init__(self, session: str, call: str, why: str) -> None:
+        self.session = session
+        self.call = call
+        super().__init__(f"call {call} of session {session} cannot be resolved: {why}")

@@ -18,6 +18,12 @@ The manager gives every session what it needs to keep the outbound ledger
 after a restart, the sends a dead process recorded and never confirmed —
 repeated to a receiver that drops repeats, otherwise marked uncertain and
 listed in ``health``.
+
+Scaled out (``cluster``, :mod:`threads.cluster`), a thread starts only on
+the node that holds its key's lease, and its session's writes are fenced
+with that lease; a wake for a key another node owns is forwarded to that
+node's inbox and accepted once it is there. A thread that closes lets its
+key go; one closed at shutdown with input still waiting hands its key over.
 """
 
 from __future__ import annotations
@@ -29,26 +35,38 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
 from threads import reports, restart, stops
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
-from threads.errors import ManagerClosedError, NotFoundError, NotRunError, UnavailableError
+from threads.cluster.owner import Ownership
+from threads.errors import (
+    FencedError,
+    ManagerClosedError,
+    NotFoundError,
+    NotPersistedError,
+    NotRunError,
+    OwnedElsewhereError,
+    UnavailableError,
+)
+from threads.eviction import Eviction
 from threads.history import strip_for_fork
+from threads.ids import new_session_id
 from threads.keys import SessionKey
 from threads.ledger import Ledger, already_sent
 from threads.messages import JSON, Message
 from threads.outage import StoreOutage
+from threads.pool.pool import Pool
 from threads.quarantine import UNREADABLE, Quarantine
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
 from threads.session import ParkListener, Session, SessionOptions
 from threads.session_sink import CaptureSink, SessionSink
 from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
-from threads.store.base import Loaded, SessionStore, location
+from threads.store.base import Fence, Loaded, SessionStore, location
 from threads.store.entries import ApprovalRequestEntry, MessageEntry, ParentRef
 from threads.turns import Agent, Run, Turn
 from threads.wake import (
@@ -62,6 +80,9 @@ from threads.wake import (
     wake_to_wire,
 )
 
+if TYPE_CHECKING:
+    from threads.cluster.member import Member
+
 log = logging.getLogger(__name__)
 
 NOT_STARTED = (
@@ -71,6 +92,11 @@ NOT_STARTED = (
 HELD = (
     "(Your message is saved, but the gateway cannot write to its store right now: "
     "it runs as soon as the store is back. No need to send it again.)"
+)
+
+NOT_SAVED = (
+    "(Note — the gateway could not save the end of this turn to its store: what was said "
+    "stands, but the conversation's record of it may be incomplete.)"
 )
 
 RESUME_BODY = (
@@ -96,8 +122,10 @@ class ThreadManager:
         channel_sinks: ChannelSinks | None = None,
         user_sinks: UserSinks | None = None,
         recovery_path: Path | None = None,
+        cluster: Member | None = None,
     ) -> None:
         self.store = store
+        self.ownership = Ownership(store, cluster)
         self.agent = agent
         self.config = config
         self.tz = ZoneInfo(config.timezone)
@@ -108,12 +136,13 @@ class ThreadManager:
         self.outage = StoreOutage()
         self._threads: dict[SessionKey, Thread] = {}
         self._starting: dict[SessionKey, asyncio.Future[Thread]] = {}
-        self._evicting: dict[SessionKey, asyncio.Task[None]] = {}
         self._gate = asyncio.Semaphore(config.threads.max_concurrent_turns)
         self._turns_in_flight = 0
         self._observers: list[TurnObserver] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._eviction = Eviction(
+            self._threads, self._evict, idle_after=config.threads.idle_evict_seconds
+        )
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
@@ -122,6 +151,7 @@ class ThreadManager:
         self.chains = Chains(config.threads.max_exchange_depth, record=self.recovery.record_stopped)
         self.budget = Budget(config.threads.budget)
         self.ledger = Ledger(self)
+        self.pool = Pool(self)
 
     # -- lifetime
 
@@ -134,13 +164,29 @@ class ThreadManager:
         the crash cut short is recorded as canceled and resumed, accepted wakes
         run in acceptance order, each once.
         """
-        self._sweeper = asyncio.create_task(self._sweep(), name="thread eviction")
+        self._eviction.start()
         keys = await self.recovery.begin(self.store)
         self.chains.load(self.recovery.stopped)
         if not self.config.threads.continue_on_start:
             self.recovery.carry(keys)
             return
         await restart.continue_keys(self, keys)
+
+    async def continue_key(self, key: SessionKey) -> None:
+        """Run what the key's session left unsettled (a crash, a handover); nothing else.
+
+        Scaled out, only when the key is (or now becomes) this node's; a key
+        found with nothing to run is let go again.
+        """
+        if key not in self._threads:
+            try:
+                await self.ownership.own(key)
+            except OwnedElsewhereError:
+                return
+        try:
+            await restart.continue_key(self, key)
+        finally:
+            await self._let_go_unused(key)
 
     async def close(self) -> None:
         """Let running turns finish within the deadline; queued input stays durable.
@@ -151,12 +197,7 @@ class ThreadManager:
         wake, so nothing runs after close and no session is left open.
         """
         self._closed = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-        if self._evicting:
-            await asyncio.gather(*self._evicting.values(), return_exceptions=True)
+        await self._eviction.stop()
         while self._starting:
             # asyncio.wait, not gather: a cancelled close must not cancel the starts.
             await asyncio.wait(list(self._starting.values()))
@@ -177,6 +218,9 @@ class ThreadManager:
             waiting | {str(t.key) for t in threads if t.session.unsettled or t.session.has_unsent}
         )
         self._threads.clear()
+        for thread in threads:
+            self.ownership.unfence(thread.session.id)
+            await self.ownership.release(thread.key, hand_over=str(thread.key) in pending)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -218,7 +262,10 @@ class ThreadManager:
         session_key = SessionKey(key)
         self.quarantine.check(session_key)
         wake = self.chains.admit(session_key, wake)
-        thread = await self._thread(session_key, create=True, agent=wake.agent)
+        try:
+            thread = await self._thread(session_key, create=True, agent=wake.agent)
+        except OwnedElsewhereError as elsewhere:
+            return await self.ownership.forward(elsewhere.node, session_key, wake)
         assert thread is not None
         return await thread.wake(wake)
 
@@ -271,14 +318,17 @@ class ThreadManager:
         future: asyncio.Future[Thread] = asyncio.get_running_loop().create_future()
         self._starting[key] = future
         try:
-            evicting = self._evicting.get(key)
+            evicting = self._eviction.closing(key)
             if evicting is not None:
                 # The evicted session lets go of its lease before the next one loads.
                 await asyncio.shield(evicting)
+            fence = await self.ownership.own(key)
             if fork_of is not None:
-                thread = await self._start_fork(key, fork_of, agent=agent)
+                thread = await self._start_fork(key, fork_of, agent=agent, fence=fence)
             else:
-                thread = await self._start_thread(key, create=create, agent=agent, loaded=loaded)
+                thread = await self._start_thread(
+                    key, create=create, agent=agent, loaded=loaded, fence=fence
+                )
             if thread is not None and self.closed:
                 # close() began while the session loaded; it has taken its list of threads.
                 await self._close_late(thread.session, key)
@@ -290,6 +340,7 @@ class ThreadManager:
             del self._starting[key]
         if thread is None:
             future.cancel()
+            await self._let_go_unused(key)
             return None
         self._threads[key] = thread
         future.set_result(thread)
@@ -308,22 +359,47 @@ class ThreadManager:
             )
         raise ManagerClosedError(str(key))
 
+    async def _let_go(self, thread: Thread) -> None:
+        """The thread's session is closed: end its fence and let its key go."""
+        self.ownership.unfence(thread.session.id)
+        if thread.key not in self._threads:
+            await self.ownership.release(thread.key)
+
+    async def _let_go_unused(self, key: SessionKey) -> None:
+        """Let a key go that was claimed but started no thread (nothing to run, no session)."""
+        if key not in self._threads and key not in self._starting:
+            await self.ownership.release(key)
+
     async def _start_thread(
-        self, key: SessionKey, *, create: bool, agent: str | None, loaded: Loaded | None = None
+        self,
+        key: SessionKey,
+        *,
+        create: bool,
+        agent: str | None,
+        loaded: Loaded | None = None,
+        fence: Fence | None = None,
     ) -> Thread | None:
-        options = self.session_options()
+        options = self.session_options(key)
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
         created = False
         if loaded is not None:
+            self.ownership.fence(loaded.header.id, fence)
             # Input left unsettled continues here only if no other writer holds the session.
             session = self._from_loaded(key, loaded, options)
             await session.hold()
         elif session_id is not None:
+            self.ownership.fence(session_id, fence)
             session = self._from_loaded(key, await self.load_stored(key, session_id), options)
         elif create:
             name = agent or self.config.default_agent
+            session_id = new_session_id()
+            self.ownership.fence(session_id, fence)
             session = await Session.create(
-                self.store, self.agent, meta={"key": str(key), "agent": name}, options=options
+                self.store,
+                self.agent,
+                session_id=session_id,
+                meta={"key": str(key), "agent": name},
+                options=options,
             )
             await self.store.point(key, session.id)
             created = True
@@ -373,9 +449,10 @@ class ThreadManager:
             default_sink=default_sink,
         )
 
-    def session_options(self) -> SessionOptions:
+    def session_options(self, key: str | None = None) -> SessionOptions:
+        """How the manager's sessions run; ``key`` names the thread they run for."""
         return SessionOptions(
-            gate=self._turn_gate,
+            gate=partial(self._turn_gate, key),
             max_queue=self.config.threads.inbox_size,
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
@@ -393,7 +470,11 @@ class ThreadManager:
             listener(session, requests)
 
     @contextlib.asynccontextmanager
-    async def _turn_gate(self) -> AsyncIterator[None]:
+    async def _turn_gate(self, key: str | None) -> AsyncIterator[None]:
+        """A turn slot; a sync delegation's child runs on the slot its waiting parent holds."""
+        if key is not None and self.pool.lends(key):
+            yield
+            return
         async with self._gate:
             self._turns_in_flight += 1
             try:
@@ -421,9 +502,16 @@ class ThreadManager:
                 self.spawn(_tell(wake, HELD), name="tell a turn waits for the store")
 
     def _not_started(self, wake: Wake, turn: Turn) -> None:
-        """A user's accepted message whose turn could not start is told so (the agent never ran)."""
-        if isinstance(turn.error, NotRunError) and not self._closed:
+        """A user whose turn could not start, or whose turn's end was not saved, is told so."""
+        if self._closed:
+            return
+        if isinstance(turn.error, NotRunError):
             self.spawn(_tell(wake, NOT_STARTED), name="tell a turn did not start")
+        elif isinstance(turn.error, NotPersistedError) and not isinstance(
+            turn.error.__cause__, FencedError
+        ):
+            # A node that lost the key's lease says nothing: its new owner runs the input.
+            self.spawn(_tell(wake, NOT_SAVED), name="tell a turn's end was not saved")
 
     # -- sinks and restored wakes
 
@@ -501,14 +589,19 @@ class ThreadManager:
         """Start a fork child: a new session holding the parent's stripped history."""
         await self._thread(key, create=True, agent=agent, fork_of=parent)
 
-    async def _start_fork(self, key: SessionKey, parent: Session, *, agent: str | None) -> Thread:
+    async def _start_fork(
+        self, key: SessionKey, parent: Session, *, agent: str | None, fence: Fence | None
+    ) -> Thread:
         name = agent or parent.header.meta.get("agent", self.config.default_agent)
+        session_id = new_session_id()
+        self.ownership.fence(session_id, fence)
         session = await Session.create(
             self.store,
             self.agent,
+            session_id=session_id,
             meta={"key": str(key), "agent": name},
             parent=ParentRef(session=parent.id, entry=parent.leaf),
-            options=self.session_options(),
+            options=self.session_options(key),
         )
         history = strip_for_fork(parent.context())
         if history:
@@ -522,41 +615,72 @@ class ThreadManager:
         For children that are done for good (``sessions_spawn`` with cleanup=delete).
         """
         session_key = SessionKey(key)
+        if session_key not in self._threads:
+            await self.ownership.own(session_key)
         thread = self._threads.pop(session_key, None)
         session_id = await self.store.resolve(session_key)
         if thread is not None:
             await thread.session.close(self.config.threads.close_deadline_seconds)
+            await self._let_go(thread)
             session_id = session_id or thread.session.id
         await self.store.unpoint(session_key)
+        await self._let_go_unused(session_key)
         self.quarantine.lift(session_key)
         if delete and session_id is not None:
             with contextlib.suppress(NotFoundError):
                 await self.store.delete(session_id)
 
     async def new_session(self, key: str) -> str:
-        """Point the key at a fresh session (``/new``); the old one is kept."""
+        """Point the key at a fresh session (``/new``); the old one is kept.
+
+        Scaled out, a key another node runs gets its new session there.
+        """
         session_key = SessionKey(key)
+        try:
+            fence = self.ownership.held(session_key) or await self.ownership.own(session_key)
+        except OwnedElsewhereError:
+            answer = await self.ownership.ask_owner(session_key, "new", {})
+            if answer is None:  # the owner let go meanwhile: ask again, it is free now
+                return await self.new_session(key)
+            return str(answer["session_id"])
         thread = self._threads.pop(session_key, None)
         agent = self.config.default_agent
         if thread is not None:
             agent = thread.agent
             await thread.session.close(self.config.threads.close_deadline_seconds)
-        session = await Session.create(
-            self.store,
-            self.agent,
-            meta={"key": key, "agent": agent},
-            options=self.session_options(),
-        )
-        await self.store.point(session_key, session.id)
-        self.quarantine.lift(session_key)
-        await session.close()
+            self.ownership.unfence(thread.session.id)
+        session_id = new_session_id()
+        self.ownership.fence(session_id, fence)
+        try:
+            session = await Session.create(
+                self.store,
+                self.agent,
+                session_id=session_id,
+                meta={"key": key, "agent": agent},
+                options=self.session_options(key),
+            )
+            await self.store.point(session_key, session.id)
+            self.quarantine.lift(session_key)
+            await session.close()
+        finally:
+            self.ownership.unfence(session_id)
+            await self._let_go_unused(session_key)
         return session.id
 
     async def stop(
         self, key: str, *, drain: bool = False, by_user: bool = False
     ) -> stops.StopReport:
-        """Stop a key's turn and its exchange chains: see :func:`threads.stops.stop_key`."""
-        return await stops.stop_key(self, SessionKey(key), drain=drain, by_user=by_user)
+        """Stop a key's turn and its exchange chains: see :func:`threads.stops.stop_key`.
+
+        Scaled out, a key another node runs is stopped there.
+        """
+        session_key = SessionKey(key)
+        if session_key not in self._threads:
+            args = {"drain": drain, "by_user": by_user}
+            answer = await self.ownership.ask_owner(session_key, "stop", args)
+            if answer is not None:
+                return stops.StopReport.from_json(answer["report"])
+        return await stops.stop_key(self, session_key, drain=drain, by_user=by_user)
 
     async def stop_all(self, *, drain: bool = False) -> stops.StopReport:
         """Stop every running turn and queued system wake: see :func:`threads.stops.stop_all`."""
@@ -580,39 +704,28 @@ class ThreadManager:
 
     # -- eviction
 
-    async def _sweep(self) -> None:
-        idle_after = self.config.threads.idle_evict_seconds
-        period = min(max(idle_after / 4, 0.05), 30.0)
-        while True:
-            await asyncio.sleep(period)
-            await self.evict_idle(idle_after)
-
     async def evict_idle(self, idle_after: float) -> int:
-        """Close threads idle longer than ``idle_after`` seconds; their sessions stay on disk.
+        """Close threads idle longer than ``idle_after`` seconds; see :mod:`threads.eviction`."""
+        return await self._eviction.evict_idle(idle_after)
 
-        A thread with a wake on its way in, a turn running or input waiting is
-        never evicted. A wake for an evicted key loads the session again.
+    async def _evict(self, thread: Thread) -> None:
+        await thread.session.close()
+        await self._let_go(thread)
+
+    async def drop(self, key: SessionKey) -> None:
+        """Drop the key's thread at once, writing nothing more: its lease is gone (scale-out).
+
+        The running turn is cancelled; what it would record is refused by the
+        store (the fence), and the key's new owner records it as canceled.
         """
-        now = time.monotonic()
-        victims = [
-            t for t in self._threads.values() if t.evictable and now - t.last_activity >= idle_after
-        ]
-        for thread in victims:
-            del self._threads[thread.key]
-            task = asyncio.create_task(thread.session.close(), name=f"evict {thread.key}")
-            self._evicting[thread.key] = task
-            task.add_done_callback(partial(self._evicted, thread.key))
-        if victims:
-            await asyncio.gather(
-                *(self._evicting[t.key] for t in victims if t.key in self._evicting)
-            )
-        return len(victims)
-
-    def _evicted(self, key: SessionKey, task: asyncio.Task[None]) -> None:
-        if self._evicting.get(key) is task:
-            del self._evicting[key]
-        if not task.cancelled() and task.exception() is not None:
-            log.error("closing the evicted thread %s failed", key, exc_info=task.exception())
+        thread = self._threads.pop(key, None)
+        if thread is None:
+            return
+        try:
+            await thread.session.close(0, drain=False)
+        except Exception as exc:
+            log.info("closing %s after its lease was lost: %s", key, exc)
+        self.ownership.unfence(thread.session.id)
 
 
 async def _tell(wake: Wake, text: str) -> None:

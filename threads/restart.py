@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from threads import outbound
 from threads.approvals.boundary import has_boundary
-from threads.errors import LockedError, NotFoundError, QuarantinedError, UnavailableError
+from threads.errors import (
+    LockedError,
+    NotFoundError,
+    OwnedElsewhereError,
+    QuarantinedError,
+    UnavailableError,
+)
 from threads.keys import SessionKey
 from threads.tree import unfinished_runs, unsettled_receipts
 
@@ -33,7 +39,10 @@ async def continue_keys(manager: ThreadManager, keys: list[str]) -> None:
     """Continue every key's unsettled input; a key that cannot start never stops the others."""
     for key in keys:
         try:
-            await continue_key(manager, SessionKey(key))
+            # The manager's: scaled out, a key another node owns is left to it.
+            await manager.continue_key(SessionKey(key))
+        except OwnedElsewhereError:
+            continue
         except NotFoundError:
             log.warning("session key %s names a session that is gone; nothing to continue", key)
         except QuarantinedError:

@@ -19,7 +19,7 @@ from threads.messages import Message
 from threads.session import Session, SessionState
 from threads.sinks import Sink
 from threads.turns import Policy, Turn
-from threads.wake import Accepted, Wake, prompt_message, render_prompt, wake_to_wire
+from threads.wake import Accepted, Wake, WakeSource, prompt_message, render_prompt, wake_to_wire
 
 ThreadState = SessionState
 
@@ -73,8 +73,11 @@ class Thread:
                 ),
             )
 
+        # A heartbeat is the gateway's, not anyone's activity: it does not touch the clocks.
+        activity = wake.source is not WakeSource.HEARTBEAT
         self._accepting += 1
-        self.touch()
+        if activity:
+            self.touch()
         try:
             turn = await session.send(
                 prompt_message(wake, prompt),
@@ -86,7 +89,8 @@ class Thread:
         finally:
             self._accepting -= 1
         fault("after_accept")
-        self.touch()
+        if activity:
+            self.touch()
         if self._on_turn is not None:
             self._on_turn(self, wake, turn)
         accepted = Accepted(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,10 +34,12 @@ from threads.errors import (
     StaleError,
     UnavailableError,
 )
+from threads.identity import PUBLIC_ID, is_reserved, new_public_id
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import JSON, Message, Usage
 from threads.outage import StoreOutage
 from threads.outbound import Outgoing
+from threads.pool.ledger import resolution
 from threads.store.base import Flusher, Leaser, Loaded, LoadReport, Releaser, SessionStore
 from threads.store.entries import (
     ApprovalRequestEntry,
@@ -57,7 +60,15 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
-from threads.tree import EntryTree, unfinished_runs, unsettled_receipts
+from threads.tree import (
+    EntryTree,
+    SessionUsage,
+    chain_after,
+    reparent,
+    unfinished_runs,
+    unsettled_receipts,
+    usage_of,
+)
 from threads.turns import Agent, Policy, Run, RunResult, Turn
 
 Gate = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
@@ -167,14 +178,23 @@ class Session:
         parent: ParentRef | None = None,
         lineage: Lineage | None = None,
         options: SessionOptions | None = None,
+        public_id: str | None = None,
     ) -> Session:
-        """Create a new session; it holds its writer lease from the start."""
+        """Create a new session; it holds its writer lease from the start.
+
+        ``public_id`` is its public handle (``weft.public_id`` in the header):
+        a fresh one when not given, none when "".
+        """
+        header_meta = dict(meta or {})
+        public = new_public_id() if public_id is None else public_id
+        if public:
+            header_meta[PUBLIC_ID] = public
         header = Header(
             id=session_id or new_session_id(),
             created=datetime.now(UTC),
             parent=parent,
             lineage=lineage,
-            meta=dict(meta or {}),
+            meta=header_meta,
         )
         await store.create(header)
         session = cls(store, header, agent, EntryTree(header.id), view=0, options=options)
@@ -284,12 +304,18 @@ class Session:
     def meta(self) -> dict[str, str]:
         return self._tree.meta(dict(self.header.meta))
 
-    def usage(self) -> Usage:
-        total = Usage()
-        for entry in self._tree.entries.of_kind(TurnEntry.TYPE):
-            if isinstance(entry, TurnEntry):
-                total = total + entry.usage
-        return total
+    def usage(self) -> SessionUsage:
+        """The cost ledger: turns, summaries and delegated children, each in its bucket.
+
+        Only the entries of those kinds are decoded (a live session keeps its lines).
+        """
+        entries = self._tree.entries
+        return usage_of(
+            itertools.chain.from_iterable(
+                entries.of_kind(kind)
+                for kind in (TurnEntry.TYPE, CompactionEntry.TYPE, PoolReceiptEntry.TYPE)
+            )
+        )
 
     def queue(self) -> list[tuple[str, Message, Policy]]:
         """What is accepted and not yet given to a model: steers first, then sends."""
@@ -448,7 +474,7 @@ class Session:
         """Append an info entry; ``weft.`` keys are refused; nothing to record writes nothing."""
         meta = dict(meta or {})
         for key in meta:
-            if key.startswith("weft."):
+            if is_reserved(key):
                 raise ReservedKeyError(key)
         if not title and not meta:
             return
@@ -461,6 +487,7 @@ class Session:
         receipt: str = "",
         child: str = "",
         prompt: str = "",
+        call: str = "",
         stop: str = "",
         usage: Usage | None = None,
     ) -> PoolReceiptEntry:
@@ -475,6 +502,7 @@ class Session:
             receipt=receipt,
             child=child,
             prompt=prompt,
+            call=call,
             stop=stop,
             usage=usage or Usage(),
         )
@@ -491,6 +519,20 @@ class Session:
         again (None is returned): the ledger completes it if it is pending.
         """
         return await self._driver.send_out(out)
+
+    async def resolve_delegation(
+        self, call_id: str, child: str, content: str, *, is_error: bool = False
+    ) -> None:
+        """Answer delegating call ``call_id`` with its child's outcome (``threads.pool.ledger``).
+
+        For a call whose turn is gone (a restart) and that still has no result;
+        :class:`NotDelegatingError` (nothing written) for any other call.
+        """
+        async with self._lock:
+            entries = resolution(
+                self._tree, call_id=call_id, child=child, content=content, is_error=is_error
+            )
+            await self._write(self._chain(*entries))
 
     async def custom(self, kind: str, data: JSON = None) -> None:
         """Append application state that never enters the model's context."""
@@ -590,7 +632,7 @@ class Session:
             parent=ParentRef(session=self.id, entry=entry_id),
             options=options or self._options,
         )
-        copied = _reparent(path)
+        copied = reparent(path)
         settle: list[Entry] = [
             ReceiptEntry(id=new_entry_id(), status="dropped", receipt=r.id)
             for r in unsettled_receipts(copied)
@@ -606,7 +648,7 @@ class Session:
             for p in unfinished_runs(copied)
         ]
         async with fork._lock:
-            batch = copied + _chain_after(copied, settle)
+            batch = copied + chain_after(copied, settle)
             await fork._write(batch)
             fork._driver.adopt_copy()
         return fork
@@ -687,23 +729,3 @@ class Session:
         if not self._sealed:
             self._sealed = True
             await self._release()
-
-
-def _chain_after(base: Sequence[Entry], entries: Sequence[Entry]) -> list[Entry]:
-    """``entries`` linked one after another onto the last of ``base``."""
-    leaf = base[-1].id if base else ""
-    out: list[Entry] = []
-    for entry in entries:
-        out.append(dataclasses.replace(entry, parent=leaf))
-        leaf = entry.id
-    return out
-
-
-def _reparent(path: list[Entry]) -> list[Entry]:
-    """The copied path of a fork: the same ids, each linked to the one before."""
-    out: list[Entry] = []
-    parent = ""
-    for entry in path:
-        out.append(entry if entry.parent == parent else dataclasses.replace(entry, parent=parent))
-        parent = entry.id
-    return out

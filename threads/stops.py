@@ -68,6 +68,16 @@ class StopReport:
             "chains": self.chains,
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StopReport:
+        """The report :meth:`to_json` made (another gateway node's stop)."""
+        return cls(
+            ended=tuple(str(k) for k in data.get("ended", [])),
+            winding_down=tuple(str(k) for k in data.get("winding_down", [])),
+            dropped=int(data.get("dropped", 0)),
+            chains=int(data.get("chains", 0)),
+        )
+
 
 def _names(keys: tuple[str, ...]) -> str:
     return ", ".join(keys) if len(keys) <= 3 else f"{', '.join(keys[:3])} and {len(keys) - 3} more"

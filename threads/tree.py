@@ -6,14 +6,18 @@ it every entry it loads or writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from threads.approvals.boundary import unfinished_resumes
 from threads.entry_log import EntryIndex, EntryLog
 from threads.errors import CorruptError, NoEntryError
+from threads.identity import merged_meta
 from threads.ids import valid_id
-from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart
+from threads.messages import JSON, Message, TextPart, ToolCallPart, ToolResultPart, Usage
 from threads.store.entries import (
+    POOL_SETTLED,
     BranchSummaryEntry,
     CompactionEntry,
     CustomMessageEntry,
@@ -22,6 +26,7 @@ from threads.store.entries import (
     LeafEntry,
     MessageEntry,
     OutboundEntry,
+    PoolReceiptEntry,
     ReceiptEntry,
     TurnEntry,
 )
@@ -177,21 +182,21 @@ class EntryTree:
         return ""
 
     def meta(self, header_meta: dict[str, str]) -> dict[str, str]:
-        merged = dict(header_meta)
-        for entry in self.entries.of_kind(InfoEntry.TYPE):
-            if isinstance(entry, InfoEntry):
-                merged.update(entry.meta)
-        return merged
+        """The header's metadata overlaid by the info entries' (reserved keys stand)."""
+        return merged_meta(header_meta, self.entries.of_kind(InfoEntry.TYPE))
 
     def highest_turn(self) -> int:
-        """The highest ``-t<n>`` recorded in any run id (the run-id counter's recovery)."""
+        """The highest ``-t<n>`` recorded in any run id (the run-id counter's recovery).
+
+        A re-run's id counts from the moment the attempt's turn entry names it.
+        """
         highest = 0
         for entry in self.entries:
-            run_id = getattr(entry, "run_id", "")
-            if run_id:
-                _, _, n = run_id.rpartition("-t")
-                if n.isdigit():
-                    highest = max(highest, int(n))
+            for run_id in (getattr(entry, "run_id", ""), getattr(entry, "rerun", "")):
+                if run_id:
+                    _, _, n = run_id.rpartition("-t")
+                    if n.isdigit():
+                        highest = max(highest, int(n))
         return highest
 
     def context(self, *, close_open: bool = True) -> list[Message]:
@@ -212,6 +217,38 @@ class EntryTree:
         return self._context
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionUsage:
+    """A session's cost ledger, one bucket per kind of spending, never mixed (seed 003 Usage).
+
+    ``turns`` sums every turn entry (abandoned branches too: the tokens were
+    spent); ``summaries`` every compaction's summarizer; ``delegated`` every
+    settled pool receipt: the whole cost of the children this session
+    delegated to.
+    """
+
+    turns: Usage = field(default_factory=Usage)
+    summaries: Usage = field(default_factory=Usage)
+    delegated: Usage = field(default_factory=Usage)
+
+    @property
+    def total(self) -> Usage:
+        return self.turns + self.summaries + self.delegated
+
+
+def usage_of(entries: Iterable[Entry]) -> SessionUsage:
+    """The cost ledger over ``entries`` (a whole session, not only the leaf's path)."""
+    turns = summaries = delegated = Usage()
+    for entry in entries:
+        if isinstance(entry, TurnEntry):
+            turns = turns + entry.usage
+        elif isinstance(entry, CompactionEntry):
+            summaries = summaries + entry.summarizer_usage
+        elif isinstance(entry, PoolReceiptEntry) and entry.status in POOL_SETTLED:
+            delegated = delegated + entry.usage
+    return SessionUsage(turns=turns, summaries=summaries, delegated=delegated)
+
+
 def summary_message(text: str) -> Message:
     return Message(
         role="user", content=(TextPart(text=f"{SUMMARY_OPEN}\n{text}\n{SUMMARY_CLOSE}"),)
@@ -221,29 +258,77 @@ def summary_message(text: str) -> Message:
 def context_builder(path: Sequence[Entry]) -> ContextBuilder:
     """The context of a root→leaf path, in a builder that later entries extend.
 
-    The latest compaction's summary stands in place of what it covers (then the
-    entries it pinned, then everything from its first kept entry on); branch
-    summaries sit where they were written; bookkeeping kinds never appear;
-    repair runs as the context grows, so every tool call has a result.
+    The latest summary compaction's summary stands in place of what it covers
+    (then the entries it pinned, then everything from its first kept entry
+    on); every trim recorded after it is replayed (the stubs its record
+    names, nothing else); branch summaries sit where they were written;
+    bookkeeping kinds never appear; repair runs as the context grows, so
+    every tool call has a result.
     """
     builder = ContextBuilder()
     start = 0
+    governing = -1
     for index in range(len(path) - 1, -1, -1):
         entry = path[index]
         if isinstance(entry, CompactionEntry) and entry.summary:
-            builder.add(summary_message(entry.summary))
-            pinned = set(entry.pinned)
-            kept_from = next((i for i, e in enumerate(path) if e.id == entry.first_kept), index + 1)
-            for e in path[:kept_from]:
-                if e.id in pinned and (m := message_of(e)) is not None:
-                    builder.add(m)
-            start = kept_from
+            governing = index
             break
+    stubs = _trim_stubs(path[governing + 1 :])
+    if governing >= 0:
+        compaction = path[governing]
+        assert isinstance(compaction, CompactionEntry)
+        builder.add(summary_message(compaction.summary))
+        pinned = set(compaction.pinned)
+        kept_from = next(
+            (i for i, e in enumerate(path) if e.id == compaction.first_kept), governing + 1
+        )
+        for e in path[:kept_from]:
+            if e.id in pinned and (m := message_of(e)) is not None:
+                builder.add(_stubbed(m, stubs))
+        start = kept_from
     for entry in path[start:]:
         message = message_of(entry)
         if message is not None:
-            builder.add(message)
+            builder.add(_stubbed(message, stubs) if stubs else message)
     return builder
+
+
+def _trim_stubs(entries: Sequence[Entry]) -> dict[str, str]:
+    """The stubs the trims among ``entries`` recorded: call id → the text shown instead."""
+    stubs: dict[str, str] = {}
+    for entry in entries:
+        if isinstance(entry, CompactionEntry) and entry.trim:
+            stubs.update(_stubs_of(entry.trim))
+    return stubs
+
+
+def _stubs_of(record: Mapping[str, object]) -> dict[str, str]:
+    found = record.get("stubs")
+    if not isinstance(found, list):
+        return {}
+    return {
+        str(s["call_id"]): str(s.get("content", ""))
+        for s in found
+        if isinstance(s, dict) and "call_id" in s
+    }
+
+
+def _stubbed(message: Message, stubs: dict[str, str]) -> Message:
+    if message.role != "tool" or not stubs:
+        return message
+    parts = tuple(
+        dataclasses.replace(p, content=stubs[p.call_id], is_error=False)
+        if isinstance(p, ToolResultPart) and p.call_id in stubs
+        else p
+        for p in message.content
+    )
+    return message if parts == message.content else Message(role="tool", content=parts)
+
+
+def replay_trims(messages: Sequence[Message], record: Mapping[str, object]) -> list[Message]:
+    """``messages`` with a trim record's stubs in place of the results it names."""
+    stubs = _stubs_of(record)
+    return [_stubbed(m, stubs) for m in messages]
 
 
 def message_of(entry: Entry) -> Message | None:
@@ -370,14 +455,73 @@ def unsettled_receipts(entries: Sequence[Entry]) -> list[ReceiptEntry]:
     return out
 
 
+_ACCEPTING = frozenset({"accepted", "queued"})
+
+
+def accepted_wake(entry: Entry) -> tuple[str, Mapping[str, JSON]] | None:
+    """The run id and wake of an entry that accepted a wake (a prompt or its receipt).
+
+    The receipts that settle an earlier one (delivered, deferred, dropped) carry no wake.
+    """
+    if isinstance(entry, MessageEntry) or (
+        isinstance(entry, ReceiptEntry) and entry.status in _ACCEPTING
+    ):
+        return (entry.run_id, entry.wake) if entry.run_id and entry.wake else None
+    return None
+
+
+def holds_wake(entries: Sequence[Entry], name: str, value: str) -> bool:
+    """Whether a wake whose meta has ``name`` = ``value`` was accepted among ``entries``."""
+    for entry in entries:
+        found = accepted_wake(entry)
+        if found is None:
+            continue
+        meta = found[1].get("meta")
+        if isinstance(meta, Mapping) and meta.get(name) == value:
+            return True
+    return False
+
+
 def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
     """Prompt entries whose turn has no turn entry: a writer died mid-turn.
 
-    A resume of an approval boundary that died mid-run is one too: it reads
-    as the prompt it answers, under the resume's run id.
+    A turn that re-ran (an overflow) is unfinished when its re-run has no
+    turn entry: its prompt is returned under the re-run's id. A resume of an
+    approval boundary that died mid-run is one too: it reads as the prompt it
+    answers, under the resume's run id.
     """
-    finished = {e.run_id for e in entries if isinstance(e, TurnEntry)}
-    prompts = [
-        e for e in entries if isinstance(e, MessageEntry) and e.run_id and e.run_id not in finished
-    ]
+    turns = [e for e in entries if isinstance(e, TurnEntry)]
+    finished = {t.run_id for t in turns}
+    reruns = {t.run_id: t.rerun for t in turns if t.rerun}
+    prompts = []
+    for entry in entries:
+        if not isinstance(entry, MessageEntry) or not entry.run_id:
+            continue
+        run_id = entry.run_id
+        while run_id in reruns and run_id in finished:
+            run_id = reruns[run_id]
+        if run_id not in finished:
+            prompts.append(
+                entry if run_id == entry.run_id else dataclasses.replace(entry, run_id=run_id)
+            )
     return prompts + unfinished_resumes(entries, finished)
+
+
+def chain_after(base: Sequence[Entry], entries: Sequence[Entry]) -> list[Entry]:
+    """``entries`` linked one after another onto the last of ``base``."""
+    leaf = base[-1].id if base else ""
+    out: list[Entry] = []
+    for entry in entries:
+        out.append(dataclasses.replace(entry, parent=leaf))
+        leaf = entry.id
+    return out
+
+
+def reparent(path: list[Entry]) -> list[Entry]:
+    """The copied path of a fork: the same ids, each linked to the one before."""
+    out: list[Entry] = []
+    parent = ""
+    for entry in path:
+        out.append(entry if entry.parent == parent else dataclasses.replace(entry, parent=parent))
+        parent = entry.id
+    return out

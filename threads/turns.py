@@ -55,6 +55,8 @@ class Outcome(StrEnum):
     DROPPED = "dropped"
     FAILED = "failed"
     CANCELED = "canceled"
+    NOT_PERSISTED = "not_persisted"  # the run ended, and its end could not be written
+    FORWARDED = "forwarded"
 
 
 # -- run events, streamed by Turn.events()
@@ -158,6 +160,13 @@ class Agent(Protocol):
     async def run(self, run: Run) -> RunResult: ...
 
 
+class NoRuns:
+    """The agent of a session opened to edit it (a CLI's write), never to run a turn."""
+
+    async def run(self, run: Run) -> RunResult:
+        raise RuntimeError(f"session {run.session.id} was opened to be edited, not to run turns")
+
+
 class Turn:
     """The handle of one accepted send. Safe to await from any task."""
 
@@ -185,7 +194,9 @@ class Turn:
         ``error`` and ``stop_reason`` say how it ended (``outcome`` names it).
         Raises :class:`DroppedError` for a dropped message,
         :class:`ClosedError` when the session closed before it ran,
-        :class:`NotRunError` when its prompt could not be written, and
+        :class:`NotRunError` when its prompt could not be written,
+        :class:`NotPersistedError` when it ran and its end could not be
+        written (the run's result rides on the error, and on ``result``), and
         :class:`TimeoutError` when ``timeout`` passes first (the turn goes on).
         """
         if timeout is None:
@@ -265,6 +276,10 @@ class Run:
     holds the sends made once the turn's end is durable (the final answer, a
     closing notice). ``ledger`` holds the marks (and records) that ride with
     the next write.
+
+    A step the store holds back is written late (``late_steps`` counts them).
+    ``rerun`` closes the run's ledger as a failed attempt and goes on under a
+    new run id (the overflow re-run).
     """
 
     def __init__(
@@ -293,13 +308,21 @@ class Run:
         self.ledger: list[Entry] = []
         self.outbox: list[Outgoing] = []
         self.stop_requested = False
+        self.late_steps = 0
         self._sends = 0
         self._flush: Flush | None = None
         self._drain: Callable[[Run], Awaitable[list[Message]]] | None = None
+        self._rerun: Callable[[Run, str, Usage], Awaitable[None]] | None = None
 
-    def bind(self, flush: Flush, drain: Callable[[Run], Awaitable[list[Message]]]) -> None:
+    def bind(
+        self,
+        flush: Flush,
+        drain: Callable[[Run], Awaitable[list[Message]]],
+        rerun: Callable[[Run, str, Usage], Awaitable[None]] | None = None,
+    ) -> None:
         self._flush = flush
         self._drain = drain
+        self._rerun = rerun
 
     def stage(self, *messages: Message) -> None:
         self.staged.extend(messages)
@@ -335,6 +358,15 @@ class Run:
         if self._drain is None:
             return []
         return await self._drain(self)
+
+    async def rerun(self, error: str, usage: Usage) -> None:
+        """Record this attempt as ended by ``error`` (its ``usage`` spent) and go on as a new run.
+
+        The attempt's turn entry names the new run id (``rerun``) before the
+        new run does anything; ``run_id`` and the turn's become the new one.
+        """
+        if self._rerun is not None:
+            await self._rerun(self, error, usage)
 
     def has_steers(self) -> bool:
         return self.session.has_steers()

@@ -298,10 +298,13 @@ class Accepted:
 
     ``run_id`` is the id of the turn the wake will run as (``<session>-t<n>``), or,
     for a wake steered into a running turn, that turn's run id; ``created`` says
-    the session was created by this wake (first contact).
+    the session was created by this wake (first contact). A wake for a key
+    another gateway process owns is accepted once it is on its way there:
+    ``node`` names that process, and the session and run ids are its to know.
     """
 
     key: SessionKey
     session_id: str
     run_id: str
     created: bool = False
+    node: str = ""

@@ -22,6 +22,7 @@ from threads.errors import (
     InvalidKeyError,
     ManagerClosedError,
     NewerFormatError,
+    NotPersistedError,
     NotRunError,
     QuarantinedError,
     StoreError,
@@ -122,8 +123,6 @@ def _failed(error: str, notice: str) -> ApiError:
     name = error.partition(":")[0]
     kind = getattr(model_errors, name, None)
     said = notice.strip() or "The turn failed."
-    if error.startswith("turn end not persisted"):
-        return ApiError(503, NOT_SAVED, type="server_error", code="store_unavailable")
     if not isinstance(kind, type) or not issubclass(kind, model_errors.ModelError):
         return ApiError(500, said, type="server_error", code="turn_failed")
     if issubclass(kind, model_errors.RateLimitError):
@@ -151,6 +150,8 @@ def _unanswered(error: BaseException) -> ApiError:
         )
     if isinstance(error, NotRunError):
         return ApiError(503, KEPT_STORE, type="server_error", code="store_unavailable", retry=False)
+    if isinstance(error, NotPersistedError):
+        return ApiError(503, NOT_SAVED, type="server_error", code="store_unavailable")
     if isinstance(error, ClosedError):
         return ApiError(503, KEPT_CLOSING, type="server_error", code="shutting_down", retry=False)
     log.error("an API request's turn ended without a result", exc_info=error)

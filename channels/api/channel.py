@@ -64,6 +64,7 @@ class ApiChannel:
     """The ``api`` channel: an aiohttp application answering OpenAI's chat-completions calls."""
 
     name = "api"
+    attached = True  # its chats are connections to this process (channels.base.Attached)
 
     def __init__(
         self,

@@ -37,7 +37,7 @@ from discord import app_commands
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from channels.base import ApprovalAsk, Inbound, InboundHandler
+from channels.base import ApprovalAsk, Inbound, InboundHandler, leader_name
 from channels.discord.address import Address
 from channels.discord.approvals import ApprovalButton, buttons
 from channels.discord.inbound import address_of, inbound_of
@@ -114,6 +114,7 @@ class DiscordChannel:
         self._drafts: dict[str, _Draft] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._connection: asyncio.Task[None] | None = None
+        self.standby = False
         self.stopped_reason = ""
         self.feedback = Feedback(self, drafts=options.drafts, edit_every=options.edit_every)
 
@@ -136,7 +137,28 @@ class DiscordChannel:
         except (discord.HTTPException, aiohttp.ClientError, OSError) as exc:
             self._stopped(f"Discord could not be reached ({exc})")
             return
+        if not self.standby:
+            await self.start_receiving()
+
+    @property
+    def leader(self) -> str:
+        return leader_name("discord", self.options.token)
+
+    async def start_receiving(self) -> None:
+        """Open the bot's gateway connection (delivery needs only the login)."""
+        if self.stopped_reason or (self._connection is not None and not self._connection.done()):
+            return
         self._connection = asyncio.create_task(self._connect(), name=f"{self.name} gateway")
+
+    async def stop_receiving(self) -> None:
+        """Close the gateway connection; messages can still be delivered over REST."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        connection.cancel()
+        await asyncio.gather(connection, return_exceptions=True)
+        if self._client.ws is not None:
+            await self._client.ws.close(code=1000)
 
     async def _connect(self) -> None:
         try:
@@ -161,12 +183,19 @@ class DiscordChannel:
             await asyncio.gather(self._connection, return_exceptions=True)
         self._handler = None
 
+    @property
+    def receiving(self) -> bool:
+        """Whether this process holds the bot's gateway connection."""
+        return self._connection is not None and not self._connection.done()
+
     def health(self) -> dict[str, object]:
         user = self._client.user
         out: dict[str, object] = {
             "running": self._client.is_ready() and not self.stopped_reason,
             "bot": str(user) if user is not None else "",
         }
+        if self.standby:
+            out["receiving"] = self.receiving
         if self.stopped_reason:
             out["stopped"] = self.stopped_reason
         return out

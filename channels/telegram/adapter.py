@@ -4,7 +4,7 @@ The Application runs inside the gateway's event loop, as PTB's own docs embed
 it: ``initialize`` → ``start`` → ``updater.start_polling`` at start, the
 reverse at stop. In webhook mode nothing polls: the gateway's HTTP server
 hands each POSTed update (its ``secret_token`` checked) to :meth:`webhook`,
-which feeds the Application's update queue. Every update is handled in order:
+which processes it as the Application would and answers once it is taken. Every update is handled in order:
 duplicates dropped, turned into an :class:`~channels.base.Inbound` and given
 to the router. Rate limits are PTB's ``AIORateLimiter``'s (``retry_after``
 honoured); outbound markdown is rendered to Telegram HTML in chunks by
@@ -61,7 +61,7 @@ from telegram.ext import (
 )
 
 from channels.approvals import BUTTONS, button_data, press_command
-from channels.base import ApprovalAsk, Inbound, InboundHandler
+from channels.base import ApprovalAsk, Inbound, InboundHandler, leader_name
 from channels.errors import ChannelStartError, DeliveryError
 from channels.feedback import Feedback
 from channels.refusals import refusal_of
@@ -182,6 +182,8 @@ class TelegramChannel:
         self._conflict: asyncio.Task[None] | None = None
         self.stopped_reason = ""
         self.bot_username = ""
+        self.standby = False
+        self._webhook_set = False
         self.feedback = Feedback(self, drafts=options.drafts, edit_every=options.edit_every)
 
     # -- lifetime
@@ -203,7 +205,25 @@ class TelegramChannel:
                 [BotCommand(name, about) for name, about in self.options.commands]
             )
         await app.start()
+        if self.standby:
+            log.info(
+                "%s: @%s stands by: another process may take its updates",
+                self.name,
+                self.bot_username,
+            )
+            return
+        await self.start_receiving()
+
+    @property
+    def leader(self) -> str:
+        return leader_name("telegram", self.options.token)
+
+    async def start_receiving(self) -> None:
+        """Take the bot's updates: poll, or point Telegram's webhook at this gateway."""
+        app = self._app
         if app.updater is not None:
+            if app.updater.running:
+                return
             await app.updater.start_polling(
                 allowed_updates=ALLOWED_UPDATES, error_callback=self._polling_error
             )
@@ -213,14 +233,18 @@ class TelegramChannel:
                 secret_token=self.options.webhook_secret,
                 allowed_updates=ALLOWED_UPDATES,
             )
+            self._webhook_set = True
         log.info("%s: @%s is %s", self.name, self.bot_username, self.options.mode)
 
     async def stop_receiving(self) -> None:
         """Stop taking updates (polling ends, offsets confirmed); delivery still works.
 
         The gateway calls this before it lets running turns finish, so no message
-        is fetched that a closing gateway could not accept.
+        is fetched that a closing gateway could not accept. In webhook mode the
+        webhook stays set: the next leader sets it again, and every gateway
+        serves it meanwhile.
         """
+        self._webhook_set = False
         if self._app.updater is not None and self._app.updater.running:
             await self._app.updater.stop()
 
@@ -236,12 +260,20 @@ class TelegramChannel:
         await app.shutdown()
         self._handler = None
 
+    @property
+    def receiving(self) -> bool:
+        """Whether this process takes the bot's updates: it polls, or set the webhook to itself."""
+        updater = self._app.updater
+        return updater.running if updater is not None else self._webhook_set
+
     def health(self) -> dict[str, object]:
         out: dict[str, object] = {
             "running": self._app.running and not self.stopped_reason,
             "bot": f"@{self.bot_username}" if self.bot_username else "",
             "mode": self.options.mode,
         }
+        if self.standby:
+            out["receiving"] = self.receiving
         if self.stopped_reason:
             out["stopped"] = self.stopped_reason
         return out
@@ -249,6 +281,11 @@ class TelegramChannel:
     def _polling_error(self, error: TelegramError) -> None:
         if not isinstance(error, Conflict):
             log.warning("%s: polling Telegram failed, retrying: %s", self.name, error)
+            return
+        if self.standby:
+            # Scaled out, the other poller is a node whose lease lapsed: it stops at its
+            # next renewal, and this one, the leader now, goes on polling.
+            log.warning("%s: another gateway node still polls the bot; retrying", self.name)
             return
         if self._conflict is not None:
             return
@@ -286,7 +323,10 @@ class TelegramChannel:
             update = Update.de_json(data, self._app.bot)
         except (ValueError, TypeError, KeyError) as exc:
             raise web.HTTPBadRequest(text=f"not a Telegram update: {exc}") from None
-        await self._app.update_queue.put(update)
+        # Answered once the message is taken (durable, or its sender told why not): a
+        # gateway that dies before answering leaves the update for Telegram to send again.
+        app = self._app
+        await app.update_processor.process_update(update, app.process_update(update))
         return web.Response(text="ok")
 
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:

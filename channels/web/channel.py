@@ -85,6 +85,7 @@ class WebChannel:
     """
 
     name = "web"
+    attached = True  # its chats are connections to this process (channels.base.Attached)
     dedups = True
 
     def __init__(

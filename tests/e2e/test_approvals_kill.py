@@ -102,8 +102,12 @@ async def test_a_gateway_killed_while_a_call_waits_shows_the_same_request_and_ru
             assert listed["session_key"] == f"telegram:{ann.id}"
 
             fake.press_button(asked, ann, button_data("approve", request_id))
-            sent = await fake.wait_for_sent(ann, 2, timeout=60)
-            assert sent[1].text == "Done: it ran."
+            # The answer may stream in as a draft edited in place: wait for its final text.
+            await fake.wait_until(
+                lambda: [s.text for s in fake.sent(ann)[1:]] == ["Done: it ran."],
+                timeout=60,
+                what="the resumed turn's answer",
+            )
             assert (workspace / "runs").read_text() == "x"
             second.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(second.wait(), 60) == 0

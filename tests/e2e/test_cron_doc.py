@@ -77,6 +77,7 @@ def test_the_page_has_examples_of_every_kind() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a process per example: seconds each on a loaded machine
 async def test_every_command_in_docs_cron_md_works_as_shown(tmp_path: Path) -> None:
     config = make_config(
         tmp_path,

@@ -22,6 +22,7 @@ from tests.channels.test_web_refusals import FailingStore
 from tests.channels.web_rig import ChatRig, chat_config, chat_gateway
 from tests.e2e.conftest import PHONE, Problems, watch
 from threads.agent.tools import ToolContext, tool
+from threads.sinks import OutboundMessage
 from threads.testing.fake_model import Reply, ToolCall
 from threads.testing.fake_openai import FakeOpenAIServer
 from threads.testing.scripted import ScriptedModel, say
@@ -157,6 +158,18 @@ async def test_a_reload_keeps_the_conversation_and_a_second_tab_sees_both_sides(
     )
     await expect(page.locator(".me .state")).to_have_text(["sent ✓", "sent ✓"])
     await expect(page.locator(".bot").nth(1)).to_contain_text("hello from the second tab")
+    assert problems == []
+
+
+async def test_a_reply_sent_again_under_its_id_is_shown_once(
+    echo: ChatRig, page: Page, problems: Problems
+) -> None:
+    await open_chat(page, echo)
+    chat = (await page.get_attribute("#status", "title") or "").removeprefix("web:")
+    for _ in range(2):  # what the ledger does after a restart that could not tell
+        await echo.web.deliver(chat, OutboundMessage(text="only once", outbound_id="t1-s1-1"))
+    await echo.web.deliver(chat, OutboundMessage(text="the next one", outbound_id="t1-s1-2"))
+    await expect(page.locator(".bot")).to_have_text(["only once", "the next one"])
     assert problems == []
 
 

@@ -52,7 +52,7 @@ async def test_an_opened_session_keeps_its_history_as_lines_and_reads_it_back_eq
     assert session.entries() == await stored(session_store, header.id)
     assert session.path() == entries
     assert session.title() == "named"
-    assert session.usage().input_tokens == sum(range(1, 51))
+    assert session.usage().total.input_tokens == sum(range(1, 51))
     assert [m.text() for m in session.context()][-2:] == ["question 50", "answer 50"]
     assert session._tree.by_id[entries[10].id] == entries[10]
 

@@ -67,7 +67,9 @@ async def test_a_first_wake_creates_the_session_and_points_the_key_at_it(
     assert first.run_id == f"{first.session_id}-t1"
     thread = rt.manager.thread(KEY)
     assert thread is not None
-    assert thread.session.header.meta == {"key": KEY, "agent": "default"}
+    meta = dict(thread.session.header.meta)
+    assert meta.pop("weft.public_id").startswith("p_")  # every session gets a public id
+    assert meta == {"key": KEY, "agent": "default"}
     second = await rt.manager.wake(KEY, system_wake("again"))
     assert not second.created
     assert second.session_id == first.session_id

@@ -49,3 +49,17 @@ def test_a_tools_order_runs_a_batch_of_two_then_replies() -> None:
 def test_answers_counts_every_reply_and_announce_mark() -> None:
     heard = answers(["reply [m:a1] reply [m:a2]", "reply [m:a1]", "announce [m:b1]"])
     assert heard == {"reply [m:a1]": 2, "reply [m:a2]": 1, "announce [m:b1]": 1}
+
+
+def test_several_open_orders_are_answered_in_one_send_to_the_caller() -> None:
+    steered = user(order("a2"))
+    assert sends(numbered(asked(user(order("a1")), steered))) == [
+        {"to": "caller:user", "body": "reply [m:a1] reply [m:a2]"}
+    ]
+
+
+def test_a_refused_dispatch_answered_nothing() -> None:
+    call = {"id": "c1", "function": {"name": "dispatch", "arguments": "reply [m:a1]"}}
+    refused = {"role": "tool", "tool_call_id": "c1", "content": "Error: dispatch refused"}
+    again = asked(user(order("a1")), {"role": "assistant", "tool_calls": [call]}, refused)
+    assert sends(numbered(again)) == [{"to": "caller:user", "body": "reply [m:a1]"}]

@@ -22,14 +22,17 @@ from typing import Any
 
 from config.models import AgentConfig, GatewayConfig, ModelSettings
 from threads.agent.compaction import NOTICE as COMPACTION_NOTICE
-from threads.agent.compaction import CompactionError, compact, over_threshold
+from threads.agent.compaction import automatic_allowed, compact, over_threshold
 from threads.agent.models import Models
+from threads.agent.summaries import CompactionError, Summarizer, SummaryCheck, Writer
 from threads.agent.tools import Tool, ToolContext, ToolOutput, ToolRegistry
+from threads.agent.trimming import trim
 from threads.approvals.boundary import APPROVE
 from threads.budget import Overseer
 from threads.faults import fault
+from threads.identity import run_metadata
 from threads.keys import SessionKey
-from threads.llm.base import ModelClient, ModelRequest
+from threads.llm.base import ModelRequest
 from threads.llm.errors import (
     ContextOverflowError,
     ModelConfigError,
@@ -149,13 +152,23 @@ class AgentLoop:
             )
         return result
 
-    async def compact_session(self, session: Session, *, reason: str = "manual") -> CompactionEntry:
+    async def compact_session(
+        self, session: Session, *, reason: str = "manual", instructions: str = ""
+    ) -> CompactionEntry:
         """Compact a session now with its agent's model (``/compact``); between turns only."""
-        agent = self.config.agents.get(session.header.meta.get("agent", ""))
-        agent = agent or self.config.agent(None)
-        ref = session.header.meta.get("model") or agent.model or self.config.models.default
-        client, model, settings = self.models.resolve(ref)
-        return await compact(session, client, model, settings, reason=reason)
+        ref = self.session_model(session)
+        _client, _model, settings = self.models.resolve(ref)
+        return await compact(
+            session, self.summarizer(ref), settings, reason=reason, instructions=instructions
+        )
+
+    def session_model(self, session: Session) -> str:
+        """The ``provider/model`` a session's turns call (its own, its agent's, the default)."""
+        return session_model(self.config, session)
+
+    def summarizer(self, ref: str) -> Summarizer:
+        """The summary chain for a session on model ``ref``: the summary models, then ``ref``."""
+        return summarizer_for(self.config, self.models, ref)
 
     async def _run(self, run: Run) -> RunResult:
         agent_name = self.agent_for(run)
@@ -173,6 +186,8 @@ class AgentLoop:
             specs = [t.spec for t in tools.values()]
         ctx = ToolContext(run=run, key=key, agent=agent_name, services=self.services)
         system = self.system_prompt(agent_name)
+        session = run.session
+        metadata = run_metadata(session.header, run.run_id)
         messages = list(run.messages)
         usage = Usage()
         last_input = 0
@@ -186,9 +201,7 @@ class AgentLoop:
                 resolved = Message(role="tool", content=messages.pop().content + resolved.content)
             messages.append(resolved)
             await run.flush()
-        elif over_threshold(run.session, settings) and await self._compact(
-            run, client, model, settings, "threshold"
-        ):
+        elif await self._compact_if_due(run, settings):
             messages = run.session.context()
 
         def on_delta(text: str) -> None:
@@ -218,15 +231,20 @@ class AgentLoop:
                 tools=specs,
                 max_output_tokens=settings.max_output_tokens,
                 stream=settings.stream,
+                metadata=metadata,
             )
             try:
                 response = await client.complete(request, on_delta)
-            except ContextOverflowError:
-                if overflowed or not await self._compact(run, client, model, settings, "overflow"):
+            except ContextOverflowError as exc:
+                if overflowed or not await self._compact(run, settings, "overflow"):
                     raise
                 overflowed = True
+                # The attempt is recorded as failed on the overflow, naming its re-run.
+                await run.rerun(f"{type(exc).__name__}: {exc}", usage)
+                usage = Usage()
+                metadata = run_metadata(session.header, run.run_id)
                 messages = run.session.context()
-                request = dataclasses.replace(request, messages=messages)
+                request = dataclasses.replace(request, messages=messages, metadata=metadata)
                 response = await client.complete(request, on_delta)
             usage = usage + response.usage
             if overseer is not None:
@@ -348,6 +366,22 @@ class AgentLoop:
             run.current_tool = ""
         return [p[0] for p in pairs], [p[1] for p in pairs]
 
+    async def _compact_if_due(self, run: Run, settings: ModelSettings) -> bool:
+        """Before a turn's first model call: trim or compact when the context nears the window."""
+        session = run.session
+        limits = self.config.compaction
+        if not over_threshold(session, settings) or not automatic_allowed(session, limits):
+            return False
+        if limits.keep_tool_results is not None:
+            try:
+                trimmed = await trim(session, settings, limits.keep_tool_results, run=run)
+            except CompactionError as exc:
+                log.warning("session %s: the trim failed: %s", session.id, exc)
+                trimmed = None
+            if trimmed is not None:
+                return True
+        return await self._compact(run, settings, "threshold")
+
     async def _resolve(self, tools: dict[str, Tool[Any]], ctx: ToolContext, run: Run) -> Message:
         """The results of a decided boundary's calls: approved ones run once, denied ones say so."""
         approved = [r.call for r in run.resumption if r.outcome == APPROVE]
@@ -370,12 +404,11 @@ class AgentLoop:
             run.stage(Message(role="tool", content=denied))  # the approved ones are durable
         return Message(role="tool", content=tuple(parts))
 
-    async def _compact(
-        self, run: Run, client: ModelClient, model: str, settings: ModelSettings, reason: str
-    ) -> bool:
+    async def _compact(self, run: Run, settings: ModelSettings, reason: str) -> bool:
         """Compact the running turn's session; tell a chat user it happened."""
+        summarizer = self.summarizer(self.session_model(run.session))
         try:
-            await compact(run.session, client, model, settings, reason=reason, run=run)
+            await compact(run.session, summarizer, settings, reason=reason, run=run)
         except (CompactionError, ModelError) as exc:
             # The turn goes on uncompacted; an overflow then fails it with its own error.
             log.warning("session %s: %s compaction failed: %s", run.session.id, reason, exc)
@@ -449,6 +482,25 @@ def _user_wake(run: Run) -> Wake | None:
     if wake is None or not isinstance(wake.caller, UserCaller) or wake.sink.drops:
         return None
     return wake
+
+
+def session_model(config: GatewayConfig, session: Session) -> str:
+    """The ``provider/model`` a session's turns call (its own, its agent's, the default)."""
+    agent = config.agents.get(session.header.meta.get("agent", "")) or config.agent(None)
+    return session.header.meta.get("model") or agent.model or config.models.default
+
+
+def summarizer_for(config: GatewayConfig, models: Models, ref: str) -> Summarizer:
+    """The summary chain: ``compaction.summary_models`` in order, then model ``ref``."""
+    writers: list[Writer] = []
+    for each in [*config.compaction.summary_models, ref]:
+        if any(w.model == each for w in writers):
+            continue
+        client, model, settings = models.resolve(each)
+        writers.append(Writer(client=client, model=model, settings=settings))
+    return Summarizer(
+        writers, check=SummaryCheck.of(config.compaction), focus=config.compaction.focus
+    )
 
 
 def unavailable(exc: ModelError, provider: str) -> str:

@@ -59,12 +59,16 @@ class ToolOutput:
 
 @dataclass(slots=True, kw_only=True)
 class ToolContext:
-    """What a tool may reach: the run it serves and the services the gateway provides."""
+    """What a tool may reach: the run it serves and the services the gateway provides.
+
+    ``call_id`` is the id of the call being run (set per call by the registry).
+    """
 
     run: Run
     key: str
     agent: str
     services: Any = None
+    call_id: str = ""
 
 
 Handler = Callable[[A, ToolContext], Awaitable[ToolOutput | str]]
@@ -282,6 +286,8 @@ class ToolRegistry:
                 is_error=True,
             )
         else:
+            if isinstance(ctx, ToolContext):
+                ctx = dataclasses.replace(ctx, call_id=call.id)
             output = await self._run(t, call, ctx, approved=approved)
         result = ToolResultPart(
             call_id=call.id, name=call.name, content=output.content, is_error=output.is_error

@@ -128,6 +128,7 @@ def make_client(
             retry=retry,
             sleep=sleep,
             clock=clock,
+            run_metadata=config.run_metadata,
         )
     return OpenAIClient(
         base_url=base_url,
@@ -141,4 +142,5 @@ def make_client(
         max_tokens_field=(
             "max_completion_tokens" if _host(base_url) == "api.openai.com" else "max_tokens"
         ),
+        run_metadata=config.run_metadata,
     )

@@ -25,7 +25,14 @@ from typing import Any
 
 import orjson
 
-from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse, StopReason, ToolSpec
+from threads.llm.base import (
+    DeltaCallback,
+    ModelRequest,
+    ModelResponse,
+    RunMetadata,
+    StopReason,
+    ToolSpec,
+)
 from threads.llm.errors import ModelConnectionError, ModelResponseError
 from threads.llm.http import HTTPModelClient
 from threads.llm.openai import file_line, parse_arguments
@@ -371,6 +378,7 @@ class AnthropicClient(HTTPModelClient):
         clock: Clock | None = None,
         prompt_caching: bool = True,
         max_connections: int = 100,
+        run_metadata: RunMetadata = "headers",
     ) -> None:
         fixed = {
             "Content-Type": "application/json",
@@ -390,6 +398,7 @@ class AnthropicClient(HTTPModelClient):
             sleep=sleep,
             clock=clock,
             max_connections=max_connections,
+            run_metadata=run_metadata,
         )
         self.base_url = base_url.rstrip("/")
         self.prompt_caching = prompt_caching
@@ -412,6 +421,11 @@ class AnthropicClient(HTTPModelClient):
         if request.stream:
             body["stream"] = True
         return body
+
+    def _metadata_body(self, metadata: Mapping[str, str]) -> dict[str, Any]:
+        """Anthropic's metadata takes one field, ``user_id``: the session's public id."""
+        user = metadata.get("weft.public_id") or metadata.get("weft.session.id", "")
+        return {"metadata": {"user_id": user}} if user else {}
 
     def _parse(self, data: Any, request: ModelRequest) -> ModelResponse:
         try:

@@ -13,6 +13,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from threads.messages import Message, Usage
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "error"]
+RunMetadata = Literal["headers", "body", "off"]
+"""How a client sends the run metadata: ``X-Weft-*`` headers, body fields, or not at all."""
 DeltaCallback = Callable[[str], None]
 
 UNPARSED_ARGS_KEY = "_unparsed_arguments"
@@ -49,6 +51,10 @@ class ModelRequest:
     """Provider-specific body fields merged last into the request body, e.g.
     ``{"thinking": {"type": "enabled", "budget_tokens": 2048}}`` for Anthropic or
     ``{"reasoning_effort": "low"}`` for OpenAI."""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    """The run metadata (``weft.session.id``, ``weft.turn``, ``weft.public_id``, …):
+    sent as ``X-Weft-*`` headers, or in the body where the provider takes
+    metadata (the provider's ``run_metadata`` setting)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 
 from config.redaction import redact_text, redact_url
-from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
+from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse, RunMetadata
 from threads.llm.errors import (
     ModelConnectionError,
     ModelError,
@@ -31,6 +31,12 @@ from threads.llm.errors import (
 )
 from threads.llm.retry import Clock, Retrier, RetryPolicy, Sleep, error_for_status, is_retryable
 from threads.llm.sse import SSEDecoder, SSEEvent
+
+
+def metadata_header(key: str) -> str:
+    """The HTTP header a run metadata key travels in: ``weft.session.id`` → ``X-Weft-Session-Id``."""
+    words = key.removeprefix("weft.").replace("_", ".").split(".")
+    return "X-Weft-" + "-".join(w.capitalize() for w in words if w)
 
 
 class StreamState(Protocol):
@@ -71,8 +77,10 @@ class HTTPModelClient(ABC):
         sleep: Sleep | None = None,
         clock: Clock | None = None,
         max_connections: int = 100,
+        run_metadata: RunMetadata = "headers",
     ) -> None:
         self.name = name
+        self.run_metadata = run_metadata
         self.url = url
         self._shown_url = redact_url(url)
         self.timeout_seconds = timeout_seconds
@@ -117,15 +125,21 @@ class HTTPModelClient(ABC):
         gets the whole text once.
         """
         body = self._body(request)
+        headers: dict[str, str] | None = None
+        if request.metadata and self.run_metadata == "body":
+            body.update(self._metadata_body(request.metadata))
+        elif request.metadata and self.run_metadata == "headers":
+            headers = {metadata_header(k): v for k, v in request.metadata.items()}
         if request.extra:
             body.update(request.extra)
         payload = orjson.dumps(body)
         if request.stream:
             return await self._retrier.call(
-                lambda: self._stream_once(payload, request, on_delta), model=request.model
+                lambda: self._stream_once(payload, request, on_delta, headers),
+                model=request.model,
             )
         response = await self._retrier.call(
-            lambda: self._post_once(payload, request), model=request.model
+            lambda: self._post_once(payload, request, headers), model=request.model
         )
         if on_delta is not None:
             text = response.message.text()
@@ -165,10 +179,16 @@ class HTTPModelClient(ABC):
         )
         return self._session
 
-    async def _post_once(self, payload: bytes, request: ModelRequest) -> ModelResponse:
+    def _metadata_body(self, metadata: Mapping[str, str]) -> dict[str, Any]:
+        """The body fields carrying the run metadata (the OpenAI shape: ``metadata``)."""
+        return {"metadata": dict(metadata)}
+
+    async def _post_once(
+        self, payload: bytes, request: ModelRequest, headers: Mapping[str, str] | None = None
+    ) -> ModelResponse:
         session = self._session or self._open()
         try:
-            async with session.post(self.url, data=payload) as resp:
+            async with session.post(self.url, data=payload, headers=headers) as resp:
                 raw = await resp.read()
                 if resp.status >= 300:
                     raise self._status_error(resp, raw, request.model)
@@ -179,12 +199,16 @@ class HTTPModelClient(ABC):
         return self._parse_body(raw, request)
 
     async def _stream_once(
-        self, payload: bytes, request: ModelRequest, on_delta: DeltaCallback | None
+        self,
+        payload: bytes,
+        request: ModelRequest,
+        on_delta: DeltaCallback | None,
+        headers: Mapping[str, str] | None = None,
     ) -> ModelResponse:
         session = self._session or self._open()
         state = self._stream_state(request, on_delta)
         try:
-            async with session.post(self.url, data=payload) as resp:
+            async with session.post(self.url, data=payload, headers=headers) as resp:
                 if resp.status >= 300:
                     raise self._status_error(resp, await resp.read(), request.model)
                 if resp.content_type != "text/event-stream":

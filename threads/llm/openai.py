@@ -24,6 +24,7 @@ from threads.llm.base import (
     DeltaCallback,
     ModelRequest,
     ModelResponse,
+    RunMetadata,
     StopReason,
     ToolSpec,
 )
@@ -431,6 +432,7 @@ class OpenAIClient(HTTPModelClient):
         clock: Clock | None = None,
         max_tokens_field: str = "max_tokens",
         max_connections: int = 100,
+        run_metadata: RunMetadata = "headers",
     ) -> None:
         fixed = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
@@ -446,6 +448,7 @@ class OpenAIClient(HTTPModelClient):
             sleep=sleep,
             clock=clock,
             max_connections=max_connections,
+            run_metadata=run_metadata,
         )
         self.base_url = base_url.rstrip("/")
         self._max_tokens_field = max_tokens_field

@@ -32,6 +32,7 @@ SESSION_TOOL_NAMES = frozenset(
     {"sessions_list", "sessions_history", "sessions_send", "sessions_spawn"}
 )
 SPAWN = "sessions_spawn"
+DELEGATE = "delegate_task"
 
 Tools = dict[str, Tool[Any]]
 Scope = Literal["all", "own", "spawned"]
@@ -124,5 +125,7 @@ class SubagentToolFilter:
                     chosen.update((n, t) for n, t in tools.items() if t.matches(pattern))
             if "dispatch" in tools:
                 chosen.setdefault("dispatch", tools["dispatch"])
-        chosen.pop(SPAWN, None)  # no sub-agent → sub-agent spawning, whatever the config says
+        # No sub-agent → sub-agent delegation, whatever the config says.
+        chosen.pop(SPAWN, None)
+        chosen.pop(DELEGATE, None)
         return chosen

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from config.models import GatewayConfig
 from threads.errors import NotFoundError
+from threads.identity import PUBLIC_ID
 from threads.keys import SessionKey
 from threads.messages import JSON, Message, message_to_wire
 from threads.session import Session
@@ -34,6 +35,7 @@ from threads.store.entries import (
 )
 from threads.store.jsonl import JsonlStore
 from threads.tree import EntryTree
+from threads.wake import WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -63,7 +65,15 @@ class SessionView:
 
     @property
     def updated(self) -> datetime:
-        return self.entries[-1].created if self.entries else self.header.created
+        """When the session last did something: a heartbeat's run and what it wrote do not count."""
+        group: list[Entry] = []
+        for entry in reversed(self.entries):
+            group.append(entry)
+            if isinstance(entry, MessageEntry) and entry.run_id:
+                if entry.wake.get("source") != WakeSource.HEARTBEAT.value:
+                    return group[0].created
+                group = []
+        return group[0].created if group else self.header.created
 
 
 def _no_live(key: str) -> Session | None:
@@ -207,6 +217,7 @@ class Catalog:
             "deliveryContext": {"channel": last_channel, "to": last_to} if last_channel else None,
             "transcriptPath": self.transcript_path(view.id),
             "agent": agent,
+            "publicId": view.meta.get(PUBLIC_ID),
         }
         if m.SPAWNED_BY in view.meta:
             row["spawnedBy"] = view.meta[m.SPAWNED_BY]

@@ -1,15 +1,16 @@
-"""``sessions_spawn``'s bookkeeping: a child run, its pool receipts, its announce, its end.
+"""``sessions_spawn``'s bookkeeping: a child run through the pool, its announce, its end.
 
-Every delegation is recorded on the requester's session as pool receipts:
-``accepted`` (the child key and the task) before anything starts, ``running``
-once the child's wake is durable, then one settlement — ``done``, ``failed``,
-``canceled`` or ``capped`` (the step cap, or ``runTimeoutSeconds``) — written
-after the announce was posted. The child's header names its requester
-(``spawned_by``, ``spawn_session``, ``spawn_receipt``), so at start-up
-:func:`settle_unsettled` finds every child whose delegation never settled,
-settles it from what its transcript recorded, and announces it. The post is
-a send in the requester's outbound ledger whose id is the delegation's, so a
-restart never loses an announce and never posts one twice.
+The pool (:mod:`threads.pool`) records the journey on the requester's session
+— ``accepted`` (the child key and the task) before anything starts,
+``running`` once a delegation slot is held and the child's wake is durable —
+and this module writes the settlement after the announce was posted. The
+child's header names its requester twice: ``lineage`` (the requester's
+session, receipt and run) and the meta the session tools read
+(``spawned_by``, ``spawn_session``, ``spawn_receipt``). At start-up
+:mod:`threads.pool.recovery` finds every delegation that never settled and
+settles or resumes it. The post is a send in the requester's outbound
+ledger whose id is the delegation's, so a restart never loses an announce
+and never posts one twice.
 
 The announce posts Status (from the runtime outcome, never the model's text),
 Result and Notes, and a stats line, to the requester's chat; the child's
@@ -23,39 +24,26 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from threads.errors import NotFoundError, ThreadsError, TurnError
+from threads.errors import NotFoundError, ThreadsError
 from threads.handoffs import hand_off
 from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.outbound import outgoing
+from threads.pool.outcomes import Outcome
+from threads.pool.pool import Delegation
 from threads.session import Session
 from threads.session_sink import CaptureSink
 from threads.sessions import meta as m
 from threads.sessions.agent_to_agent import ANNOUNCE_SKIP, STEP_TIMEOUT, is_skip, settle
 from threads.sessions.catalog import Catalog
-from threads.sessions.keys import is_subagent
 from threads.sinks import DropSink, OutboundMessage
-from threads.store.entries import (
-    POOL_ACCEPTED,
-    POOL_CANCELED,
-    POOL_CAPPED,
-    POOL_DONE,
-    POOL_FAILED,
-    POOL_RUNNING,
-    POOL_SETTLED,
-    Entry,
-    InfoEntry,
-    MessageEntry,
-    PoolReceiptEntry,
-    TurnEntry,
-)
-from threads.turns import RunResult, Turn
-from threads.wake import Accepted, Cause, SessionCaller, SystemCaller, Wake, WakeSource
+from threads.tree import usage_of
+from threads.turns import Turn
+from threads.wake import Cause, SessionCaller, SystemCaller, Wake, WakeSource
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -69,13 +57,10 @@ _SECTION = re.compile(r"^\s*(status|result|notes)\s*:\s*", re.IGNORECASE | re.MU
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Delegation:
-    """One spawned child, as recorded on both sides."""
+class Spawn:
+    """One spawned child: its pool delegation and what its announce needs."""
 
-    receipt: str
-    requester: SessionKey
-    requester_session: str
-    child: SessionKey
+    delegation: Delegation
     agent: str
     label: str = ""
     cleanup: str = "keep"
@@ -84,51 +69,25 @@ class Delegation:
     depth: int = 1  # the child's run; its announce step and its report go one deeper
 
     @property
+    def child(self) -> SessionKey:
+        return self.delegation.child
+
+    @property
+    def requester(self) -> SessionKey:
+        return self.delegation.parent_key
+
+    @property
     def name(self) -> str:
         return self.label or str(self.child)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    """How a child's run ended, in pool-receipt terms."""
+class Spawned:
+    """What ``sessions_spawn`` answers: the child's first run id, and whether it waits."""
 
-    status: str
-    words: str
-    answer: str
-    stop: str = ""
-    usage: Usage = field(default_factory=Usage)
-    runtime: float = 0.0
-
-
-def outcome_of(
-    result: RunResult | None, *, answer: str, runtime: float, capped: str = ""
-) -> Outcome:
-    """The runtime outcome of a child's run (``capped`` names a cap the gateway enforced)."""
-    if result is None:
-        return Outcome(
-            status=POOL_CANCELED,
-            words="canceled before it answered",
-            answer=answer,
-            runtime=runtime,
-        )
-    if capped:
-        status, words = POOL_CAPPED, capped
-    elif result.stop_reason == "max_steps":
-        status, words = POOL_CAPPED, f"stopped at its step cap after {result.steps} steps"
-    elif result.stop_reason in ("canceled", "stopped"):
-        status, words = POOL_CANCELED, f"canceled ({result.error or 'stopped'})"
-    elif result.error or result.stop_reason == "error":
-        status, words = POOL_FAILED, f"failed: {result.error or 'the run ended with an error'}"
-    else:
-        status, words = POOL_DONE, "completed successfully"
-    return Outcome(
-        status=status,
-        words=words,
-        answer=answer or result.text,
-        stop=result.stop_reason,
-        usage=result.usage,
-        runtime=runtime,
-    )
+    run_id: str
+    session_id: str
+    queued: int  # how many delegations of the requester wait for a slot, this one included
 
 
 def normalize(reply: str, outcome: Outcome) -> tuple[str, str]:
@@ -146,10 +105,11 @@ def normalize(reply: str, outcome: Outcome) -> tuple[str, str]:
 
 
 class Delegations:
-    """Starts children and sees each delegation through to its settlement."""
+    """Starts ``sessions_spawn`` children and sees each through to its settlement."""
 
     def __init__(self, manager: ThreadManager) -> None:
         self.manager = manager
+        self.pool = manager.pool
         self.catalog = Catalog.of(manager)
 
     # -- start
@@ -167,8 +127,9 @@ class Delegations:
         run_timeout: float = 0.0,
         cleanup: str = "keep",
         cause: Cause | None = None,
-    ) -> Accepted:
-        """Record, create and wake the child; its watcher runs in the background.
+        run_id: str = "",
+    ) -> Spawned:
+        """Record and create the child; it runs now, or once its requester has a slot free.
 
         ``cause`` is the spawning turn's place in its exchange chain; raises
         :class:`ExchangeRefusedError` (nothing recorded) when the chain may not
@@ -179,34 +140,14 @@ class Delegations:
         refusal = manager.chains.refusal(child, cause)
         if refusal is not None:
             raise refusal
-        accepted_receipt = await requester.pool_receipt(
-            POOL_ACCEPTED, child=str(child), prompt=task
+        delegation = await self.pool.accept(
+            requester, requester_key, child, prompt=task, run=run_id
         )
-        meta = {
-            "key": str(child),
-            "agent": agent,
-            m.SPAWNED_BY: str(requester_key),
-            SPAWN_SESSION: requester.id,
-            m.SPAWN_RECEIPT: accepted_receipt.id,
-            m.CLEANUP: cleanup,
-            m.SPAWN_DEPTH: str(cause.depth),
-        }
-        if cause.chain:
-            meta[m.SPAWN_CHAIN] = cause.chain
-        if label:
-            meta[m.LABEL] = label
-        if model:
-            meta[m.MODEL] = model
-        session = await Session.create(
-            manager.store, manager.agent, meta=meta, options=manager.session_options()
+        session_id = await create_child(
+            manager, delegation, agent=agent, label=label, model=model, cleanup=cleanup, cause=cause
         )
-        await manager.store.point(child, session.id)
-        await session.close()
-        delegation = Delegation(
-            receipt=accepted_receipt.id,
-            requester=requester_key,
-            requester_session=requester.id,
-            child=child,
+        spawn = Spawn(
+            delegation=delegation,
             agent=agent,
             label=label,
             cleanup=cleanup,
@@ -214,144 +155,161 @@ class Delegations:
             chain=cause.chain,
             depth=cause.depth,
         )
-        capture = CaptureSink(caller=requester_key)
-        wake = Wake(
+        waiting = await self.run(spawn)
+        return Spawned(run_id=f"{session_id}-t1", session_id=session_id, queued=waiting)
+
+    async def run(self, spawn: Spawn) -> int:
+        """Start the child now if a slot is free, else queue it; how many of its requester wait."""
+        capture = CaptureSink(caller=spawn.requester)
+
+        async def start() -> Turn:
+            _accepted, turn = await self.manager.wake_turn(
+                spawn.child, self._task_wake(spawn, capture)
+            )
+            return turn
+
+        async def then(turn: Turn) -> None:
+            await self._watch(spawn, turn, capture)
+
+        if await self.pool.begin(spawn.delegation, start, then) is not None:
+            return 0
+        return self.pool.waiting(spawn.delegation)
+
+    def _task_wake(self, spawn: Spawn, capture: CaptureSink) -> Wake:
+        label = spawn.label
+        return Wake(
             source=WakeSource.SESSION,
             body=(
                 "[sub-agent task]\n"
-                f"Session {requester_key} spawned you with sessions_spawn"
+                f"Session {spawn.requester} spawned you with sessions_spawn"
                 + (f" ({label})" if label else "")
                 + ". Do the task below, then finish with your answer as a final text reply or "
                 "dispatch(to=caller:session); the gateway reports it to the requester. "
                 "You cannot spawn sub-agents.\n\n"
-                f"{task}"
+                f"{spawn.delegation.prompt}"
             ),
-            caller=SessionCaller(session_key=requester_key),
+            caller=SessionCaller(session_key=spawn.requester),
             sink=capture,
-            agent=agent,
-            meta={"delegation": accepted_receipt.id},
-            chain=cause.chain,
-            depth=cause.depth,
+            agent=spawn.agent,
+            meta={"delegation": spawn.delegation.receipt},
+            chain=spawn.chain,
+            depth=spawn.depth,
         )
-        accepted, turn = await manager.wake_turn(child, wake)
-        await requester.pool_receipt(POOL_RUNNING, receipt=accepted_receipt.id, child=str(child))
-        manager.spawn(self._watch(delegation, turn, capture), name=f"delegation {child}")
-        return accepted
 
-    async def _watch(self, delegation: Delegation, turn: Turn, capture: CaptureSink) -> None:
+    async def _watch(self, spawn: Spawn, turn: Turn, capture: CaptureSink) -> None:
         started = time.monotonic()
-        capped = ""
-        result: RunResult | None = None
-        try:
-            try:
-                result = await settle(turn, delegation.run_timeout or None)
-            except TimeoutError:
-                capped = f"timed out: aborted after runTimeoutSeconds={delegation.run_timeout:g}"
-                thread = self.manager.thread(delegation.child)
-                if thread is not None:
-                    thread.session.interrupt(capped)
-                result = await settle(turn, None)
-        except TurnError as exc:
-            log.info("delegation %s: the child's run did not run: %s", delegation.child, exc)
-        outcome = outcome_of(
-            result, answer=capture.reply, runtime=time.monotonic() - started, capped=capped
+        result, capped = await self.pool.follow(
+            spawn.delegation,
+            turn,
+            spawn.run_timeout or None,
+            cap=f"timed out: aborted after runTimeoutSeconds={spawn.run_timeout:g}",
         )
-        await self.finish(delegation, outcome, announce_step=True)
+        outcome = self.pool.outcome(
+            spawn.delegation,
+            result,
+            answer=capture.reply,
+            runtime=time.monotonic() - started,
+            capped=capped,
+        )
+        await self.finish(spawn, outcome, announce_step=True)
+
+    async def resume(self, spawn: Spawn, turn: Turn) -> None:
+        """Follow a child's resumed run (after a restart) to the announce and the settlement."""
+        started = time.monotonic()
+        result, _ = await self.pool.follow(spawn.delegation, turn)
+        outcome = self.pool.outcome(
+            spawn.delegation,
+            result,
+            answer=result.text if result is not None else "",
+            runtime=time.monotonic() - started,
+        )
+        await self.finish(spawn, outcome, announce_step=True)
 
     # -- settle
 
-    async def finish(
-        self, delegation: Delegation, outcome: Outcome, *, announce_step: bool
-    ) -> None:
+    async def finish(self, spawn: Spawn, outcome: Outcome, *, announce_step: bool) -> None:
         """Announce, then write the settlement, then clean up (in that order: see the module)."""
         result, notes = outcome.answer.strip(), ""
         skipped = False
         if announce_step:
-            reply = await self._announce_step(delegation, outcome)
+            reply = await self._announce_step(spawn, outcome)
             if reply is not None and is_skip(reply, ANNOUNCE_SKIP):
                 skipped = True
             elif reply:
                 result, notes = normalize(reply, outcome)
-        session_id = await self.manager.store.resolve(delegation.child) or ""
-        text = self.announcement(delegation, outcome, result, notes, session_id)
-        await self._post(delegation, text, skipped)
-        await self._on_requester(
-            delegation,
-            lambda s: s.pool_receipt(
-                outcome.status,
-                receipt=delegation.receipt,
-                child=str(delegation.child),
-                stop=outcome.stop,
-                usage=outcome.usage,
-            ),
-        )
-        await self.clean_up(delegation, outcome, session_id)
+        session_id = await self.manager.store.resolve(spawn.child) or ""
+        text = self.announcement(spawn, outcome, result, notes, session_id)
+        await self._post(spawn, text, skipped)
+        usage = await child_usage(self.manager, spawn.child, session_id)
+        await self.pool.settle(spawn.delegation, outcome, usage)
+        await self.clean_up(spawn, outcome.status)
 
     def announcement(
-        self, delegation: Delegation, outcome: Outcome, result: str, notes: str, session_id: str
+        self, spawn: Spawn, outcome: Outcome, result: str, notes: str, session_id: str
     ) -> str:
         usage = outcome.usage
         transcript = (
             "deleted (cleanup=delete)"
-            if delegation.cleanup == "delete"
+            if spawn.cleanup == "delete"
             else self.catalog.transcript_path(session_id) or "not a file (the store is not jsonl)"
         )
         stats = (
             f"Stats: runtime {outcome.runtime:.1f} s · tokens {usage.total_tokens} "
             f"(in {usage.input_tokens} / out {usage.output_tokens}) · "
-            f"session {delegation.child} ({session_id or 'deleted'}) · transcript {transcript}"
+            f"session {spawn.child} ({session_id or 'deleted'}) · transcript {transcript}"
         )
         return (
-            f"Sub-agent {delegation.name} finished.\n"
+            f"Sub-agent {spawn.name} finished.\n"
             f"Status: {outcome.words}\n"
             f"Result: {result or '(no answer)'}\n"
             f"Notes: {notes or 'none'}\n\n"
             f"{stats}"
         )
 
-    async def _announce_step(self, delegation: Delegation, outcome: Outcome) -> str | None:
-        capture = CaptureSink(caller=delegation.requester)
+    async def _announce_step(self, spawn: Spawn, outcome: Outcome) -> str | None:
+        capture = CaptureSink(caller=spawn.requester)
         wake = Wake(
             source=WakeSource.SESSION,
             body=(
                 "[sub-agent announce step]\n"
                 f"Your run is over; the gateway recorded its status as: {outcome.words}.\n"
-                f"Write the announcement for {delegation.requester}'s chat as\n"
+                f"Write the announcement for {spawn.requester}'s chat as\n"
                 "Result: <what you found or did>\nNotes: <caveats, or none>\n"
                 f"Reply exactly {ANNOUNCE_SKIP} to post nothing."
             ),
-            caller=SessionCaller(session_key=delegation.requester),
+            caller=SessionCaller(session_key=spawn.requester),
             sink=capture,
-            meta={"delegation": delegation.receipt, "a2a": "announce"},
-            chain=delegation.chain,
-            depth=delegation.depth + 1,
+            meta={"delegation": spawn.delegation.receipt, "a2a": "announce"},
+            chain=spawn.chain,
+            depth=spawn.depth + 1,
         )
         try:
-            _accepted, turn = await self.manager.wake_turn(delegation.child, wake)
+            _accepted, turn = await self.manager.wake_turn(spawn.child, wake)
             result = await settle(turn, STEP_TIMEOUT)
         except (TimeoutError, ThreadsError) as exc:
-            log.info("delegation %s: the announce step gave no reply: %s", delegation.child, exc)
+            log.info("delegation %s: the announce step gave no reply: %s", spawn.child, exc)
             return None
         if result is not None and not result.ok:
             return None
         return capture.reply
 
-    async def _post(self, delegation: Delegation, text: str, skipped: bool) -> None:
+    async def _post(self, spawn: Spawn, text: str, skipped: bool) -> None:
         """To the requester's chat user; a requester with none is woken with it instead."""
-        await self._on_requester(
-            delegation,
+        await self.pool.on_parent(
+            spawn.delegation,
             lambda s: s.custom(
                 ANNOUNCE_KIND,
-                {"receipt": delegation.receipt, "skipped": skipped, "text": text},
+                {"receipt": spawn.delegation.receipt, "skipped": skipped, "text": text},
             ),
         )
         if skipped:
             return
         # One id per delegation: a post settled again after a restart is not sent twice.
-        ident = f"{delegation.requester_session}-{delegation.receipt}"
-        sink = self.manager.user_sink(delegation.requester)
+        delegation = spawn.delegation
+        ident = f"{delegation.parent_session}-{delegation.receipt}"
+        sink = self.manager.user_sink(spawn.requester)
         if sink is not None:
-            message = OutboundMessage(text=text, meta={"child": str(delegation.child)})
+            message = OutboundMessage(text=text, meta={"child": str(spawn.child)})
             post = outgoing(f"{ident}-announce", sink, message, kind="announce")
         else:
             wake = Wake(
@@ -359,133 +317,77 @@ class Delegations:
                 body=text,
                 caller=SystemCaller(name="sessions_spawn"),
                 sink=DropSink(reason="sessions_spawn announce"),
-                meta={"child": str(delegation.child)},
-                chain=delegation.chain,
-                depth=delegation.depth + 1,
+                meta={"child": str(spawn.child)},
+                chain=spawn.chain,
+                depth=spawn.depth + 1,
             )
-            post = hand_off(self.manager, ident, delegation.requester, wake, kind="announce")
-        await self._on_requester(delegation, lambda s: s.send_out(post))
+            post = hand_off(self.manager, ident, spawn.requester, wake, kind="announce")
+        await self.pool.on_parent(delegation, lambda s: s.send_out(post))
 
-    async def clean_up(self, delegation: Delegation, outcome: Outcome, session_id: str) -> None:
+    async def clean_up(self, spawn: Spawn, status: str) -> None:
         """Delete the child (cleanup=delete) or mark it settled, which starts its archive clock."""
-        if delegation.cleanup == "delete":
-            await self.manager.forget(delegation.child)
+        if spawn.cleanup == "delete":
+            await self.manager.forget(spawn.child)
             return
-        thread = await self.manager.open_thread(delegation.child)
-        if thread is not None:
-            await thread.session.set_info(
-                meta={m.DELEGATION: outcome.status, m.SETTLED_AT: datetime.now(UTC).isoformat()}
-            )
+        await mark_settled(self.manager, spawn.child, status)
 
-    async def _on_requester(
-        self, delegation: Delegation, write: Callable[[Session], Awaitable[object]]
-    ) -> None:
-        """Write on the requester's session: its live thread's, or the session reopened."""
-        thread = await self.manager.open_thread(delegation.requester)
-        if thread is not None and thread.session.id == delegation.requester_session:
-            await write(thread.session)
-            return
-        session = await Session.open(
-            self.manager.store,
-            delegation.requester_session,
-            self.manager.agent,
-            options=self.manager.session_options(),
+
+async def create_child(
+    manager: ThreadManager,
+    delegation: Delegation,
+    *,
+    agent: str,
+    label: str,
+    model: str | None,
+    cleanup: str,
+    cause: Cause,
+) -> str:
+    """Create the child's session (its header names its requester) and point its key at it."""
+    meta = {
+        "key": str(delegation.child),
+        "agent": agent,
+        m.SPAWNED_BY: str(delegation.parent_key),
+        SPAWN_SESSION: delegation.parent_session,
+        m.SPAWN_RECEIPT: delegation.receipt,
+        m.CLEANUP: cleanup,
+        m.SPAWN_DEPTH: str(cause.depth),
+    }
+    if cause.chain:
+        meta[m.SPAWN_CHAIN] = cause.chain
+    if label:
+        meta[m.LABEL] = label
+    if model:
+        meta[m.MODEL] = model
+    session = await Session.create(
+        manager.store,
+        manager.agent,
+        meta=meta,
+        lineage=delegation.lineage,
+        options=manager.session_options(),
+    )
+    await manager.store.point(delegation.child, session.id)
+    await session.close()
+    return session.id
+
+
+async def mark_settled(manager: ThreadManager, child: SessionKey, status: str) -> None:
+    """Record on the child that its delegation settled (``delegation``, ``settled_at``)."""
+    thread = await manager.open_thread(child)
+    if thread is not None:
+        await thread.session.set_info(
+            meta={m.DELEGATION: status, m.SETTLED_AT: datetime.now(UTC).isoformat()}
         )
-        try:
-            await write(session)
-        finally:
-            await session.close()
 
 
-# -- start-up
-
-
-async def settle_unsettled(manager: ThreadManager) -> int:
-    """Settle and announce every delegation a stopped gateway left open; how many."""
-    delegations = Delegations(manager)
-    settled = 0
-    for key, session_id in (await manager.store.keys()).items():
-        if not is_subagent(key):
-            continue
-        try:
-            loaded = await manager.store.load(session_id)
-        except NotFoundError:
-            continue  # deleted after its delegation (cleanup=delete)
-        meta = dict(loaded.header.meta)
-        for entry in loaded.entries:
-            if isinstance(entry, InfoEntry):
-                meta.update(entry.meta)
-        if m.DELEGATION in meta or m.SPAWNED_BY not in meta:
-            continue
-        delegation = Delegation(
-            receipt=meta.get(m.SPAWN_RECEIPT, ""),
-            requester=SessionKey(meta[m.SPAWNED_BY]),
-            requester_session=meta.get(SPAWN_SESSION, ""),
-            child=SessionKey(key),
-            agent=meta.get("agent", manager.config.default_agent),
-            label=meta.get(m.LABEL, ""),
-            cleanup=meta.get(m.CLEANUP, "keep"),
-            chain=meta.get(m.SPAWN_CHAIN, ""),
-            depth=int(meta.get(m.SPAWN_DEPTH, "1")),
-        )
-        if await _already_settled(manager, delegation):
-            await delegations.clean_up(delegation, _recorded(loaded.entries), session_id)
-            continue
-        thread = manager.thread(key)
-        if thread is not None:
-            # The manager resumed the interrupted run at start-up; the delegation is over.
-            thread.session.interrupt(RESTARTED)
-            await thread.session.clear_queue()
-        outcome = _recorded(loaded.entries)
-        await delegations.finish(delegation, outcome, announce_step=False)
-        settled += 1
-    return settled
-
-
-async def _already_settled(manager: ThreadManager, delegation: Delegation) -> bool:
+async def child_usage(manager: ThreadManager, child: SessionKey, session_id: str) -> Usage:
+    """The child session's whole cost: every run it made, summaries included."""
+    thread = manager.thread(child)
+    if thread is not None and thread.session.id == session_id:
+        return thread.session.usage().total
+    if not session_id:
+        return Usage()
     try:
-        loaded = await manager.store.load(delegation.requester_session)
+        loaded = await manager.store.load(session_id)
     except NotFoundError:
-        return False
-    return any(
-        isinstance(e, PoolReceiptEntry)
-        and e.receipt == delegation.receipt
-        and e.status in POOL_SETTLED
-        for e in loaded.entries
-    )
-
-
-def _recorded(entries: list[Entry]) -> Outcome:
-    """The outcome of a child's first run as its transcript recorded it."""
-    prompt = next((e for e in entries if isinstance(e, MessageEntry) and e.run_id), None)
-    if prompt is None:
-        return Outcome(status=POOL_FAILED, words="failed: the sub-agent never started", answer="")
-    turn = next(
-        (e for e in entries if isinstance(e, TurnEntry) and e.run_id == prompt.run_id), None
-    )
-    if turn is None:
-        return Outcome(status=POOL_CANCELED, words=f"canceled ({RESTARTED})", answer="")
-    result = RunResult(
-        stop_reason=turn.stop_reason, usage=turn.usage, steps=turn.steps, error=turn.err
-    )
-    runtime = (turn.created - prompt.created).total_seconds()
-    return outcome_of(result, answer=_last_answer(entries, turn), runtime=runtime)
-
-
-def _last_answer(entries: list[Entry], turn: TurnEntry) -> str:
-    """The child's answer before ``turn``: its last text, or its last dispatch body."""
-    for entry in reversed(entries[: entries.index(turn)]):
-        if not isinstance(entry, MessageEntry) or entry.message.role != "assistant":
-            continue
-        for call in entry.message.tool_calls():
-            if call.name == "dispatch":
-                bodies = [
-                    str(s.get("body", ""))
-                    for s in call.args.get("sends", [])
-                    if isinstance(s, dict)
-                ]
-                if any(bodies):
-                    return "\n\n".join(b for b in bodies if b)
-        if entry.message.text().strip():
-            return entry.message.text()
-    return ""
+        return Usage()
+    return usage_of(loaded.entries).total

@@ -18,9 +18,10 @@ from typing import Literal
 
 from config.models import GatewayConfig
 from threads.errors import InvalidKeyError, NotFoundError
+from threads.identity import PUBLIC_ID
 from threads.keys import SessionKey, endpoint_key
 from threads.sessions.errors import ReservedSessionKeyError, UnknownSessionError
-from threads.store.base import SessionStore
+from threads.store.base import Query, SessionStore
 
 Kind = Literal["main", "group", "cron", "hook", "node", "other"]
 KINDS: tuple[Kind, ...] = ("main", "group", "cron", "hook", "node", "other")
@@ -100,13 +101,18 @@ def _translate_agent_key(text: str, parts: list[str], config: GatewayConfig) -> 
 
 
 async def resolve(text: str, store: SessionStore, config: GatewayConfig) -> Resolved:
-    """The session ``text`` names: a key in any accepted shape, or a session id.
+    """The session ``text`` names: a key in any accepted shape, a session id, or a public id.
 
     Raises :class:`UnknownSessionError` when no session answers to it.
     """
     text = text.strip()
     if text.startswith("s_"):
         return await _by_session_id(text, store)
+    if text.startswith("p_"):
+        page = await store.list(Query(meta={PUBLIC_ID: text}, limit=1))
+        if not page.sessions:
+            raise UnknownSessionError(text)
+        return await _by_session_id(page.sessions[0].id, store)
     key = translate(text, config)
     session_id = await store.resolve(key)
     if session_id is None:

@@ -16,13 +16,14 @@ custom entry) and reported in ``Delivery.blocked``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from config.models import GatewayConfig, SendPolicyConfig, SendPolicyMatch
-from threads.errors import NotFoundError
+from threads.errors import NotFoundError, OwnedElsewhereError
 from threads.keys import SessionKey, base_channel
 from threads.session import Session
 from threads.sessions import meta as m
@@ -31,6 +32,7 @@ from threads.sessions.keys import chat_type_of, seed_channel
 from threads.sinks import Delivery, OutboundMessage, Sink, dedups
 from threads.store.base import SessionStore
 from threads.store.entries import InfoEntry
+from threads.turns import NoRuns
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
@@ -168,12 +170,29 @@ class SendPolicy:
         """Record ``key``'s override (``inherit`` clears it); the policy now in force."""
         if setting not in SETTINGS:
             raise ValueError(f"send policy {setting!r} is not one of allow, deny, inherit")
-        thread = await self.manager.open_thread(key, create=create)
+        try:
+            thread = await self.manager.open_thread(key, create=create)
+        except OwnedElsewhereError:
+            # Scaled out: the node that runs the session records it (and caches it).
+            answer = await self.manager.ownership.ask_owner(
+                SessionKey(key), "send_policy", {"setting": setting, "create": create}
+            )
+            if answer is None:  # the owner let go meanwhile: it is free to take now
+                return await self.set(key, setting, create=create)
+            found = answer["decision"]
+            return Decision(
+                allowed=found["allowed"], reason=found["reason"], source=found["source"]
+            )
         if thread is None:
             raise UnknownSessionError(key, "a send policy is set on an existing session")
         await thread.session.set_info(meta={m.SEND_POLICY: setting})
         self._overrides[thread.session.id] = setting if setting != "inherit" else None
         return await self.check(key)
+
+    async def set_here(self, key: SessionKey, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Another gateway node's ``set`` for a session this node runs (an owner op)."""
+        decision = await self.set(key, str(args["setting"]), create=bool(args.get("create")))
+        return {"ok": True, "decision": dataclasses.asdict(decision)}
 
     async def record_blocked(self, key: str, message: OutboundMessage, decision: Decision) -> None:
         """Write the refusal onto the session, so a blocked delivery is never silent."""
@@ -197,6 +216,11 @@ class PolicySink:
     @property
     def drops(self) -> bool:
         return self.inner.drops
+
+    @property
+    def attached(self) -> bool:
+        """Whether the inner sink's chat is tied to this process (scale-out relays for it)."""
+        return bool(getattr(self.inner, "attached", False))
 
     @property
     def dedups(self) -> bool:
@@ -290,11 +314,6 @@ def send_command(policy: SendPolicy) -> SendCommand:
 # -- writing an override without a running gateway
 
 
-class _NoRuns:
-    async def run(self, run: Any) -> Any:
-        raise RuntimeError("this session was opened to set its send policy, not to run turns")
-
-
 async def write_override(
     store: SessionStore, config: GatewayConfig, key: str, setting: str
 ) -> Decision:
@@ -304,7 +323,7 @@ async def write_override(
     session_id = await store.resolve(key)
     if session_id is None:
         raise UnknownSessionError(key, "`gateway sessions list` shows the sessions")
-    session = await Session.open(store, session_id, _NoRuns())
+    session = await Session.open(store, session_id, NoRuns())
     try:
         await session.set_info(meta={m.SEND_POLICY: setting})
         override = m.send_override(session.meta())

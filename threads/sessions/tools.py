@@ -227,32 +227,12 @@ class SpawnArgs(BaseModel):
 async def sessions_spawn_tool(args: SpawnArgs, ctx: ToolContext) -> ToolOutput:
     manager: ThreadManager = ctx.services
     try:
-        if is_subagent(ctx.key):
-            raise RefusedError(
-                "a sub-agent cannot spawn sub-agents; do the work yourself, or answer your "
-                "requester and let it spawn"
-            )
-        agent = args.agentId or ctx.agent
-        allowed = allowed_agents(manager, ctx.agent)
-        if agent not in allowed:
-            raise RefusedError(
-                f"agentId {agent!r} is not allowed for agent {ctx.agent!r}; allowed: "
-                f"{sorted(allowed)} (agents.<name>.subagents.allow_agents; ['*'] allows any)"
-            )
-        if args.model is not None:
-            loop = manager.agent
-            models = loop.models if isinstance(loop, AgentLoop) else None
-            if models is None or not models.valid(args.model):
-                known = models.providers() if models is not None else []
-                raise RefusedError(
-                    f"model {args.model!r} is not valid: use provider/model with a configured "
-                    f"provider (configured: {known or ['echo']}) or 'echo', or leave it out"
-                )
+        agent = spawn_agent(manager, ctx, args.agentId, args.model)
     except SessionToolError as exc:
         return _error(exc)
     child = subagent_key(agent)
     try:
-        accepted = await Delegations(manager).spawn(
+        spawned = await Delegations(manager).spawn(
             ctx.run.session,
             SessionKey(ctx.key),
             child=child,
@@ -263,19 +243,54 @@ async def sessions_spawn_tool(args: SpawnArgs, ctx: ToolContext) -> ToolOutput:
             run_timeout=float(args.runTimeoutSeconds),
             cleanup=args.cleanup,
             cause=Cause.after(ctx.run.payload),
+            run_id=ctx.run.run_id,
         )
     except ExchangeRefusedError as exc:
         return _error(exc)
-    return ToolOutput(
-        content=json_text(
-            {
-                "status": "accepted",
-                "runId": accepted.run_id,
-                "childSessionKey": str(child),
-                "sessionId": accepted.session_id,
-            }
+    answer: dict[str, Any] = {
+        "status": "accepted",
+        "runId": spawned.run_id,
+        "childSessionKey": str(child),
+        "sessionId": spawned.session_id,
+    }
+    if spawned.queued:
+        answer["queued"] = (
+            f"{spawned.queued} of your sub-agents wait for a slot (at most "
+            f"{manager.pool.size} run at once); this one starts when one finishes"
         )
-    )
+    return ToolOutput(content=json_text(answer))
+
+
+def spawn_agent(
+    manager: ThreadManager, ctx: ToolContext, agent_id: str | None, model: str | None
+) -> str:
+    """The agent a child of this turn runs under; :class:`RefusedError` says why it may not.
+
+    A sub-agent spawns nothing; ``agent_id`` must be in the requester's
+    allow list; ``model`` must name a configured provider.
+    """
+    if is_subagent(ctx.key):
+        raise RefusedError(
+            "a sub-agent cannot start sub-agents; do the work yourself, or answer your "
+            "requester and let it delegate"
+        )
+    agent = agent_id or ctx.agent
+    allowed = allowed_agents(manager, ctx.agent)
+    if agent not in allowed:
+        raise RefusedError(
+            f"agentId {agent!r} is not allowed for agent {ctx.agent!r}; allowed: "
+            f"{sorted(allowed)} (agents.<name>.subagents.allow_agents; ['*'] allows any)"
+        )
+    if model is not None:
+        loop = manager.agent
+        models = loop.models if isinstance(loop, AgentLoop) else None
+        if models is None or not models.valid(model):
+            known = models.providers() if models is not None else []
+            raise RefusedError(
+                f"model {model!r} is not valid: use provider/model with a configured "
+                f"provider (configured: {known or ['echo']}) or 'echo', or leave it out"
+            )
+    return agent
 
 
 def allowed_agents(manager: ThreadManager, agent: str) -> set[str]:

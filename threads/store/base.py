@@ -3,8 +3,8 @@
 ``Storage`` is create / append / load / list / delete (seed 003 "Storage").
 ``KeyIndex`` maps session keys to the current session id of each key. The
 optional capabilities — ``Watcher``, ``Flusher``, ``Releaser``, ``Leaser``,
-``Pinger``, ``Locator`` — are separate protocols a backend may also satisfy, found with
-``isinstance``.
+``Pinger``, ``Locator``, ``Fencer`` — are separate protocols a backend may
+also satisfy, found with ``isinstance``.
 
 Rules every backend keeps (the conformance suite pins them):
 
@@ -240,6 +240,35 @@ class Leaser(Protocol):
     async def acquire(self, session: str, holder: object) -> tuple[int, datetime]: ...
 
     async def yield_lease(self, session: str, holder: object) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fence:
+    """The lease a session's writes are made under (scale-out, :mod:`threads.cluster`).
+
+    ``lease`` is the store's name of the lease record, ``token`` the fencing
+    token this process was given when it took the lease, and ``clock`` the
+    lease clock (milliseconds; None: the server's).
+    """
+
+    lease: str
+    token: int
+    clock: Callable[[], int | None]
+
+
+@runtime_checkable
+class Fencer(Protocol):
+    """A store whose writes can be fenced: refused once the writer's lease is not current.
+
+    After ``fence(session, f)`` every write to the session checks, in the same
+    atomic step as the write, that ``f.token`` is still the lease's token and
+    the lease has not lapsed; otherwise it writes nothing and raises
+    :class:`FencedError`. The lease then overrides the session's writer lock:
+    the lease holder takes the lock from a writer whose lease is gone.
+    ``fence(session, None)`` ends the check.
+    """
+
+    def fence(self, session: str, fence: Fence | None) -> None: ...
 
 
 @runtime_checkable

@@ -464,8 +464,9 @@ def header_to_wire(header: Header) -> dict[str, JSON]:
         out["parent"] = {"session": header.parent.session, "entry": header.parent.entry}
     if header.lineage is not None:
         lineage = {"parent_session": header.lineage.parent_session}
-        if header.lineage.parent_call_id:
-            lineage["parent_call_id"] = header.lineage.parent_call_id
+        for name in ("parent_call_id", "parent_entry", "parent_run"):
+            if value := getattr(header.lineage, name):
+                lineage[name] = value
         out["lineage"] = lineage
     if header.meta:
         out["meta"] = dict(header.meta)
@@ -503,6 +504,8 @@ def header_from_wire(obj: JSON) -> Header:
         lineage = Lineage(
             parent_session=str(raw_lineage.get("parent_session", "")),
             parent_call_id=str(raw_lineage.get("parent_call_id", "")),
+            parent_entry=str(raw_lineage.get("parent_entry", "")),
+            parent_run=str(raw_lineage.get("parent_run", "")),
         )
     meta = obj.get("meta") or {}
     try:

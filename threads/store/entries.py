@@ -394,10 +394,17 @@ class ParentRef:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lineage:
-    """A delegated child's origin: the parent session and the delegating call."""
+    """A delegated child's origin: the parent session, the delegating call, entry and turn.
+
+    ``parent_call_id`` names the tool call of a synchronous delegation (empty
+    for an asynchronous one); ``parent_entry`` the parent's ``accepted`` pool
+    receipt; ``parent_run`` the run id of the parent's turn that delegated.
+    """
 
     parent_session: str
     parent_call_id: str = ""
+    parent_entry: str = ""
+    parent_run: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,7 +20,14 @@ naming it. A call the server cannot take (down, out of memory) raises
 :class:`UnreachableError` or :class:`UnavailableError`, never a driver error. A store that finds its own lock gone (it lapsed: a stalled process,
 a partition) re-takes it only if the session holds as many lines as this
 store last wrote or saw; otherwise another writer has moved the session on,
-and the append is refused with :class:`StaleError`. Durability is the
+and the append is refused with :class:`StaleError`.
+
+Under scale-out (:mod:`threads.cluster`) a session's writes are also
+*fenced*: the process that owns the session's key registers the key's lease
+and its fencing token (:meth:`RedisStore.fence`), and the append script
+checks, atomically with the write, that the token is still the lease's and
+the lease has not lapsed; a process that lost its lease is refused with
+:class:`FencedError` and never writes again under it. Durability is the
 server's (``appendfsync``); ``flush`` checks the session and has nothing of
 its own to complete.
 
@@ -49,6 +56,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from config.redaction import redact_text, redact_url
 from threads.errors import (
     ExistsError,
+    FencedError,
     LockedError,
     NewerFormatError,
     NotFoundError,
@@ -58,7 +66,7 @@ from threads.errors import (
 )
 from threads.messages import WireError
 from threads.node import parse_owner
-from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
+from threads.store.base import Fence, Loaded, Page, Pause, Query, StoreOptions
 from threads.store.codec import decode_header, encode_header
 from threads.store.entries import Entry, Header, InfoEntry
 from threads.store.inflight import InFlight
@@ -78,7 +86,7 @@ T = TypeVar("T")
 
 DEFAULT_PREFIX = "weft:"
 
-_NOT_FOUND, _LOCKED, _EXISTS, _STALE = -1, -2, -3, -4
+_NOT_FOUND, _LOCKED, _EXISTS, _STALE, _FENCED = -1, -2, -3, -4, -5
 
 # Whether a lock's owner keeps others out: not when it is free or ours, and not when an
 # earlier boot of this node took it (that process is gone). ARGV names token, node, boot.
@@ -102,17 +110,37 @@ if ARGV[1] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2]) end
 return 1
 """
 
-# KEYS: hash, chunks, lock. ARGV: token, ttl_ms, data, newlines, title, expected lines,
-# node, boot. Takes (or confirms) the lock — refusing, when it must take it, a session
-# whose line count is not the expected one (-1: no expectation) — repairs a torn tail
-# ('torn' is how many bytes of the last chunk are whole, -1 when all are), appends;
-# returns {1, lines, header, owner taken over or ''}, {-2, owner} when locked, {-4, lines}
-# when stale.
+# The now of a lease check: the caller's (a test's lease clock) or the server's.
+LUA_NOW = """
+local function now_ms(given)
+  if given ~= '' then return tonumber(given) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+# KEYS: hash, chunks, lock, lease. ARGV: token, ttl_ms, data, newlines, title, expected
+# lines, node, boot, fencing token ('' when unfenced), now. A fenced write first checks
+# the lease (its token still the lease's, not lapsed: else {-5}) and, holding it, takes
+# the session's lock from whoever had it. Then it takes (or confirms) the lock — refusing,
+# when it must take it, a session whose line count is not the expected one (-1: no
+# expectation) — repairs a torn tail ('torn' is how many bytes of the last chunk are
+# whole, -1 when all are), appends; returns {1, lines, header, owner taken over or ''},
+# {-2, owner} when locked, {-4, lines} when stale.
 _APPEND = (
     _OWNERSHIP
+    + LUA_NOW
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local owner = redis.call('GET', KEYS[3])
+if ARGV[9] ~= '' then
+  local lease = redis.call('HMGET', KEYS[4], 'fence', 'expires')
+  if lease[1] ~= ARGV[9] or tonumber(lease[2]) <= now_ms(ARGV[10]) then return {-5} end
+  if owner and owner ~= ARGV[1] then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+    owner = ARGV[1]
+  end
+end
 if held_by_other(owner, ARGV[1], ARGV[7], ARGV[8]) then return {-2, owner} end
 local taken = ''
 if owner and owner ~= ARGV[1] then
@@ -197,14 +225,14 @@ def _translated(
 
 
 class RedisStore:
-    """A Storage, KeyIndex, Watcher, Flusher, Releaser and Leaser over one Redis database."""
+    """A Storage, KeyIndex, Watcher, Flusher, Releaser, Leaser and Fencer over one Redis database."""
 
     def __init__(
         self,
         url: str,
         options: StoreOptions | None = None,
         *,
-        prefix: str = "weft:",
+        prefix: str = DEFAULT_PREFIX,
         lock_ttl: float = 30.0,
         poll_interval: float = 0.05,
         max_connections: int = 32,
@@ -231,6 +259,7 @@ class RedisStore:
         self._token = f"{node.owner}/{secrets.token_hex(6)}" if node else secrets.token_hex(12)
         self._held: set[str] = set()
         self._known: dict[str, int] = {}  # complete lines of each session as this store left it
+        self._fences: dict[str, Fence] = {}
         self._writes = InFlight("redis store", pause)
         self._renewer: asyncio.Task[None] | None = None
         self._leases = Leases()
@@ -356,6 +385,7 @@ class RedisStore:
         finally:
             self._held.clear()
             self._known.clear()
+            self._fences.clear()
             self._leases.clear()
             await self._redis.aclose()
 
@@ -381,6 +411,22 @@ class RedisStore:
         return {_text(k): _text(v) for k, v in found.items()}
 
     # -- capabilities
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The connection pool (scale-out keeps its leases and streams in the same database)."""
+        return self._redis
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def fence(self, session: str, fence: Fence | None) -> None:
+        check_id(session)
+        if fence is None:
+            self._fences.pop(session, None)
+        else:
+            self._fences[session] = fence
 
     @_translated
     async def flush(self, session: str) -> None:
@@ -539,7 +585,9 @@ class RedisStore:
         session holds the lines this store knows of (:class:`StaleError`
         otherwise); ``acquire`` takes it whatever the count, and reports it.
         """
-        keys = [self._hash(session), self._chunks(session), self._lock(session)]
+        lock = self._lock(session)
+        fence = self._fences.get(session)
+        keys = [self._hash(session), self._chunks(session), lock, fence.lease if fence else lock]
         expected = self._known.get(session, -1) if expect else -1
         args: _Args = [
             self._token,
@@ -549,9 +597,14 @@ class RedisStore:
             title,
             expected,
             *self._node,
+            *_fence_args(fence),
         ]
         result = await self._append(keys=keys, args=args)
         code = int(result[0])
+        if code == _FENCED:
+            assert fence is not None
+            self._held.discard(session)
+            raise FencedError(session, fence.lease.removeprefix(self._prefix), fence.token)
         if code == _LOCKED:
             raise LockedError(session, _holder(result[1]))
         if code == _STALE:
@@ -653,6 +706,13 @@ class RedisStore:
         pieces = [(0, header + b"\n")] + [(first + 1 + i, c) for i, c in enumerate(chunks)]
         data, position = advance(pieces, position)
         return int(generation), data, position
+
+
+def _fence_args(fence: Fence | None) -> _Args:
+    if fence is None:
+        return ["", ""]
+    now = fence.clock()
+    return [fence.token, "" if now is None else now]
 
 
 def _holder(owner: Any) -> str:

@@ -71,7 +71,7 @@ def numbered(request: RecordedRequest) -> Answer:
     """The next step of whatever the conversation in ``request`` calls for."""
     messages = request.messages
     prompt = _last_user_text(messages)
-    seen = orjson.dumps(messages).decode()
+    seen = orjson.dumps(_without_refused_calls(messages)).decode()
     if A2A_ANNOUNCE in prompt:
         return Reply(text=" ".join(f"announce [m:{id}]" for id in QUESTION.findall(prompt)))
     if A2A_REPLY in prompt:
@@ -113,7 +113,27 @@ def _carry_out(messages: list[dict[str, Any]], prompt: str, seen: str) -> Answer
         return Reply(tool_calls=calls)
     if texts and not sends:
         return Reply(text=" ".join(texts))
-    return _dispatch([*sends, *(_send(to, text) for text in texts)])
+    # dispatch takes one caller:* send per call: every answer in one body.
+    replies = [send["body"] for send in sends if send["to"] == to] + texts
+    others = [send for send in sends if send["to"] != to]
+    return _dispatch([*others, _send(to, " ".join(replies))] if replies else others)
+
+
+def _without_refused_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation without the tool calls whose result is an error (nothing was done)."""
+    refused = {
+        m.get("tool_call_id")
+        for m in messages
+        if m.get("role") == "tool" and _text(m.get("content")).startswith("Error: ")
+    }
+    if not refused:
+        return messages
+    return [
+        {**m, "tool_calls": [c for c in m["tool_calls"] if c.get("id") not in refused]}
+        if m.get("tool_calls")
+        else m
+        for m in messages
+    ]
 
 
 def _orders(messages: list[dict[str, Any]]) -> list[Order]:

@@ -22,6 +22,7 @@ from gateway.http.admin.dashboard import dashboard_application
 from gateway.http.admin.errors import AdminTokenError
 from gateway.http.admin.jobs import JobsApi
 from gateway.http.admin.live import EventStreams, LiveThreads
+from gateway.http.admin.nodes import NodesApi
 from gateway.http.admin.openapi import document
 from gateway.http.admin.pairing import PairingApi
 from gateway.http.admin.routes import Inputs, Parts, Route
@@ -63,6 +64,7 @@ class AdminPart:
             *SessionsApi(parts, self.live, self.streams, self.metrics).routes(),
             *JobsApi(parts).routes(),
             *PairingApi(parts).routes(),
+            *NodesApi(parts).routes(),
             *ApprovalsApi(parts).routes(),
             Route(method="GET", path="/openapi.json", name="openapi", tag="meta",
                   summary="This document", handler=self._openapi),

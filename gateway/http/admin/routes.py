@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from channels.pairing import PairingService
     from cron.service import CronService
     from threads.approvals.service import ApprovalService
+    from threads.cluster.member import Member
     from threads.manager import ThreadManager
+    from threads.node import NodeIdentity
     from threads.sessions.policy import SendPolicy
 
 Q = TypeVar("Q", bound=Query)
@@ -47,6 +49,12 @@ class Parts(Protocol):
 
     @property
     def approvals(self) -> ApprovalService | None: ...
+
+    @property
+    def node(self) -> NodeIdentity | None: ...
+
+    @property
+    def member(self) -> Member | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -210,6 +210,14 @@ class HealthOut(Open):
     process: dict[str, Any]
 
 
+class NodesOut(Out):
+    """This gateway's node and, scaled out on Redis, every node: alive or gone, its leases,
+    the keys it owns and its threads (``cluster`` is null for a gateway on its own)."""
+
+    node: dict[str, Any]
+    cluster: dict[str, Any] | None
+
+
 class SessionRow(Open):
     """One session as ``sessions_list`` shows it (more fields may follow)."""
 

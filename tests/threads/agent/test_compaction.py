@@ -8,14 +8,10 @@ from dataclasses import replace
 import pytest
 
 from config import validate
+from config.models import ModelSettings
 from tests.threads.agent.conftest import Runtime, make_runtime
-from threads.agent.compaction import (
-    NOTICE,
-    SUMMARY_PROMPT,
-    NothingToCompactError,
-    SummaryTruncatedError,
-    compact,
-)
+from threads.agent.compaction import NOTICE, NothingToCompactError, compact
+from threads.agent.summaries import SUMMARY_PROMPT, Summarizer, SummaryTruncatedError, Writer
 from threads.llm.base import ModelRequest, ModelResponse
 from threads.llm.errors import ContextOverflowError
 from threads.messages import Usage
@@ -57,6 +53,11 @@ async def chat(runtime: Runtime, text: str, answer: str, input_tokens: int = 0) 
     response = dispatch(("caller:user", answer))
     runtime.model.add(replace(response, usage=Usage(input_tokens=input_tokens)))
     await runtime.result(await runtime.say("telegram:1", text))
+
+
+def one_model(model: ScriptedModel, settings: ModelSettings) -> Summarizer:
+    """A summarizer asking one model."""
+    return Summarizer([Writer(client=model, model="test", settings=settings)])
 
 
 def session_of(runtime: Runtime):  # type: ignore[no-untyped-def]
@@ -104,7 +105,7 @@ async def test_the_cut_is_at_a_user_message_never_between_a_call_and_its_result(
     session = session_of(small)
     client = small.model
     settings = small_window_config().models.settings["scripted/test"]  # type: ignore[attr-defined]
-    entry = await compact(session, client, "test", settings)
+    entry = await compact(session, one_model(client, settings), settings)
     first_kept = next(e for e in session.entries() if e.id == entry.first_kept)
     assert isinstance(first_kept, MessageEntry)
     assert first_kept.message.role == "user"
@@ -122,7 +123,7 @@ async def test_nothing_is_deleted_and_uncompact_restores_the_context(small: Runt
     count = len(session.entries())
     small.model.add(say(SUMMARY))
     settings = small_window_config().models.settings["scripted/test"]  # type: ignore[attr-defined]
-    await compact(session, small.model, "test", settings)
+    await compact(session, one_model(small.model, settings), settings)
     assert len(session.entries()) == count + 1
     assert session.context() != before
     await session.uncompact()
@@ -133,10 +134,11 @@ async def test_a_summary_cut_off_at_the_output_cap_is_never_stored(small: Runtim
     await chat(small, "alpha " * 30, "A")
     await chat(small, "beta " * 30, "B")
     session = session_of(small)
-    small.model.add(replace(say("## Goal\nHalf a sum"), stop_reason="max_tokens"))
+    cut = replace(say("## Goal\nHalf a sum"), stop_reason="max_tokens")
+    small.model.add(cut, cut)  # asked again once, cut again
     settings = small_window_config().models.settings["scripted/test"]  # type: ignore[attr-defined]
     with pytest.raises(SummaryTruncatedError):
-        await compact(session, small.model, "test", settings)
+        await compact(session, one_model(small.model, settings), settings)
     assert not [e for e in session.entries() if isinstance(e, CompactionEntry)]
 
 
@@ -144,7 +146,7 @@ async def test_a_session_with_one_message_has_nothing_to_compact(small: Runtime)
     await chat(small, "only", "one")
     settings = small_window_config().models.settings["scripted/test"]  # type: ignore[attr-defined]
     with pytest.raises(NothingToCompactError):
-        await compact(session_of(small), small.model, "test", settings)
+        await compact(session_of(small), one_model(small.model, settings), settings)
 
 
 async def test_an_overflow_triggers_one_compaction_and_one_rerun(small: Runtime) -> None:

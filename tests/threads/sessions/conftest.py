@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +22,13 @@ from config import GatewayConfig, validate
 from tests.threads.agent.conftest import Inbox, KeyedScript, thread_of
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
-from threads.agent.tools import ToolRegistry
+from threads.agent.tools import Tool, ToolRegistry
 from threads.dispatch import dispatch_tool
 from threads.keys import SessionKey
 from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
 from threads.manager import ThreadManager
 from threads.ops import check_session_tool, health_tool
+from threads.pool.recovery import Recovered, recover_delegations
 from threads.sessions.access import SubagentToolFilter
 from threads.sessions.policy import SendPolicy
 from threads.sessions.tools import SESSION_TOOLS
@@ -121,6 +122,7 @@ class Rig:
     store: SessionStore
     policy: SendPolicy | None = None
     inboxes: dict[str, Inbox] = field(default_factory=dict)
+    recovered: Recovered | None = None
 
     def inbox(self, key: str) -> Inbox:
         return self.inboxes.setdefault(key, Inbox(name=key))
@@ -192,10 +194,15 @@ async def make_rig(
     *,
     store: SessionStore | None = None,
     policy: bool = False,
+    recover: bool = False,
+    tools: Sequence[Tool[Any]] = (),
 ) -> Rig:
+    """A started rig; with ``recover``, delegations are recovered first, as a gateway does."""
     config = config or session_config()
     model = GatedModel(script)
-    registry = ToolRegistry([dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS])
+    registry = ToolRegistry(
+        [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS, *tools]
+    )
     loop = AgentLoop(
         config=config,
         models=Models(config.models, clients={"scripted": model}),
@@ -214,6 +221,8 @@ async def make_rig(
     if policy:
         rig.policy = SendPolicy(manager)
     box.append(rig)
+    if recover:
+        rig.recovered = await recover_delegations(manager)
     await manager.start()
     Supervisor(manager).start(scanning=False)
     return rig

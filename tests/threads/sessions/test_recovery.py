@@ -1,14 +1,12 @@
-"""A restart never loses an announce: unsettled delegations are settled at start-up."""
+"""A restart never loses an announce: unsettled spawned delegations are settled or resumed."""
 
 from __future__ import annotations
-
-import pytest
 
 from tests.threads.sessions.conftest import SUBAGENT, USER, SessionScript, make_rig, session_config
 from threads.ids import new_entry_id, new_session_id
 from threads.keys import SessionKey
 from threads.messages import Message
-from threads.sessions.delegation import settle_unsettled
+from threads.pool.recovery import Recovered, recover_delegations
 from threads.sinks import DropSink
 from threads.store.entries import Header, MessageEntry, PoolReceiptEntry
 from threads.store.memory import MemoryStore
@@ -36,14 +34,15 @@ async def test_a_delegation_a_stopped_gateway_left_running_is_settled_and_announ
             task.cancel()  # the process stops: its watcher goes with it
     await first.manager.close()  # the child's run is canceled (close deadline 0)
 
-    second = await make_rig(script, store=store)
+    second = await make_rig(script, store=store, recover=True)
     try:
-        assert await settle_unsettled(second.manager) == 1
+        assert second.recovered == Recovered(settled=1)
         (announce,) = second.inbox(USER).messages
         assert announce.startswith("Sub-agent digger finished.\nStatus: canceled")
         requester = await store.load(str(await store.resolve(USER)))
         assert pool(requester.entries) == ["accepted", "running", "canceled"]
-        assert await settle_unsettled(second.manager) == 0  # settled once, announced once
+        # Settled once, announced once.
+        assert await recover_delegations(second.manager) == Recovered()
     finally:
         await second.manager.close()
 
@@ -86,28 +85,41 @@ async def crashed_delegation(store: MemoryStore) -> None:
     await store.append(child.id, [prompt])
 
 
-@pytest.mark.parametrize(
-    ("resume", "status"),
-    [
-        (True, "Status: canceled (interrupted: the gateway stopped during this turn)"),
-        (False, "Status: canceled (the gateway restarted while the sub-agent ran; its run was"),
-    ],
-)
-async def test_a_delegation_whose_child_died_mid_run_is_settled_canceled_at_start_up(
-    script: SessionScript, resume: bool, status: str
+async def test_a_spawned_child_cut_mid_run_by_a_crash_is_resumed_and_settles_when_it_answers(
+    script: SessionScript,
 ) -> None:
     store = MemoryStore()
     await crashed_delegation(store)
-    script.add(SUBAGENT, say("resumed answer (not the delegation's)"))
-    config = session_config(threads={"close_deadline_seconds": 0, "continue_on_start": resume})
-    rig = await make_rig(script, config, store=store)
+    script.add(SUBAGENT, say("resumed answer"), say("Result: found it after the restart"))
+    rig = await make_rig(script, store=store, recover=True)
     try:
-        assert await settle_unsettled(rig.manager) == 1
+        assert rig.recovered == Recovered(resumed=1)
         await rig.settle()
         (announce,) = rig.inbox(USER).messages
-        assert status in announce
+        assert "Status: completed successfully" in announce
+        assert "Result: found it after the restart" in announce
+        requester = await store.load(str(await store.resolve(USER)))
+        settled = [e for e in requester.entries if isinstance(e, PoolReceiptEntry)][-1]
+        assert (settled.status, settled.stop) == ("done", "resumed answer")
+        assert await recover_delegations(rig.manager) == Recovered()
+    finally:
+        await rig.manager.close()
+
+
+async def test_without_continue_on_start_a_cut_child_is_settled_canceled(
+    script: SessionScript,
+) -> None:
+    store = MemoryStore()
+    await crashed_delegation(store)
+    config = session_config(threads={"close_deadline_seconds": 0, "continue_on_start": False})
+    rig = await make_rig(script, config, store=store, recover=True)
+    try:
+        assert rig.recovered == Recovered(settled=1)
+        await rig.settle()
+        (announce,) = rig.inbox(USER).messages
+        assert "Status: canceled (the gateway restarted while the sub-agent ran" in announce
         requester = await store.load(str(await store.resolve(USER)))
         assert pool(requester.entries)[-1] == "canceled"
-        assert await settle_unsettled(rig.manager) == 0
+        assert await recover_delegations(rig.manager) == Recovered()
     finally:
         await rig.manager.close()

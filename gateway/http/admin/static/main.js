@@ -1,11 +1,12 @@
 // The dashboard: log in with the admin token (kept in this tab's sessionStorage),
-// then the views — live threads and charts, sessions, cron, pairing, approvals.
+// then the views — live threads and charts, sessions, cron, pairing, approvals, nodes.
 'use strict';
 
 import {call, setToken, token, whenUnauthorized} from './api.js';
 import {ApprovalsView} from './approvals.js';
 import {CronView} from './cron.js';
 import {byId} from './dom.js';
+import {NodesView} from './nodes.js';
 import {PairingView} from './pairing.js';
 import {SessionsView} from './sessions.js';
 import {ThreadsView} from './threads.js';
@@ -26,6 +27,7 @@ const views = {
   cron: new CronView({notify}),
   pairing: new PairingView({notify}),
   approvals: new ApprovalsView({notify}),
+  nodes: new NodesView({notify}),
 };
 
 function show(name) {
@@ -37,10 +39,13 @@ function show(name) {
   else if (name === 'cron') views.cron.load();
   else if (name === 'pairing') views.pairing.load();
   else if (name === 'approvals') views.approvals.load();
+  if (name === 'nodes') views.nodes.load();
+  else views.nodes.stop();
 }
 
 function loggedOut(message) {
   views.threads.stopStream();
+  views.nodes.stop();
   sessions.stopTail();
   setToken('');
   app.hidden = true;
