@@ -57,6 +57,7 @@ def secret_config(tmp_path: Path, *, store_url: str, state_url: str, model_url: 
         f'[models.providers.openai]\nbase_url = "{model_url}"\napi_key = "{API_KEY}"\n'
         f'[channels.telegram]\ntoken = "{BOT_TOKEN}"\n'
         "[channels.web]\nenabled = false\n"
+        "[http]\nport = 0\n"  # never the default port another gateway may hold
     )
     return path
 
