@@ -149,8 +149,8 @@ class Feedback:
                         typed_at = now
                         due = now + self.typing_every
                     waits.append(due - now)
-                if self.drafts and text != shown:
-                    waits.append(self.edit_every - (now - last_edit))
+                if self.drafts and began is not None and text != shown:
+                    waits.append(self._draft_due(began, last_edit) - now)
                 timeout = max(min(waits), 0.0) if waits else None
                 done, _ = await asyncio.wait({pending}, timeout=timeout)
                 if pending in done:
@@ -166,7 +166,12 @@ class Feedback:
                         await self._quietly(self._tools.tool(chat_id, event), "tool", chat_id)
                     pending = asyncio.ensure_future(anext(events))
                 now = self.clock()
-                if self.drafts and text != shown and now - last_edit >= self.edit_every:
+                if (
+                    self.drafts
+                    and began is not None
+                    and text != shown
+                    and now >= self._draft_due(began, last_edit)
+                ):
                     await self._quietly(self.presence.draft(chat_id, text), "draft", chat_id)
                     shown, last_edit = text, now
         finally:
@@ -175,6 +180,11 @@ class Feedback:
                 await pending
             await events.aclose()
         await self._quietly(self.presence.end_draft(chat_id), "end of the draft", chat_id)
+
+    def _draft_due(self, began: float, last_edit: float) -> float:
+        """When the draft may next change: once the turn has run ``typing_after``, then once
+        per ``edit_every`` (a quick answer is shown as the answer alone, with no draft before it)."""
+        return max(began + self.typing_after, last_edit + self.edit_every)
 
     async def _quietly(self, call: Awaitable[None], what: str, chat_id: str) -> None:
         """Feedback is a courtesy: a failure is logged, never fails the turn or the follower."""

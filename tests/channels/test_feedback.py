@@ -59,7 +59,7 @@ async def test_typing_is_refreshed_for_as_long_as_the_turn_runs_then_stops() -> 
 
 async def test_streamed_text_is_shown_as_a_draft_at_most_once_per_interval() -> None:
     shown = Shown()
-    feedback = Feedback(shown, typing_every=3600, edit_every=3600)
+    feedback = Feedback(shown, typing_every=3600, typing_after=0, edit_every=3600)
     running = turn()
     feedback.follow("chat", running)
     running.emit(TextDelta(text="Hel"))
@@ -117,10 +117,28 @@ async def test_a_turn_waiting_for_its_slot_shows_nothing_until_its_run_begins() 
     queued = turn(started=False)
     feedback.follow("chat", queued)
     queued.emit(TextDelta(text="early"))  # the follower has seen an event, not the start
-    await shown.wait("draft", 1)
-    assert shown.count("typing") == 0
     queued.emit(RunStart(run_id=queued.run_id))
     await shown.wait("typing", 1)
+    await shown.wait("draft", 1)
     queued.finish(Outcome.ANSWERED)
     await shown.wait("end", 1)
+    await feedback.close()
+
+
+async def test_a_quick_answer_is_shown_as_the_answer_alone_with_no_draft_before_it() -> None:
+    shown = Shown()
+    watching = asyncio.Event()
+
+    def clock() -> float:  # stands still: the turn never runs ``typing_after``
+        watching.set()
+        return 100.0
+
+    feedback = Feedback(shown, typing_after=0.5, edit_every=0, clock=clock)
+    running = turn()
+    running.emit(TextDelta(text="Hello"))
+    feedback.follow("chat", running)
+    await watching.wait()  # the follower is watching the turn, its events replayed to it
+    running.finish(Outcome.ANSWERED)
+    await shown.wait("end", 1)
+    assert shown.calls == [("end", "chat")]
     await feedback.close()
