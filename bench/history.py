@@ -6,7 +6,8 @@ A gateway on the embedded default store (JSONL, every append fsync'd) serves
 the web chat; a zero-latency OpenAI-compatible model answers every call with ``ok``.
 The model (``bench.gateway.QuickModel``) and the web chat clients run in a second process (pinned to the
 other core when there are two), as in ``bench/gateway.py``, whose load this
-reuses. The model's window is set far above any history here, so no turn
+reuses. Once started, the gateway's heap is settled as ``gateway run`` settles
+it (:func:`gateway.heap.settle_heap`). The model's window is set far above any history here, so no turn
 compacts: every figure is below the compaction threshold.
 
 History is made, not replayed: one real turn runs first, and its entries
@@ -70,6 +71,7 @@ from bench.gateway import (
 )
 from config import validate
 from gateway.app import Gateway
+from gateway.heap import settle_heap
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message
 from threads.store.codec import encode_header, entry_to_wire
@@ -253,6 +255,7 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                 assert gw.http is not None
                 base = gw.http.url
                 store = gw.manager.store
+                settle_heap()
                 rss_start = rss_mb()
 
                 # One real turn: what a turn writes today is the template.

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -38,6 +37,7 @@ from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
 from gateway.errors import ControlError, GatewayError, GatewayGoneError
+from gateway.heap import settle_heap
 from gateway.heartbeat_cli import app as heartbeat_app
 from gateway.pairing_cli import app as pairing_app
 from gateway.session_edits_cli import app as sessions_app
@@ -134,10 +134,8 @@ async def _run(config: GatewayConfig) -> None:
     deadline = config.threads.close_deadline_seconds
     with StopSignals(waiting_for=f"running turns have up to {deadline:g} s to finish") as stop:
         async with Gateway(config) as gw:
-            # What start-up allocated lives as long as the process: keep it out of the
-            # collector's full passes, which would otherwise pause turns and cron fires.
-            gc.collect()
-            gc.freeze()
+            # What start-up allocated lives as long as the process: out of every collection.
+            settle_heap()
             model = config.models.default
             print(
                 f"gateway running · sessions: {config.store.safe_url} · model: {model}", flush=True
