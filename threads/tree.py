@@ -7,6 +7,7 @@ it every entry it loads or writes.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -55,7 +56,9 @@ class EntryTree:
         self.origins: dict[str, str] = {}
         # Outbound records no mark has settled yet, by id (see threads.outbound).
         self.unmarked: dict[str, OutboundEntry] = {}
-        self._path_cache: list[int] | None = []
+        # The leaf's path as positions in ``entries``: eight bytes each, no object apiece.
+        self._path_cache: array[int] | None = array("q")
+        self._highest_turn = 0
         self._context: ContextBuilder | None = ContextBuilder()
 
     def load(
@@ -109,6 +112,7 @@ class EntryTree:
     def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
         at = len(self.entries)
         self.entries.append(entry)
+        self._count_turn(entry)
         if isinstance(entry, MessageEntry | ReceiptEntry):
             origin = entry.wake.get("origin") if entry.wake else None
             if isinstance(origin, str) and origin:
@@ -164,7 +168,7 @@ class EntryTree:
         out.reverse()
         if entry_id is None:
             positions.reverse()
-            self._path_cache = positions
+            self._path_cache = array("q", positions)
         return out
 
     def path_reversed(self) -> Iterator[Entry]:
@@ -189,15 +193,16 @@ class EntryTree:
         """The highest ``-t<n>`` recorded in any run id (the run-id counter's recovery).
 
         A re-run's id counts from the moment the attempt's turn entry names it.
+        Counted as entries land, so reading it walks nothing.
         """
-        highest = 0
-        for entry in self.entries:
-            for run_id in (getattr(entry, "run_id", ""), getattr(entry, "rerun", "")):
-                if run_id:
-                    _, _, n = run_id.rpartition("-t")
-                    if n.isdigit():
-                        highest = max(highest, int(n))
-        return highest
+        return self._highest_turn
+
+    def _count_turn(self, entry: Entry) -> None:
+        for run_id in (getattr(entry, "run_id", ""), getattr(entry, "rerun", "")):
+            if run_id:
+                _, _, n = run_id.rpartition("-t")
+                if n.isdigit() and int(n) > self._highest_turn:
+                    self._highest_turn = int(n)
 
     def context(self, *, close_open: bool = True) -> list[Message]:
         """The model's context at the leaf (kept up to date as entries land).
