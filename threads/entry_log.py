@@ -9,10 +9,7 @@ from it is one ``bytes`` object the collector never looks at, about the size
 it has on disk. So once a session has read its history, the entries it
 loaded are kept as their lines (:meth:`EntryLog.keep_lines`) and decoded
 again, on demand, by whatever reads them: an equal value, never the same
-object. The lines are kept joined, as one ``bytes`` with an array of where
-each ends, which costs their bytes and eight more each, not a Python object
-apiece (decision perf-08). Entries the session writes afterwards are kept
-as written.
+object. Entries the session writes afterwards are kept as written.
 
 :class:`EntryLog` is the sequence (append order) and :class:`EntryIndex` the
 mapping by id over it; :meth:`EntryLog.of_kind` reads the entries of one kind
@@ -21,9 +18,7 @@ without decoding the others.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import accumulate
 from typing import overload
 
 from threads.store.codec import decode_entry, whole
@@ -31,21 +26,17 @@ from threads.store.entries import Entry, MessageEntry, ReceiptEntry
 
 
 class EntryLog(Sequence[Entry]):
-    """A session's entries in append order, the first ones kept as their stored lines."""
+    """A session's entries in append order, some kept as their stored lines."""
 
-    __slots__ = ("_bounds", "_index", "_kinds", "_lines", "_values")
+    __slots__ = ("_index", "_items", "_kinds")
 
     def __init__(self) -> None:
-        # The first len(_bounds) - 1 entries are lines, line ``at`` being
-        # _lines[_bounds[at]:_bounds[at + 1]]; the rest are _values, in order.
-        self._lines = b""
-        self._bounds = array("q", (0,))
-        self._values: list[Entry] = []
+        self._items: list[Entry | bytes] = []
         self._kinds: list[str] = []
         self._index: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self._kinds)
+        return len(self._items)
 
     @overload
     def __getitem__(self, at: int) -> Entry: ...
@@ -55,31 +46,30 @@ class EntryLog(Sequence[Entry]):
 
     def __getitem__(self, at: int | slice) -> Entry | list[Entry]:
         if isinstance(at, slice):
-            return [self._read(position) for position in range(len(self))[at]]
-        return self._read(range(len(self))[at])
+            return [self._read(item) for item in self._items[at]]
+        return self._read(self._items[at])
 
     def __iter__(self) -> Iterator[Entry]:
-        for at in range(len(self)):
-            yield self._read(at)
+        for item in self._items:
+            yield self._read(item)
 
     def __reversed__(self) -> Iterator[Entry]:
-        for at in range(len(self) - 1, -1, -1):
-            yield self._read(at)
+        for item in reversed(self._items):
+            yield self._read(item)
 
     def append(self, entry: Entry) -> None:
-        self._index[entry.id] = len(self._kinds)
-        self._values.append(entry)
+        self._index[entry.id] = len(self._items)
+        self._items.append(entry)
         self._kinds.append(entry.TYPE)
 
-    def _read(self, at: int) -> Entry:
-        """The entry at ``at``, decoded from its line when kept as one (a prompt made whole)."""
-        kept = len(self._bounds) - 1
-        if at >= kept:
-            return self._values[at - kept]
-        entry = decode_entry(self._lines[self._bounds[at] : self._bounds[at + 1]])
+    def _read(self, item: Entry | bytes) -> Entry:
+        """An entry, decoded from its line when kept as one (a prompt made whole from its receipt)."""
+        if not isinstance(item, bytes):
+            return item
+        entry = decode_entry(item)
         if isinstance(entry, MessageEntry) and entry.receipt:
-            found = self._index.get(entry.receipt)
-            receipt = self._read(found) if found is not None else None
+            at = self._index.get(entry.receipt)
+            receipt = self._read(self._items[at]) if at is not None else None
             if isinstance(receipt, ReceiptEntry):
                 return whole(entry, receipt)
         return entry
@@ -98,25 +88,18 @@ class EntryLog(Sequence[Entry]):
         order = range(len(kinds) - 1, -1, -1) if newest_first else range(len(kinds))
         for at in order:
             if kinds[at] == kind:
-                yield self._read(at)
+                yield self._read(self._items[at])
 
     @property
     def lines_kept(self) -> int:
         """How many entries are kept as their stored lines (the rest as values)."""
-        return len(self._bounds) - 1
+        return sum(1 for item in self._items if isinstance(item, bytes))
 
     def keep_lines(self, lines: Sequence[bytes]) -> None:
-        """Keep the first ``len(lines)`` entries as these, the lines they were loaded from.
-
-        Once, before any entry is kept as a line.
-        """
-        if len(lines) > len(self._kinds):
-            raise ValueError(f"{len(lines)} lines for {len(self._kinds)} entries")
-        if self.lines_kept:
-            raise ValueError(f"{self.lines_kept} entries are kept as lines already")
-        self._lines = b"".join(lines)
-        self._bounds = array("q", accumulate(map(len, lines), initial=0))
-        del self._values[: len(lines)]
+        """Keep the first ``len(lines)`` entries as these, the lines they were loaded from."""
+        if len(lines) > len(self._items):
+            raise ValueError(f"{len(lines)} lines for {len(self._items)} entries")
+        self._items[: len(lines)] = lines
 
 
 class EntryIndex(Mapping[str, Entry]):
