@@ -45,6 +45,7 @@ from channels.errors import DeliveryError
 from channels.feedback import Feedback
 from channels.refusals import refusal_of
 from channels.render import render_discord
+from channels.seen import Seen
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import Turn
 
@@ -54,7 +55,6 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 DEFAULT_API = "https://discord.com/api/v10"
-SEEN_MESSAGES = 4096
 INTERACTIONS = 512
 INTERACTION = "interaction:"
 NOTHING_TO_SAY = "Nothing to answer here."
@@ -115,7 +115,7 @@ class DiscordChannel:
         for name, about in options.commands:
             self.tree.add_command(self._command(name, about))
         self._handler: InboundHandler | None = None
-        self._seen: OrderedDict[tuple[int, float], None] = OrderedDict()
+        self._seen = Seen()
         self._order: dict[str, asyncio.Lock] = {}
         self._interactions: OrderedDict[str, discord.Interaction] = OrderedDict()
         self._dms: dict[int, discord.DMChannel] = {}
@@ -222,12 +222,8 @@ class DiscordChannel:
         if bot is None or message.author.id == bot.id or message.author.bot:
             return  # our own messages come back over the gateway; other bots are not people
         stamp = message.edited_at.timestamp() if edited and message.edited_at else 0.0
-        key = (message.id, stamp)
-        if key in self._seen:
+        if self._seen.again((message.id, stamp)):
             return
-        self._seen[key] = None
-        if len(self._seen) > SEEN_MESSAGES:
-            self._seen.popitem(last=False)
         inbound = inbound_of(message, channel=self.name, bot=bot, edited=edited)
         await self._hand_over(inbound)
 
