@@ -57,10 +57,13 @@ class EntryLog(Sequence[Entry]):
         for item in reversed(self._items):
             yield self._read(item)
 
-    def append(self, entry: Entry) -> None:
-        self._index[entry.id] = len(self._items)
+    def append(self, entry: Entry) -> int:
+        """Add an entry as written; its position."""
+        at = len(self._items)
+        self._index[entry.id] = at
         self._items.append(entry)
         self._kinds.append(entry.TYPE)
+        return at
 
     def _read(self, item: Entry | bytes) -> Entry:
         """An entry, decoded from its line when kept as one (a prompt made whole from its receipt)."""
@@ -77,6 +80,11 @@ class EntryLog(Sequence[Entry]):
     def ids(self) -> Iterator[str]:
         """Every entry's id, in append order, decoding nothing."""
         return iter(self._index)
+
+    @property
+    def positions(self) -> Mapping[str, int]:
+        """Every entry's position by id (a view: a load's checks read it without a call each)."""
+        return self._index
 
     def position(self, entry_id: str) -> int | None:
         """Where the entry sits in append order, or None when there is none."""

@@ -69,13 +69,14 @@ class EntryTree:
         Under salvage an entry whose parent is missing is kept as an orphan (the
         root of what survives of its line) instead of failing.
         """
+        known = self.entries.positions
         for offset, entry in enumerate(entries):
             line = first_line + offset
             if not valid_id(entry.id):
                 raise CorruptError(self.session, line, entry.id, "entry id is not a valid id")
-            if entry.id in self.by_id:
+            if entry.id in known:
                 raise CorruptError(self.session, line, entry.id, "duplicate entry id")
-            if entry.parent and entry.parent not in self.by_id:
+            if entry.parent and entry.parent not in known:
                 if not salvaged:
                     raise CorruptError(
                         self.session,
@@ -84,7 +85,7 @@ class EntryTree:
                         f"parent {entry.parent} is not an earlier entry",
                     )
                 self.orphaned.append(entry.id)
-            if isinstance(entry, LeafEntry) and entry.entry and entry.entry not in self.by_id:
+            if isinstance(entry, LeafEntry) and entry.entry and entry.entry not in known:
                 if not salvaged:
                     raise CorruptError(
                         self.session,
@@ -110,8 +111,7 @@ class EntryTree:
         self.entries.keep_lines(lines)
 
     def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
-        at = len(self.entries)
-        self.entries.append(entry)
+        at = self.entries.append(entry)
         self._count_turn(entry)
         if isinstance(entry, MessageEntry | ReceiptEntry):
             origin = entry.wake.get("origin") if entry.wake else None
