@@ -90,6 +90,10 @@ class EntryLog(Sequence[Entry]):
         """Where the entry sits in append order, or None when there is none."""
         return self._index.get(entry_id)
 
+    def has_kind(self, kind: str) -> bool:
+        """Whether any entry is of this ``type``, decoding nothing."""
+        return kind in self._kinds
+
     def of_kind(self, kind: str, *, newest_first: bool = False) -> Iterator[Entry]:
         """The entries of one ``type``, decoding only them."""
         kinds = self._kinds

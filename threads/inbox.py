@@ -115,6 +115,8 @@ class Inbox:
         self._restore()
 
     def _restore(self) -> None:
+        if not self._tree.entries.has_kind(ReceiptEntry.TYPE):
+            return  # nothing was ever queued: no walk over the whole history to find so
         load = self._options.load_payload
         for receipt in unsettled_receipts(self._tree.entries):
             if receipt.msg is None:

@@ -13,7 +13,14 @@ from threads.messages import Message, Usage
 from threads.session import Session
 from threads.store.base import SessionStore
 from threads.store.codec import encode_entry
-from threads.store.entries import Entry, Header, InfoEntry, MessageEntry, TurnEntry
+from threads.store.entries import (
+    Entry,
+    Header,
+    InfoEntry,
+    MessageEntry,
+    ReceiptEntry,
+    TurnEntry,
+)
 
 
 def history(turns: int) -> list[Entry]:
@@ -81,6 +88,8 @@ def test_lines_are_not_tracked_by_the_collector_and_kinds_are_read_alone() -> No
         log.append(entry)
     log.keep_lines([encode_entry(e)[:-1] for e in entries])
     assert not any(gc.is_tracked(item) for item in log._items)
+    assert log.has_kind(TurnEntry.TYPE)
+    assert not log.has_kind(ReceiptEntry.TYPE)
     turns = list(log.of_kind(TurnEntry.TYPE, newest_first=True))
     assert [t.run_id for t in turns][:2] == ["s_x-t20", "s_x-t19"]
     assert list(log) == entries
