@@ -50,6 +50,7 @@ from channels.web.refusals import CLOSING, NOT_SAVED, refusal_of
 from channels.web.tabs import Frame, Tabs
 from config.channels import HttpConfig, WebConfig
 from config.section import is_loopback, read_secret
+from threads.ids import new_entry_id
 from threads.messages import FilePart
 from threads.sessions.catalog import Catalog
 from threads.sessions.errors import UnknownSessionError
@@ -324,7 +325,8 @@ class WebChannel:
         if not incoming.id:
             # A press (it names its question), or the first page's frame: no acknowledgement;
             # refusals still say why.
-            message_id = incoming.press.rpartition(":")[2] or f"w-{secrets.token_hex(8)}"
+            # A minted id, not a random one: no system call per message.
+            message_id = incoming.press.rpartition(":")[2] or f"w-{new_entry_id()[2:]}"
             refusal, _ = await self._accept(chat, incoming, message_id)
             if refusal:
                 await send_frame(ws, {"type": "error", "error": refusal})
