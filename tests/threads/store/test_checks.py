@@ -9,12 +9,13 @@ real read-back of the same entry, encoded without the checks.
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, date, datetime
+from datetime import date
 from typing import Any
 
 import orjson
 import pytest
 
+from tests.threads.store.helpers import T0, every_field
 from threads.messages import (
     FilePart,
     Message,
@@ -29,25 +30,7 @@ from threads.store import codec
 from threads.store.codec import encode_entry, entry_from_wire
 from threads.store.entries import ENTRY_KINDS, Entry
 
-WHEN = datetime(2026, 12, 1, tzinfo=UTC)
-
-# A valid value per field annotation, for the fields not under test.
-GOOD: dict[str, Any] = {
-    "str": "x",
-    "int": 1,
-    "bool": True,
-    "datetime": WHEN,
-    "datetime | None": WHEN,
-    "tuple[str, ...]": ("a",),
-    "Mapping[str, str]": {"a": "b"},
-    "Mapping[str, JSON]": {"a": 1},
-    "JSON": {"a": 1},
-    "Message": Message.user("x"),
-    "Message | None": Message.user("x"),
-    "Usage": Usage(input_tokens=1),
-    "tuple[ToolCallPart, ...]": (ToolCallPart(id="c", name="t"),),
-    "tuple[Mapping[str, JSON], ...]": ({"a": 1},),
-}
+WHEN = T0
 
 
 def _message(*parts: Any, role: Any = "user") -> Message:
@@ -133,14 +116,7 @@ def _cases() -> list[tuple[str, str, int]]:
 
 
 def _entry(kind: str, field: str, value: Any) -> Entry:
-    cls = ENTRY_KINDS[kind]
-    values = {
-        f.name: GOOD[str(f.type)]
-        for f in dataclasses.fields(cls)
-        if f.name not in ("id", "created", "parent")
-    }
-    values[field] = value
-    return cls(id="e_1", parent="e_0", created=WHEN, **values)
+    return every_field(kind, **{field: value})
 
 
 @pytest.mark.parametrize(("kind", "field", "shape"), _cases())
