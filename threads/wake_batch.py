@@ -10,8 +10,8 @@ write-ahead log for the lot, see decision perf-01):
 
 1. every wake is admitted as :meth:`ThreadManager.wake_turn` admits one (the
    manager open, the key not quarantined, the wake's chain within bounds);
-2. every key's thread is found or started: evicted sessions are loaded, new
-   ones created and their keys pointed at them;
+2. every key's thread is found or started: evicted sessions are loaded (and
+   their writer leases taken), new ones created and their keys pointed at them;
 3. every wake is accepted by its thread, exactly as a single wake is (its
    busy policy, its prompt or receipt, its errors); a key's wakes in the
    batch's order;
@@ -77,6 +77,10 @@ async def wake_many(manager: ThreadManager, wakes: Sequence[tuple[str, Wake]]) -
         """The key's thread; None when the key's wakes were settled here (forwarded, refused)."""
         try:
             thread = await manager.open_thread(key, create=True, agent=admitted[0][1].agent)
+            assert thread is not None
+            # A loaded session's writer lease, taken now with the others' rather than
+            # by its first append: the batch's appends then go to the store together.
+            await thread.session.hold()
         except OwnedElsewhereError as elsewhere:
             for index, wake in admitted:
                 results[index] = await _forwarded(manager, elsewhere.node, key, wake)
@@ -85,7 +89,6 @@ async def wake_many(manager: ThreadManager, wakes: Sequence[tuple[str, Wake]]) -
             for index, _wake in admitted:
                 results[index] = WakeResult(key=str(key), error=exc)
             return None
-        assert thread is not None
         return thread
 
     async def accept(thread: Thread, admitted: Admitted) -> None:

@@ -4,7 +4,8 @@
 of wakes that shares the store's rounds has its calls in flight together (a
 file store's writer takes every call made in one loop iteration as one
 round): ``most["append"]`` is the largest number of appends that were waiting
-for the store at the same moment. ``hold(session)`` keeps one session's
+for the store at the same moment, ``most["prompt"]`` the same for appends
+that start a turn (a wake's prompt). ``hold(session)`` keeps one session's
 appends from reaching the store until :meth:`free` — a slow disk for one
 file.
 """
@@ -15,6 +16,8 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from threads.store.entries import MessageEntry
 
 _FORWARDED = (
     "create",
@@ -59,15 +62,20 @@ class CountingStore:
         self.appended.clear()
 
     async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        self.calls[name] += 1
-        self.in_flight[name] += 1
-        self.most[name] = max(self.most[name], self.in_flight[name])
+        counted = [name]
+        if name == "append" and any(isinstance(e, MessageEntry) and e.run_id for e in args[1]):
+            counted.append("prompt")
+        for what in counted:
+            self.calls[what] += 1
+            self.in_flight[what] += 1
+            self.most[what] = max(self.most[what], self.in_flight[what])
         try:
             if name == "append" and args[0] in self._held:
                 await self._released.wait()
             result = await getattr(self.inner, name)(*args, **kwargs)
         finally:
-            self.in_flight[name] -= 1
+            for what in counted:
+                self.in_flight[what] -= 1
         if name == "append":
             self.appended.append(str(args[0]))
         return result

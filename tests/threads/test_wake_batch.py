@@ -96,7 +96,7 @@ async def test_a_batch_accepts_each_wake_once_for_live_evicted_and_new_sessions(
     # together, every wake's prompt appended together.
     assert counted.most["create"] == COUNT
     assert counted.most["point"] == COUNT
-    assert counted.most["append"] == len(keys)
+    assert counted.most["prompt"] == len(keys)
     await runtime.manager.close()
 
 
