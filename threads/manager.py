@@ -281,7 +281,11 @@ class ThreadManager:
 
     @contextlib.contextmanager
     def holding_turns(self, keys: Iterable[SessionKey]) -> Iterator[None]:
-        """Hold the turns of ``keys`` at the turn gate until the block ends (a batch's acceptance)."""
+        """Hold the turns of ``keys`` until the block ends (while a batch of wakes is accepted).
+
+        A held session takes up no turn, not even one queued before: the batch's
+        last wake is durable before its first turn uses the event loop.
+        """
         held = [str(key) for key in keys]
         released = asyncio.Event()
         for key in held:
@@ -478,6 +482,7 @@ class ThreadManager:
         """How the manager's sessions run; ``key`` names the thread they run for."""
         return SessionOptions(
             gate=partial(self._turn_gate, key),
+            hold=partial(self._holds.get, key) if key is not None else None,
             max_queue=self.config.threads.inbox_size,
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
@@ -496,13 +501,7 @@ class ThreadManager:
 
     @contextlib.asynccontextmanager
     async def _turn_gate(self, key: str | None) -> AsyncIterator[None]:
-        """A turn slot; a sync delegation's child runs on the slot its waiting parent holds.
-
-        A key whose batch of wakes is still being accepted waits for it first.
-        """
-        held = self._holds.get(key) if key is not None else None
-        if held is not None:
-            await held.wait()
+        """A turn slot; a sync delegation's child runs on the slot its waiting parent holds."""
         if key is not None and self.pool.lends(key):
             yield
             return
