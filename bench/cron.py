@@ -1,7 +1,7 @@
 """Cron benchmark: the lateness of 200 fires due at once, and 10 000 jobs loaded.
 
     .venv/bin/python bench/cron.py [--mode manager|fake] [--jobs 10000] [--burst 200]
-                                   [--store sqlite|redis]
+                                   [--store sqlite|redis] [--repeats 3]
 
 Both modes first store ``--jobs`` jobs (cron expressions, intervals, far
 ``at`` times) in a SQLite state store, or in the Redis at 127.0.0.1:6379 db 5
@@ -24,6 +24,8 @@ names), and with each fire's wake handed over alone, as before the batch
 wake existed (``single_…``: the turns the first wakes start run while the
 rest of the burst is still being accepted). ``manager_alone`` is the
 manager's own floor, 200 wakes with no cron in between, the same two ways.
+Each figure is the median over ``--repeats`` rounds of all of these, the two
+ways taking turns to go first (the machine's load drifts).
 
 ``--mode fake`` is the earlier figure set: start-up (the seconds ``start()``
 takes to load the jobs, the memory it holds after), then bursts of ``at`` jobs
@@ -319,47 +321,50 @@ class OneByOne:
         return await self._waker.held_wakes(key, meta)
 
 
-async def manager_mode(opener: Callable[[], Any], tmp: Path, count: int) -> dict[str, Any]:
-    figures: dict[str, Any] = {}
+async def manager_mode(
+    opener: Callable[[], Any], tmp: Path, count: int, repeats: int
+) -> dict[str, Any]:
     ways = ("single", "batch")
+    taken: dict[str, list[dict[str, float]]] = {}
     async with Sessions(tmp) as sessions:
         live = {way: [f"telegram:live-{way}-{i}" for i in range(count)] for way in ways}
         cold = {way: [f"telegram:cold-{way}-{i}" for i in range(count)] for way in ways}
         await sessions.create([key for way in ways for key in live[way] + cold[way]])
-        await sessions.manager.evict_idle(0)
-        for key in live["single"] + live["batch"]:
-            await sessions.manager.open_thread(key)
         batched = ManagerWaker(sessions.manager)
         wakers: dict[str, Waker] = {"single": OneByOne(batched), "batch": batched}
         store = await opener()
+
+        async def fire(way: str, name: str, **fields: Any) -> None:
+            async with running(
+                store, wakers[way], session_sink=sessions.manager.session_sink
+            ) as service:
+                # Due a few seconds after the start (which loads every stored job).
+                jobs, due = at_jobs(f"{way}-{name}-{rep}", count, **fields)
+                figures = await burst(service, jobs, due)
+            taken.setdefault(named(way, name), []).append(figures)
+            await sessions.idle()
+
         try:
-            for name, keys in (("live_direct_wake", live), ("evicted_direct_wake", cold)):
-                for way in ways:
-                    async with running(
-                        store, wakers[way], session_sink=sessions.manager.session_sink
-                    ) as service:
-                        jobs, due = at_jobs(
-                            f"{way}-{name}",
-                            count,
-                            wake_session=lambda i, keys=keys[way]: keys[i],
-                            direct_wake=True,
-                        )
-                        burst_figures = await burst(service, jobs, due)
-                    figures |= rounded(named(way, name), burst_figures)
-                    await sessions.idle()
-            for way in ways:
-                async with running(
-                    store, wakers[way], session_sink=sessions.manager.session_sink
-                ) as service:
-                    jobs, due = at_jobs(f"{way}-independent", count)
-                    burst_figures = await burst(service, jobs, due)
-                figures |= rounded(named(way, "new_session"), burst_figures)
-                await sessions.idle()
-            for way in ways:
-                floor = await sessions.alone(live[way], batch=way == "batch")
-                figures |= rounded(named(way, "manager_alone"), floor)
+            for rep in range(repeats):
+                await sessions.manager.evict_idle(0)
+                for key in live["single"] + live["batch"]:
+                    await sessions.manager.open_thread(key)
+                order = ways if rep % 2 == 0 else ways[::-1]  # neither way always goes first
+                for name, keys in (("live_direct_wake", live), ("evicted_direct_wake", cold)):
+                    for way in order:
+                        target = keys[way]
+                        await fire(way, name, wake_session=target.__getitem__, direct_wake=True)
+                for way in order:
+                    await fire(way, "new_session")
+                for way in order:
+                    floor = await sessions.alone(live[way], batch=way == "batch")
+                    taken.setdefault(named(way, "manager_alone"), []).append(floor)
         finally:
             await store.close()
+    figures: dict[str, Any] = {"repeats": repeats}
+    for prefix, runs in taken.items():
+        medians = {name: statistics.median(run[name] for run in runs) for name in runs[0]}
+        figures |= rounded(prefix, medians)
     return figures
 
 
@@ -448,7 +453,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await store.close()
             print(f"stored {args.jobs} jobs in {populate_s:.1f} s", file=sys.stderr)
             if args.mode == "manager":
-                figures = await manager_mode(opener, tmp, args.burst)
+                figures = await manager_mode(opener, tmp, args.burst, args.repeats)
                 bursts: tuple[str, ...] = BURSTS
             else:
                 figures = await fake_mode(opener, args.jobs, args.burst)
@@ -479,5 +484,6 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
+    parser.add_argument("--repeats", type=int, default=3)
     figures = asyncio.run(main(parser.parse_args()))
     print(json.dumps(figures))
