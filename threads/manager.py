@@ -482,7 +482,7 @@ class ThreadManager:
         """How the manager's sessions run; ``key`` names the thread they run for."""
         return SessionOptions(
             gate=partial(self._turn_gate, key),
-            hold=partial(self._holds.get, key) if key is not None else None,
+            turn_hold=partial(self._holds.get, key) if key is not None else None,
             max_queue=self.config.threads.inbox_size,
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,
