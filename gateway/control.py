@@ -424,6 +424,10 @@ class ControlClient:
             for future in self._answers.values():
                 if not future.done():
                     future.set_exception(GatewayGoneError())
+                    # Marked read: its caller may be gone (cancelled, or failed on the write
+                    # first), and asyncio would log the unread error. An awaiting caller still
+                    # gets it raised.
+                    future.exception()
             self._answers.clear()
 
     def _take(self, line: bytes) -> None:

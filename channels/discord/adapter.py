@@ -26,9 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import aiohttp
 import discord
@@ -45,17 +45,25 @@ from channels.errors import DeliveryError
 from channels.feedback import Feedback
 from channels.refusals import refusal_of
 from channels.render import render_discord
+from channels.seen import Seen
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import Turn
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+P = ParamSpec("P")
+
 DEFAULT_API = "https://discord.com/api/v10"
-SEEN_MESSAGES = 4096
 INTERACTIONS = 512
 INTERACTION = "interaction:"
 NOTHING_TO_SAY = "Nothing to answer here."
 # Ping nobody from model text but the person a reply answers.
+RETRY_DELAYS = (0.5, 1.0, 2.0)
+"""Seconds before each new try of a send Discord could not take (see ``DiscordChannel._attempt``)."""
+DISCORD_PY_RETRIES = frozenset({500, 502, 504, 524})
+"""Statuses discord.py already retried five times before raising: not tried again."""
+
 MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True)
 
 
@@ -107,7 +115,7 @@ class DiscordChannel:
         for name, about in options.commands:
             self.tree.add_command(self._command(name, about))
         self._handler: InboundHandler | None = None
-        self._seen: OrderedDict[tuple[int, float], None] = OrderedDict()
+        self._seen = Seen()
         self._order: dict[str, asyncio.Lock] = {}
         self._interactions: OrderedDict[str, discord.Interaction] = OrderedDict()
         self._dms: dict[int, discord.DMChannel] = {}
@@ -214,12 +222,8 @@ class DiscordChannel:
         if bot is None or message.author.id == bot.id or message.author.bot:
             return  # our own messages come back over the gateway; other bots are not people
         stamp = message.edited_at.timestamp() if edited and message.edited_at else 0.0
-        key = (message.id, stamp)
-        if key in self._seen:
+        if self._seen.again((message.id, stamp)):
             return
-        self._seen[key] = None
-        if len(self._seen) > SEEN_MESSAGES:
-            self._seen.popitem(last=False)
         inbound = inbound_of(message, channel=self.name, bot=bot, edited=edited)
         await self._hand_over(inbound)
 
@@ -354,8 +358,11 @@ class DiscordChannel:
                 draft = self._drafts.get(chat_id)
                 for index, chunk in enumerate(chunks):
                     if index == 0 and draft is not None and not draft.final and draft.message:
-                        await draft.message.edit(content=chunk, allowed_mentions=MENTIONS)
-                        ids.append(str(draft.message.id))
+                        shown = draft.message
+                        await self._attempt(
+                            chat_id, shown.edit, content=chunk, allowed_mentions=MENTIONS
+                        )
+                        ids.append(str(shown.id))
                         continue
                     if index == 0 and message.reply_to.isdigit():
                         reference = discord.MessageReference(
@@ -363,11 +370,17 @@ class DiscordChannel:
                             channel_id=Address.parse(chat_id).target,
                             fail_if_not_exists=False,
                         )
-                        sent = await target.send(
-                            chunk, reference=reference, allowed_mentions=MENTIONS
+                        sent = await self._attempt(
+                            chat_id,
+                            target.send,
+                            chunk,
+                            reference=reference,
+                            allowed_mentions=MENTIONS,
                         )
                     else:
-                        sent = await target.send(chunk, allowed_mentions=MENTIONS)
+                        sent = await self._attempt(
+                            chat_id, target.send, chunk, allowed_mentions=MENTIONS
+                        )
                     ids.append(str(sent.id))
                 if draft is not None:
                     draft.final = True
@@ -377,6 +390,37 @@ class DiscordChannel:
             raise DeliveryError(self.name, chat_id, f"{exc.status} {exc.text}") from None
         self._forget_lock(chat_id)
         return Delivery(delivered_to=f"{self.name}:{chat_id}", message_ids=tuple(ids))
+
+    async def _attempt(
+        self, chat_id: str, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """One delivery call, tried again with backoff when Discord could not take it.
+
+        Rate limits and 500/502/504 are discord.py's to retry; what it raises at
+        once — another 5xx (503: unavailable), or no connection at all — is tried
+        again after each of :data:`RETRY_DELAYS`. A timeout is not: the message
+        may have been posted, and sending it again could double it.
+        """
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                return await call(*args, **kwargs)
+            except discord.DiscordServerError as exc:
+                if delay is None or exc.status in DISCORD_PY_RETRIES:
+                    raise
+                cause = f"{exc.status} {exc.text}"
+            except aiohttp.ClientConnectorError as exc:
+                if delay is None:
+                    raise DeliveryError(self.name, chat_id, str(exc)) from None
+                cause = str(exc)
+            log.warning(
+                "%s: delivery to %s failed (%s); retrying in %.1f s",
+                self.name,
+                chat_id,
+                cause,
+                delay,
+            )
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def _follow_up(self, chat_id: str, reply_to: str, chunks: list[str]) -> Delivery:
         interaction = self._interactions.pop(reply_to.removeprefix(INTERACTION), None)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +65,7 @@ from channels.errors import ChannelStartError, DeliveryError
 from channels.feedback import Feedback
 from channels.refusals import refusal_of
 from channels.render import TelegramChunk, telegram_chunks
+from channels.seen import Seen
 from channels.telegram.address import Address
 from channels.telegram.inbound import address_of, inbound_of
 from threads.sinks import Delivery, OutboundMessage
@@ -77,7 +77,6 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 ANSWER_LIMIT = 200  # an answerCallbackQuery text
 TEXT_LIMIT = 4096
-SEEN_UPDATES = 4096
 SEND_ATTEMPTS = 3
 CONCURRENT_UPDATES = 64
 # httpcore assigns each waiting request by scanning every pooled connection, so a
@@ -176,7 +175,7 @@ class TelegramChannel:
         )
         self._app.add_handler(TypeHandler(Update, self._on_update))
         self._handler: InboundHandler | None = None
-        self._seen: OrderedDict[tuple[int, int, float], None] = OrderedDict()
+        self._seen = Seen()
         self._drafts: dict[str, _Draft] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._conflict: asyncio.Task[None] | None = None
@@ -383,20 +382,14 @@ class TelegramChannel:
     def _seen_before(self, update: Update) -> bool:
         """A duplicate: the same message (or the same edit of it) handled before.
 
-        The last :data:`SEEN_UPDATES` messages are remembered by this channel,
-        so a poller that restarts (or Telegram delivering an update again)
-        starts no second turn.
+        The messages of the last day (at most 4096) are remembered by this
+        channel, so a poller that restarts (or Telegram delivering an update
+        again) starts no second turn.
         """
         message = update.message or update.edited_message
         assert message is not None
         edited = message.edit_date.timestamp() if message.edit_date else 0.0
-        key = (message.chat.id, message.message_id, edited)
-        if key in self._seen:
-            return True
-        self._seen[key] = None
-        if len(self._seen) > SEEN_UPDATES:
-            self._seen.popitem(last=False)
-        return False
+        return self._seen.again((message.chat.id, message.message_id, edited))
 
     async def fetch_file(self, url: str) -> bytes:
         """The bytes of ``telegram://<account>/<file id>`` (for :class:`threads.media.Media`)."""

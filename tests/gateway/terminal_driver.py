@@ -36,7 +36,7 @@ the bound here only tells a stop from a hang.
 _TAKE_TERMINAL = (
     "import os, sys; "
     "os.close(os.open(os.ttyname(0), os.O_RDWR)); "
-    "os.execv(sys.executable, [sys.executable, '-m', 'gateway', *sys.argv[1:]])"
+    "os.execvp(sys.argv[1], sys.argv[1:])"
 )
 
 
@@ -117,9 +117,20 @@ class _Process:
 
 
 class Terminal(_Process):
-    """``gateway <args>`` in a pseudo-terminal, with the terminal's echo off."""
+    """``gateway <args>`` in a pseudo-terminal, with the terminal's echo off.
 
-    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str]) -> None:
+    ``program`` runs instead of ``gateway`` (``["make", "run"]``: the args follow it).
+    """
+
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        program: list[str] | None = None,
+    ) -> None:
+        command = program or [sys.executable, "-m", "gateway"]
         master, slave = os.openpty()
         attrs = termios.tcgetattr(slave)
         attrs[3] &= ~termios.ECHO  # only the command's own output comes back
@@ -127,7 +138,7 @@ class Terminal(_Process):
         stderr = cwd / f"stderr-{len(list(cwd.glob('stderr-*')))}.txt"
         with stderr.open("wb") as err:
             process = subprocess.Popen(
-                [sys.executable, "-c", _TAKE_TERMINAL, *args],
+                [sys.executable, "-c", _TAKE_TERMINAL, *command, *args],
                 stdin=slave,
                 stdout=slave,
                 stderr=err,
@@ -150,6 +161,14 @@ class Terminal(_Process):
 
     def ctrl_d(self) -> None:
         os.write(self.master, b"\x04")
+
+    def closed_within(self, seconds: float = STOP_WITHIN) -> bool:
+        """Whether every process holding the terminal (children too) let go of it in time."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            if self._read_some(remaining) == b"":
+                return True
+        return False
 
     def close(self) -> None:
         self.kill()

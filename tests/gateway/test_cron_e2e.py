@@ -237,6 +237,8 @@ async def test_misfire_grace_and_coalesce_come_from_the_cron_config(tmp_path: Pa
         f'url = "jsonl://{data / "sessions"}"\n'
         "[channels.web]\n"
         "enabled = false\n"
+        "[http]\n"
+        "port = 0\n"
         "[cron]\n"
         "misfire_grace_seconds = 120\n"
         "coalesce = false\n"

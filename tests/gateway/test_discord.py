@@ -175,6 +175,22 @@ async def test_a_rate_limit_delays_the_reply_but_does_not_double_it(tmp_path: Pa
         assert [m.content for m in fake.sent(ann)] == ["patience"]
 
 
+async def test_a_reply_discord_could_not_take_is_tried_again_and_arrives_once(
+    tmp_path: Path,
+) -> None:
+    async with discord_gateway(tmp_path) as rig:
+        fake, script = rig.fake, rig.script
+        ann = fake.user("ann")
+        fake.dm_channel(ann)
+        # 503 is raised by discord.py at once (it retries only 500/502/504/524): ours to retry.
+        fake.fail_next("POST /channels/{channel_id}/messages", status=503, times=2)
+        script.add(f"discord:{ann.id}", dispatch(("caller:user", "patience")))
+        fake.send_dm(ann, "hi")
+        await fake.wait_for_sent(ann, 1)
+        await rig.gateway.wait_idle()
+        assert [m.content for m in fake.sent(ann)] == ["patience"]
+
+
 async def test_typing_shows_while_the_model_works(tmp_path: Path) -> None:
     model = ScriptedModel(default=dispatch(("caller:user", "done")))
     model.gate = asyncio.Event()

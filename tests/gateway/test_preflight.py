@@ -19,7 +19,8 @@ def check(path: Path) -> Result:
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "gateway.toml"
-    path.write_text(f'data_dir = "{tmp_path / "data"}"\n' + text)
+    # A free port: the check also asks whether the web port can be bound.
+    path.write_text(f'data_dir = "{tmp_path / "data"}"\n[http]\nport = 0\n' + text)
     return path
 
 

@@ -134,6 +134,7 @@ async def test_an_owner_turns_a_chat_off_and_on_with_send_and_no_turn_runs(
 
 def test_gateway_chat_answers_send_with_the_new_policy(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env["GATEWAY_HTTP__PORT"] = "0"  # a free port: another gateway may hold the default one
     result = subprocess.run(
         [sys.executable, "-m", "gateway", "chat"],
         input="/send off\n/send inherit\n",

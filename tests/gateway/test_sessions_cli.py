@@ -35,6 +35,8 @@ def write_config(tmp_path: Path) -> Path:
         'base_url = "http://127.0.0.1:9"\n'
         "[channels.web]\n"
         "enabled = false\n"
+        "[http]\n"
+        "port = 0\n"
         "[threads]\n"
         "close_deadline_seconds = 0\n",
         encoding="utf-8",

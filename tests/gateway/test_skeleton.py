@@ -83,6 +83,7 @@ async def test_the_conversation_survives_a_restart(config: GatewayConfig) -> Non
 
 def test_gateway_chat_answers_piped_stdin(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env["GATEWAY_HTTP__PORT"] = "0"  # a free port: another gateway may hold the default one
     result = subprocess.run(
         [sys.executable, "-m", "gateway", "chat"],
         input="hello from a pipe\nsecond line\n",

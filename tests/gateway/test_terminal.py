@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import select
+import shutil
 import signal
 import socket
 import time
@@ -90,6 +91,25 @@ def test_ctrl_c_stops_gateway_run_while_it_waits_for_typed_input(
     run.ctrl_c()
     assert run.ended_within(STOP_WITHIN) == 0
     no_traceback(run)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(shutil.which("make") is None and not os.environ.get("CI"), reason="needs make")
+def test_ctrl_c_stops_make_run_and_the_gateway_it_started(
+    tmp_path: Path, processes: list[Terminal | Background]
+) -> None:
+    run = Terminal(
+        ["run"], cwd=tmp_path, env=gateway_env(tmp_path), program=["make", "-s", "-C", str(ROOT)]
+    )
+    processes.append(run)
+    run.expect(BANNER)
+    run.ctrl_c()
+    run.ended_within(STOP_WITHIN)  # make itself ends on the interrupt
+    assert run.closed_within(STOP_WITHIN), "the gateway make started still holds the terminal"
+    no_traceback(run)
+    assert "Traceback" not in run.text
 
 
 def test_ctrl_c_stops_an_in_process_gateway_chat(
