@@ -44,7 +44,7 @@ class CountingStore:
         self.calls: Counter[str] = Counter()
         self.in_flight: Counter[str] = Counter()
         self.most: Counter[str] = Counter()
-        self.appended: list[str] = []  # sessions, in the order their appends landed
+        self.prompted: list[str] = []  # sessions, in the order their prompts landed
         self._held: set[str] = set()
         self._released = asyncio.Event()
 
@@ -59,7 +59,7 @@ class CountingStore:
     def reset(self) -> None:
         self.calls.clear()
         self.most.clear()
-        self.appended.clear()
+        self.prompted.clear()
 
     async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         counted = [name]
@@ -76,8 +76,8 @@ class CountingStore:
         finally:
             for what in counted:
                 self.in_flight[what] -= 1
-        if name == "append":
-            self.appended.append(str(args[0]))
+        if "prompt" in counted:
+            self.prompted.append(str(args[0]))
         return result
 
     async def close(self) -> None:
