@@ -19,10 +19,8 @@ __all__ = ["cli"]  # the fixture, shared with the other sessions CLI tests
 
 @pytest.fixture
 def config_path(tmp_path: Path) -> Path:
-    """The sessions CLI tests' config, its HTTP server on a free port."""
-    path = write_config(tmp_path)
-    path.write_text(path.read_text() + "[http]\nport = 0\n", encoding="utf-8")
-    return path
+    """The sessions CLI tests' config (its HTTP server is on a free port already)."""
+    return write_config(tmp_path)
 
 
 async def test_cancel_stops_a_running_child_and_its_parent_records_it(

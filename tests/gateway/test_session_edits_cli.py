@@ -24,11 +24,10 @@ SUMMARY = "## Goal\nKeep the orders moving."
 
 @pytest.fixture
 def config_path(tmp_path: Path) -> Path:
-    """The sessions CLI tests' config: its HTTP server on a free port, a small context window."""
+    """The sessions CLI tests' config (its HTTP server on a free port) with a small context window."""
     path = write_config(tmp_path)
     path.write_text(
         path.read_text()
-        + "[http]\nport = 0\n"
         + '[models.settings."scripted/test"]\n'
         + "context_window = 2000\nreserve_tokens = 500\nkeep_recent_tokens = 30\n",
         encoding="utf-8",
