@@ -164,9 +164,11 @@ async def test_no_turn_of_a_batch_starts_before_every_wake_of_it_is_durable(
             [("telegram:fast", system_wake("now")), ("telegram:slow", system_wake("now"))]
         )
     )
-    # The fast session's wake is durable, and its turn is queued behind the batch: given
-    # loop passes (not time) it stays pending, where a turn taken up runs within one.
+    # The fast session's wake is durable and accepted, and its turn is queued behind the
+    # batch: given loop passes (not time) it stays pending, where a turn taken up runs
+    # within one.
     await until(lambda: fast.session.id in counted.prompted, "the fast wake is durable")
+    await until(lambda: fast.state != "idle", "the fast wake is accepted")
     for _ in range(50):
         await asyncio.sleep(0)
         assert fast.state == "pending"
