@@ -5,12 +5,17 @@ what the call cost with :meth:`Budget.charge`. Spending is counted in
 one-minute buckets over a sliding hour, per session key and per exchange
 chain (everything one user message or cron fire set going), so a runaway
 exchange stops within its budget however many sessions it runs through.
+
+Every user message starts a chain, so the meters are bounded in number
+(:data:`MAX_METERS` of each scope): past it, the meter charged least recently
+is forgotten. A runaway is charged all the time and is never that one
+(docs/decisions/perf-05-the-hot-path-of-a-durable-turn.md).
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
 WINDOW_SECONDS = 3600.0
 BUCKET_SECONDS = 60.0
 _SWEEP_EVERY = 4096
+MAX_METERS = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,8 +89,9 @@ class Budget:
     ) -> None:
         self.config = config
         self.clock = clock
-        self._sessions: dict[str, _Meter] = {}
-        self._chains: dict[str, _Meter] = {}
+        # Least recently charged first: the first to go past MAX_METERS.
+        self._sessions: OrderedDict[str, _Meter] = OrderedDict()
+        self._chains: OrderedDict[str, _Meter] = OrderedDict()
         self._charges = 0
 
     def check(self, key: str, chain: str) -> Overspent | None:
@@ -117,6 +124,10 @@ class Budget:
             meter = meters.get(name)
             if meter is None:
                 meter = meters[name] = _Meter()
+                if len(meters) > MAX_METERS:
+                    meters.popitem(last=False)
+            else:
+                meters.move_to_end(name)
             meter.expire(bucket)
             meter.add(bucket, 1, tokens)
         self._charges += 1

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -59,6 +58,7 @@ from threads.store.entries import (
     PoolReceiptEntry,
     ReceiptEntry,
     TurnEntry,
+    relinked,
 )
 from threads.tree import (
     EntryTree,
@@ -352,7 +352,7 @@ class Session:
         out: list[Entry] = []
         leaf = self._tree.leaf
         for entry in entries:
-            linked = entry if entry.parent == leaf else dataclasses.replace(entry, parent=leaf)
+            linked = entry if entry.parent == leaf else relinked(entry, leaf)
             out.append(linked)
             leaf = linked.entry if isinstance(linked, LeafEntry) else linked.id
         return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
@@ -214,7 +215,7 @@ def render_header(
         f"source: {wake.source.value}",
         f"thread: {_yaml_scalar(thread)}",
         f"session: {session_id}",
-        f"time: {local.strftime('%Y-%m-%d %H:%M:%S')} {local.strftime('%A')} {_zone_name(local)}",
+        f"time: {local.strftime('%Y-%m-%d %H:%M:%S %A')} {_zone_name(local)}",
         f"sender: {sender}",
     ]
     if isinstance(wake.caller, UserCaller) and wake.caller.name:
@@ -284,8 +285,12 @@ def _zone_name(moment: datetime) -> str:
     return key if isinstance(key, str) else (moment.tzname() or "UTC")
 
 
+# A character that makes a YAML scalar mean something else unless it is quoted.
+_YAML_SPECIAL = re.compile(r"[:#{}\[\],&*?|<>=!%@`\"'\n]")
+
+
 def _yaml_scalar(text: str) -> str:
-    plain = text and text.strip() == text and not any(c in text for c in ":#{}[],&*?|<>=!%@`\"'\n")
+    plain = text and text.strip() == text and _YAML_SPECIAL.search(text) is None
     if plain and text[0] not in "-" and text.lower() not in ("true", "false", "null", "yes", "no"):
         return text
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

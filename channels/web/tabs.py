@@ -8,6 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
+from channels.web.frames import send_frame
+
 Frame = dict[str, Any]
 
 BACKLOG = 100
@@ -46,7 +48,7 @@ class Tabs:
             if ws is besides or ws.closed:
                 continue
             try:
-                await ws.send_json(frame)
+                await send_frame(ws, frame)
             except ConnectionResetError:
                 continue  # the tab is going away; its socket's loop forgets it
             sent += 1

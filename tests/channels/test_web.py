@@ -43,6 +43,18 @@ async def test_a_web_message_is_answered_over_the_websocket(
     assert await gateway.manager.session_exists(f"web:{chat}")
 
 
+async def test_frames_go_out_as_utf_8_text_without_escapes(web: WebChannel) -> None:
+    async with browser() as http, open_chat(http, web) as (ws, _):
+        await ws.send_json({"text": "héllo wörld ✓"})
+        while True:
+            raw = (await ws.receive(timeout=10)).data
+            if '"type":"reply"' in raw:
+                break
+    # orjson writes what the page shows as it is; the stdlib's json would write \u00e9.
+    assert "héllo wörld ✓" in raw
+    assert "\\u" not in raw
+
+
 async def test_a_malformed_message_gets_an_error_and_the_chat_goes_on(web: WebChannel) -> None:
     async with browser() as http, open_chat(http, web) as (ws, _):
         await ws.send_str("not json")

@@ -9,7 +9,7 @@ import pytest
 from config.models import BudgetConfig
 from tests.threads.agent.conftest import KeyedScript, agent_config, make_runtime
 from tests.threads.test_dispatch import settle
-from threads.budget import Budget
+from threads.budget import MAX_METERS, Budget
 from threads.errors import ChainStoppedError
 from threads.messages import Usage
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
@@ -38,6 +38,21 @@ def test_spending_leaves_the_window_an_hour_later() -> None:
     clock.now += 1800  # the first call is now an hour old
     assert budget.check("k", "") is None
     assert budget.spent(key="k") == (1, 10)
+
+
+def test_meters_are_bounded_and_the_one_charged_least_recently_goes_first() -> None:
+    # Every user message starts a chain: an hour of them must not all stay in memory.
+    budget = Budget(BudgetConfig(chain_model_calls_per_hour=10_000), clock=Clock())
+    budget.charge("k", "c_busy", 1)
+    budget.charge("k", "c_first", 1)
+    for i in range(MAX_METERS):
+        budget.charge("k", f"c_{i}", 1)
+        if i % 1000 == 0:
+            budget.charge("k", "c_busy", 1)
+    assert budget.spent(chain="c_first") == (0, 0)
+    assert budget.spent(chain="c_busy") == (1 + MAX_METERS // 1000, 1 + MAX_METERS // 1000)
+    assert budget.spent(chain=f"c_{MAX_METERS - 1}") == (1, 1)
+    assert budget.spent(key="k")[0] == 2 + MAX_METERS + MAX_METERS // 1000
 
 
 def test_a_limit_of_zero_is_no_limit_and_tokens_count_too() -> None:

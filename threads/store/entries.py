@@ -15,9 +15,9 @@ themselves are written and read by :mod:`threads.store.codec`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from threads.messages import Message, ToolCallPart, Usage
 
@@ -382,6 +382,29 @@ ENTRY_KINDS: dict[str, type[Entry]] = {
         GrantRevokedEntry,
     )
 }
+
+
+_FIELD_NAMES: dict[type[Entry], tuple[str, ...]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in ENTRY_KINDS.values()
+}
+
+E = TypeVar("E", bound=Entry)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def relinked(entry: E, parent: str) -> E:
+    """``entry`` with its ``parent`` set: ``dataclasses.replace`` at half the cost.
+
+    Every append links its entries onto the leaf, so this runs a few times a
+    turn; entries have no ``__post_init__`` and no ``init=False`` field that
+    ``replace`` would have to honour.
+    """
+    copy = _new(type(entry))
+    for name in _FIELD_NAMES.get(type(entry)) or tuple(f.name for f in fields(entry)):
+        _set(copy, name, getattr(entry, name))
+    _set(copy, "parent", parent)
+    return copy
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
@@ -11,11 +12,40 @@ from typing import Any
 import orjson
 
 from threads.ids import new_entry_id, new_session_id
-from threads.messages import Message
-from threads.store.entries import Entry, Header, InfoEntry, MessageEntry
+from threads.messages import Message, ToolCallPart, Usage
+from threads.store.entries import ENTRY_KINDS, Entry, Header, InfoEntry, MessageEntry
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 WAIT = 10.0  # seconds a test waits on an event before it fails
+
+# A valid value per entry field annotation.
+GOOD: dict[str, Any] = {
+    "str": "x",
+    "int": 1,
+    "bool": True,
+    "datetime": T0,
+    "datetime | None": T0,
+    "tuple[str, ...]": ("a",),
+    "Mapping[str, str]": {"a": "b"},
+    "Mapping[str, JSON]": {"a": 1},
+    "JSON": {"a": 1},
+    "Message": Message.user("x"),
+    "Message | None": Message.user("x"),
+    "Usage": Usage(input_tokens=1),
+    "tuple[ToolCallPart, ...]": (ToolCallPart(id="c", name="t"),),
+    "tuple[Mapping[str, JSON], ...]": ({"a": 1},),
+}
+
+
+def every_field(entry_type: str, /, **values: Any) -> Entry:
+    """An entry ``e_1`` of ``entry_type`` with a valid value in every field, but ``values``."""
+    cls = ENTRY_KINDS[entry_type]
+    fields = {
+        f.name: GOOD[str(f.type)]
+        for f in dataclasses.fields(cls)
+        if f.name not in ("id", "created", "parent")
+    }
+    return cls(id="e_1", parent="e_0", created=T0, **(fields | values))
 
 
 def header(session: str | None = None, *, created: datetime | None = None, **meta: str) -> Header:
