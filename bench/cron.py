@@ -1,7 +1,7 @@
 """Cron benchmark: the lateness of 200 fires due at once, and 10 000 jobs loaded.
 
     .venv/bin/python bench/cron.py [--mode manager|fake] [--jobs 10000] [--burst 200]
-                                   [--store sqlite|redis]
+                                   [--store sqlite|redis] [--repeats 2]
 
 Both modes first store ``--jobs`` jobs (cron expressions, intervals, far
 ``at`` times) in a SQLite state store, or in the Redis at 127.0.0.1:6379 db 5
@@ -18,8 +18,14 @@ model) on a jsonl session store with fsync on every append, in three bursts:
 direct-wake check-ins into existing idle sessions whose threads are loaded,
 the same into sessions whose threads were evicted (loaded from disk by the
 wake), and independent jobs, whose first fire creates their ``cron:<id>``
-session. The turns the wakes start run while the rest of the burst is handed
-over, as in a gateway.
+session. Each burst runs twice, interleaved: through the manager's batch
+wake (``wake_many``, as the service hands a burst over: the plain figure
+names), and with each fire's wake handed over alone, as before the batch
+wake existed (``single_…``: the turns the first wakes start run while the
+rest of the burst is still being accepted). ``manager_alone`` is the
+manager's own floor, 200 wakes with no cron in between, the same two ways.
+Each figure is the median over ``--repeats`` rounds of all of these, the two
+ways taking turns to go first (the machine's load drifts).
 
 ``--mode fake`` is the earlier figure set: start-up (the seconds ``start()``
 takes to load the jobs, the memory it holds after), then bursts of ``at`` jobs
@@ -48,7 +54,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -57,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import validate
-from cron.base import JobStore, Waker
+from cron.base import HeldWake, JobStore, Waker
 from cron.manager_waker import ManagerWaker
 from cron.models import Job, RunRecord, build_job
 from cron.service import CronService, first_fire
@@ -70,11 +76,12 @@ from threads.keys import SessionKey
 from threads.manager import ThreadManager
 from threads.store import open_store
 from threads.store.base import StoreOptions
+from threads.turns import Turn
 from threads.wake import Accepted, SystemCaller, Wake, WakeSource
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 DAYS = ("*", "1-5", "0,6", "1", "*")
-LEAD_SECONDS = 3
+LEAD_SECONDS = 5  # the bursts are set first: 200 upserts on a loaded machine take seconds
 FSYNC: Any = "every_append"
 
 
@@ -266,20 +273,28 @@ class Sessions:
         for thread in self.manager.threads():
             await thread.session.wait_idle()
 
-    async def alone(self, keys: list[str]) -> dict[str, float]:
+    async def alone(self, keys: list[str], *, batch: bool) -> dict[str, float]:
         """The manager's own floor: a cron wake for every key, handed over all at once.
 
-        Milliseconds from the hand-over to each acceptance, with no cron in between.
+        Milliseconds from the hand-over to each acceptance, with no cron in
+        between: one ``wake_many``, or a ``wake`` per key side by side.
         """
         started = time.perf_counter()
         accepted: list[float] = []
 
+        def floor() -> Wake:
+            return Wake(source=WakeSource.CRON, body="floor", caller=SystemCaller(name="cron"))
+
         async def one(key: str) -> None:
-            wake = Wake(source=WakeSource.CRON, body="floor", caller=SystemCaller(name="cron"))
-            await self.manager.wake(key, wake)
+            await self.manager.wake(key, floor())
             accepted.append((time.perf_counter() - started) * 1000)
 
-        await asyncio.gather(*(one(key) for key in keys))
+        if batch:
+            results = await self.manager.wake_many([(key, floor()) for key in keys])
+            done = (time.perf_counter() - started) * 1000
+            accepted = [done for result in results if result.error is None]
+        else:
+            await asyncio.gather(*(one(key) for key in keys))
         await self.idle()
         return {
             "accepted_p50_ms": statistics.median(accepted),
@@ -287,32 +302,75 @@ class Sessions:
         }
 
 
-async def manager_mode(opener: Callable[[], Any], tmp: Path, count: int) -> dict[str, Any]:
-    figures: dict[str, Any] = {}
+class OneByOne:
+    """The thread manager at cron's port without its batch wake: each fire's wake alone."""
+
+    def __init__(self, waker: ManagerWaker) -> None:
+        self._waker = waker
+
+    async def wake(self, key: SessionKey, wake: Wake) -> Accepted:
+        return await self._waker.wake(key, wake)
+
+    async def wake_turn(self, key: SessionKey, wake: Wake) -> tuple[Accepted, Turn | None]:
+        return await self._waker.wake_turn(key, wake)
+
+    async def session_exists(self, key: SessionKey) -> bool:
+        return await self._waker.session_exists(key)
+
+    async def held_wakes(self, key: SessionKey, meta: Mapping[str, str]) -> list[HeldWake]:
+        return await self._waker.held_wakes(key, meta)
+
+
+async def manager_mode(
+    opener: Callable[[], Any], tmp: Path, count: int, repeats: int
+) -> dict[str, Any]:
+    ways = ("single", "batch")
+    taken: dict[str, list[dict[str, float]]] = {}
     async with Sessions(tmp) as sessions:
-        live = [f"telegram:live-{i}" for i in range(count)]
-        cold = [f"telegram:cold-{i}" for i in range(count)]
-        await sessions.create(live + cold)
-        await sessions.manager.evict_idle(0)
-        for key in live:
-            await sessions.manager.open_thread(key)
+        live = {way: [f"telegram:live-{way}-{i}" for i in range(count)] for way in ways}
+        cold = {way: [f"telegram:cold-{way}-{i}" for i in range(count)] for way in ways}
+        await sessions.create([key for way in ways for key in live[way] + cold[way]])
+        batched = ManagerWaker(sessions.manager)
+        wakers: dict[str, Waker] = {"single": OneByOne(batched), "batch": batched}
         store = await opener()
+
+        async def fire(way: str, name: str, **fields: Any) -> None:
+            async with running(
+                store, wakers[way], session_sink=sessions.manager.session_sink
+            ) as service:
+                # Due a few seconds after the start (which loads every stored job).
+                jobs, due = at_jobs(f"{way}-{name}-{rep}", count, **fields)
+                figures = await burst(service, jobs, due)
+            taken.setdefault(named(way, name), []).append(figures)
+            await sessions.idle()
+
         try:
-            waker = ManagerWaker(sessions.manager)
-            async with running(store, waker, session_sink=sessions.manager.session_sink) as service:
-                jobs, due = at_jobs("live", count, wake_session=lambda i: live[i], direct_wake=True)
-                figures |= rounded("live_direct_wake", await burst(service, jobs, due))
-                await sessions.idle()
-                jobs, due = at_jobs("cold", count, wake_session=lambda i: cold[i], direct_wake=True)
-                figures |= rounded("evicted_direct_wake", await burst(service, jobs, due))
-                await sessions.idle()
-                jobs, due = at_jobs("independent", count)
-                figures |= rounded("new_session", await burst(service, jobs, due))
-                await sessions.idle()
-                figures |= rounded("manager_alone", await sessions.alone(live))
+            for rep in range(repeats):
+                await sessions.manager.evict_idle(0)
+                for key in live["single"] + live["batch"]:
+                    await sessions.manager.open_thread(key)
+                order = ways if rep % 2 == 0 else ways[::-1]  # neither way always goes first
+                for name, keys in (("live_direct_wake", live), ("evicted_direct_wake", cold)):
+                    for way in order:
+                        target = keys[way]
+                        await fire(way, name, wake_session=target.__getitem__, direct_wake=True)
+                for way in order:
+                    await fire(way, "new_session")
+                for way in order:
+                    floor = await sessions.alone(live[way], batch=way == "batch")
+                    taken.setdefault(named(way, "manager_alone"), []).append(floor)
         finally:
             await store.close()
+    figures: dict[str, Any] = {"repeats": repeats}
+    for prefix, runs in taken.items():
+        medians = {name: statistics.median(run[name] for run in runs) for name in runs[0]}
+        figures |= rounded(prefix, medians)
     return figures
+
+
+def named(way: str, burst: str) -> str:
+    """The figures' prefix: the batch wake's keep the plain names, the single wakes' say so."""
+    return burst if way == "batch" else f"single_{burst}"
 
 
 # --- mode: the fake waker (start-up, and cron's own cost) --------------------------------
@@ -395,12 +453,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await store.close()
             print(f"stored {args.jobs} jobs in {populate_s:.1f} s", file=sys.stderr)
             if args.mode == "manager":
-                figures = await manager_mode(opener, tmp, args.burst)
-                bursts = BURSTS
+                figures = await manager_mode(opener, tmp, args.burst, args.repeats)
+                bursts: tuple[str, ...] = BURSTS
             else:
                 figures = await fake_mode(opener, args.jobs, args.burst)
                 bursts = ("at_burst", "cron_burst")
     p99 = max(figures[f"{b}_lateness_p99_ms"] for b in bursts)
+    if args.mode == "manager":
+        single = max(figures[f"single_{b}_lateness_p99_ms"] for b in bursts)
+        figures["single_worst_lateness_p99_ms"] = single
     return {
         "mode": args.mode,
         "store": args.store,
@@ -423,5 +484,6 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
+    parser.add_argument("--repeats", type=int, default=2)
     figures = asyncio.run(main(parser.parse_args()))
     print(json.dumps(figures))

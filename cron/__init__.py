@@ -8,7 +8,8 @@ The gateway wires it::
     async with service: ...                                # start / stop
 
 ``Waker`` is cron's port to the thread manager, which ``cron.manager_waker``
-adapts to it; ``JobStore`` the state store's cron share (SQLite or Redis).
+adapts to it (fires due together reach it as one batch wake, ``cron.batching``);
+``JobStore`` the state store's cron share (SQLite or Redis).
 ``cron.service``, its ``cron.scheduler`` and ``cron.triggers`` are the only modules that import
 APScheduler. Time comes from a ``cron.base.Clock`` (the wall clock by default).
 """

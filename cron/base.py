@@ -4,7 +4,8 @@
   to a session (durable before it returns; with the turn it will run as, so
   the ledger can record what became of its output), ask whether a session
   exists, and which cron wakes a session already holds (``cron.manager_waker``
-  adapts the thread manager to it).
+  adapts the thread manager to it); a :class:`BatchWaker` also takes many
+  wakes at once, as a burst of fires hands them over (``cron.batching``).
 * :class:`JobStore` — jobs, their schedule state, the run ledger, run-now
   requests and the running service's heartbeat, kept in the gateway's state
   store (``cron.sqlite_store`` by default, ``cron.redis_store`` on Redis).
@@ -21,12 +22,13 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cron.models import Job, JobState, RunRecord
 from threads.keys import SessionKey
 from threads.sinks import Sink
 from threads.wake import Accepted, Wake
+from threads.wake_batch import WakeResult
 
 if TYPE_CHECKING:
     from threads.turns import Turn
@@ -124,6 +126,18 @@ class Waker(Protocol):
         acceptance and its ledger record).
         """
         ...
+
+
+@runtime_checkable
+class BatchWaker(Protocol):
+    """A :class:`Waker` that also takes many wakes at once (the thread manager does).
+
+    Each wake is accepted as :meth:`Waker.wake_turn` would accept it alone, with
+    its own result; the batch shares the store's durable rounds, and its turns
+    start once all of it is durable (:mod:`threads.wake_batch`).
+    """
+
+    async def wake_many(self, wakes: Sequence[tuple[SessionKey, Wake]]) -> list[WakeResult]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

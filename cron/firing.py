@@ -6,6 +6,8 @@ job's due times under the :class:`~cron.misfire.MisfirePolicy`; a
 and writes the run records to the ledger (batched by a
 :class:`~cron.ledger.LedgerWriter` while the service runs, straight to the
 store otherwise), then calls every run listener with each stored record.
+The wakes of fires due together reach the waker as one batch
+(:class:`~cron.batching.BatchingWaker`), each still with its own outcome.
 
 A fire is stamped twice: ``handed_over`` when its wake goes to the waker, and
 ``fired`` when the waker returns — the wake is then durable in its session —
@@ -36,6 +38,7 @@ from cron.base import (
     SessionSinkFactory,
     Waker,
 )
+from cron.batching import BatchingWaker
 from cron.delivery import STOPPED, delivery_of
 from cron.errors import ServiceStateError
 from cron.ledger import LedgerWriter
@@ -103,7 +106,7 @@ class Firer:
         chat_sink: ChatSinkFactory | None = None,
     ) -> None:
         self._store = store
-        self._waker = waker
+        self._waker = BatchingWaker(waker) if waker is not None else None
         self._policy = policy
         self._clock = clock
         self._session_sink = session_sink
@@ -131,7 +134,12 @@ class Firer:
         self._ledger.start()
 
     async def close_ledger(self) -> None:
-        """Write what waits and go back to one write per record (the service stopped)."""
+        """Write what waits and go back to one write per record (the service stopped).
+
+        A batch of wakes still being handed over is waited for first.
+        """
+        if self._waker is not None:
+            await self._waker.close()
         if self._ledger is not None:
             await self._ledger.close()
             self._ledger = None
@@ -251,7 +259,7 @@ class Firer:
             chat_sink=self._chat_sink,
         )
 
-    def _require_waker(self) -> Waker:
+    def _require_waker(self) -> BatchingWaker:
         if self._waker is None:
             raise ServiceStateError("the cron service has no waker")
         return self._waker

@@ -22,10 +22,14 @@ from threads.store.entries import Entry
 from threads.tree import accepted_wake
 from threads.turns import Turn
 from threads.wake import Accepted, Wake, WakeSource
+from threads.wake_batch import WakeResult
 
 
 class ManagerWaker:
-    """Wakes sessions through a :class:`ThreadManager`; answers cron's held-wake question."""
+    """Wakes sessions through a :class:`ThreadManager`, one or a burst at a time.
+
+    It also answers cron's held-wake question.
+    """
 
     def __init__(self, manager: ThreadManager) -> None:
         self.manager = manager
@@ -35,6 +39,9 @@ class ManagerWaker:
 
     async def wake_turn(self, key: SessionKey, wake: Wake) -> tuple[Accepted, Turn | None]:
         return await self.manager.wake_turn(key, wake)
+
+    async def wake_many(self, wakes: Sequence[tuple[SessionKey, Wake]]) -> list[WakeResult]:
+        return await self.manager.wake_many(wakes)
 
     async def session_exists(self, key: SessionKey) -> bool:
         return await self.manager.session_exists(key)

@@ -396,6 +396,9 @@ class TurnDriver:
                 self._idle.set()
 
     async def _next_active(self) -> _Active | None:
+        hold = self._options.turn_hold() if self._options.turn_hold is not None else None
+        if hold is not None:
+            await hold.wait()
         tries = 0
         while True:
             held = False

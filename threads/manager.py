@@ -32,14 +32,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 from zoneinfo import ZoneInfo
 
 from config.models import GatewayConfig
-from threads import reports, restart, stops
+from threads import reports, restart, stops, wake_batch
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
 from threads.cluster.owner import Ownership
@@ -79,6 +79,7 @@ from threads.wake import (
     wake_from_wire,
     wake_to_wire,
 )
+from threads.wake_batch import WakeResult
 
 if TYPE_CHECKING:
     from threads.cluster.member import Member
@@ -138,6 +139,7 @@ class ThreadManager:
         self._starting: dict[SessionKey, asyncio.Future[Thread]] = {}
         self._gate = asyncio.Semaphore(config.threads.max_concurrent_turns)
         self._turns_in_flight = 0
+        self._holds: dict[str, asyncio.Event] = {}
         self._observers: list[TurnObserver] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._eviction = Eviction(
@@ -257,17 +259,44 @@ class ThreadManager:
 
     async def wake_turn(self, key: str, wake: Wake) -> tuple[Accepted, Turn]:
         """As :meth:`wake`, also returning the turn handle (to wait for the answer)."""
-        if self._closed:
-            raise ManagerClosedError(key)
-        session_key = SessionKey(key)
-        self.quarantine.check(session_key)
-        wake = self.chains.admit(session_key, wake)
+        session_key, wake = self.admit(key, wake)
         try:
             thread = await self._thread(session_key, create=True, agent=wake.agent)
         except OwnedElsewhereError as elsewhere:
             return await self.ownership.forward(elsewhere.node, session_key, wake)
         assert thread is not None
         return await thread.wake(wake)
+
+    async def wake_many(self, wakes: Sequence[tuple[str, Wake]]) -> list[WakeResult]:
+        """Accept many wakes in shared store rounds: see :func:`threads.wake_batch.wake_many`."""
+        return await wake_batch.wake_many(self, wakes)
+
+    def admit(self, key: str, wake: Wake) -> tuple[SessionKey, Wake]:
+        """Check a wake may be taken (open manager, key not quarantined, chain in bounds)."""
+        if self._closed:
+            raise ManagerClosedError(key)
+        session_key = SessionKey(key)
+        self.quarantine.check(session_key)
+        return session_key, self.chains.admit(session_key, wake)
+
+    @contextlib.contextmanager
+    def holding_turns(self, keys: Iterable[SessionKey]) -> Iterator[None]:
+        """Hold the turns of ``keys`` until the block ends (while a batch of wakes is accepted).
+
+        A held session takes up no turn, not even one queued before: the batch's
+        last wake is durable before its first turn uses the event loop.
+        """
+        held = [str(key) for key in keys]
+        released = asyncio.Event()
+        for key in held:
+            self._holds[key] = released
+        try:
+            yield
+        finally:
+            released.set()
+            for key in held:
+                if self._holds.get(key) is released:
+                    del self._holds[key]
 
     async def session_exists(self, key: str) -> bool:
         session_key = SessionKey(key)
@@ -453,6 +482,7 @@ class ThreadManager:
         """How the manager's sessions run; ``key`` names the thread they run for."""
         return SessionOptions(
             gate=partial(self._turn_gate, key),
+            turn_hold=partial(self._holds.get, key) if key is not None else None,
             max_queue=self.config.threads.inbox_size,
             collect_window=self.config.threads.collect_window_seconds,
             load_payload=self.load_wake,

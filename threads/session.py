@@ -94,7 +94,9 @@ class SessionOptions:
     """How a session runs.
 
     ``gate`` is entered around every run (the manager's cap on concurrent
-    turns); ``max_queue`` bounds what may wait (steers and queued sends);
+    turns); ``turn_hold`` gives the event a turn waits for before it is taken up
+    (a batch of wakes still being accepted, :mod:`threads.wake_batch`), or
+    None; ``max_queue`` bounds what may wait (steers and queued sends);
     ``collect_window`` is the debounce of the ``collect`` policy in seconds:
     collected messages start their turn once none has arrived for that long,
     on ``clock`` (the real monotonic time unless a test brings its own).
@@ -115,6 +117,7 @@ class SessionOptions:
     """
 
     gate: Gate = _no_gate
+    turn_hold: Callable[[], asyncio.Event | None] | None = None
     max_queue: int = 256
     collect_window: float = 1.5
     clock: Clock = field(default_factory=MonotonicClock)

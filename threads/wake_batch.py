@@ -1,0 +1,123 @@
+"""Many wakes at once (a cron burst): each accepted as a single wake is, in shared store rounds.
+
+:meth:`ThreadManager.wake` makes one wake durable before it returns. A burst
+of them one after another pays a store round each, and the first wakes'
+turns already run — and take the event loop — while the last are still being
+accepted. :func:`wake_many` takes the whole burst in phases; each phase makes
+the store calls of every wake in the same loop iteration, so the store's
+writer takes them in one round (the jsonl store: one flush of its
+write-ahead log for the lot, see decision perf-01):
+
+1. every wake is admitted as :meth:`ThreadManager.wake_turn` admits one (the
+   manager open, the key not quarantined, the wake's chain within bounds);
+2. every key's thread is found or started: evicted sessions are loaded (and
+   their writer leases taken), new ones created and their keys pointed at them;
+3. every wake is accepted by its thread, exactly as a single wake is (its
+   busy policy, its prompt or receipt, its errors); a key's wakes in the
+   batch's order;
+4. only then may the batch's turns start: the manager's turn gate holds the
+   batch's keys until the last acceptance is durable.
+
+Each wake gets its own :class:`WakeResult`: one that is refused (quarantined,
+busy, its session unreadable) fails alone, and the others are accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from threads.errors import OwnedElsewhereError
+from threads.keys import SessionKey
+from threads.runner import Thread
+from threads.turns import Turn
+from threads.wake import Accepted, Wake
+
+if TYPE_CHECKING:
+    from threads.manager import ThreadManager
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WakeResult:
+    """One wake of a batch: accepted (with the turn it runs as), or what refused it."""
+
+    key: str
+    accepted: Accepted | None = None
+    turn: Turn | None = None
+    error: Exception | None = None
+
+    def unwrap(self) -> tuple[Accepted, Turn]:
+        """What :meth:`ThreadManager.wake_turn` would have returned; raises the wake's error."""
+        if self.error is not None:
+            raise self.error
+        assert self.accepted is not None
+        assert self.turn is not None
+        return self.accepted, self.turn
+
+
+Admitted = list[tuple[int, Wake]]
+"""A key's wakes in the batch's order, each with its place in the batch."""
+
+
+async def wake_many(manager: ThreadManager, wakes: Sequence[tuple[str, Wake]]) -> list[WakeResult]:
+    """Accept ``wakes`` (key, wake) together; one result per wake, in the same order."""
+    results: list[WakeResult | None] = [None] * len(wakes)
+    by_key: dict[SessionKey, Admitted] = {}
+    for index, (key, wake) in enumerate(wakes):
+        try:
+            session_key, admitted = manager.admit(key, wake)
+        except Exception as exc:
+            results[index] = WakeResult(key=key, error=exc)
+            continue
+        by_key.setdefault(session_key, []).append((index, admitted))
+
+    async def start(key: SessionKey, admitted: Admitted) -> Thread | None:
+        """The key's thread; None when the key's wakes were settled here (forwarded, refused)."""
+        try:
+            thread = await manager.open_thread(key, create=True, agent=admitted[0][1].agent)
+            assert thread is not None
+            # A loaded session's writer lease, taken now with the others' rather than
+            # by its first append: the batch's appends then go to the store together.
+            await thread.session.hold()
+        except OwnedElsewhereError as elsewhere:
+            for index, wake in admitted:
+                results[index] = await _forwarded(manager, elsewhere.node, key, wake)
+            return None
+        except Exception as exc:
+            for index, _wake in admitted:
+                results[index] = WakeResult(key=str(key), error=exc)
+            return None
+        return thread
+
+    async def accept(thread: Thread, admitted: Admitted) -> None:
+        for index, wake in admitted:
+            try:
+                accepted, turn = await thread.wake(wake)
+            except Exception as exc:
+                results[index] = WakeResult(key=str(thread.key), error=exc)
+            else:
+                results[index] = WakeResult(key=str(thread.key), accepted=accepted, turn=turn)
+
+    with manager.holding_turns(by_key):
+        keys = list(by_key)
+        threads = await asyncio.gather(*(start(key, by_key[key]) for key in keys))
+        await asyncio.gather(
+            *(
+                accept(thread, by_key[key])
+                for key, thread in zip(keys, threads, strict=True)
+                if thread is not None
+            )
+        )
+    assert all(result is not None for result in results)
+    return [result for result in results if result is not None]
+
+
+async def _forwarded(manager: ThreadManager, node: str, key: SessionKey, wake: Wake) -> WakeResult:
+    """A wake for a key another node owns, sent to that node's inbox (scale-out)."""
+    try:
+        accepted, turn = await manager.ownership.forward(node, key, wake)
+    except Exception as exc:
+        return WakeResult(key=str(key), error=exc)
+    return WakeResult(key=str(key), accepted=accepted, turn=turn)
