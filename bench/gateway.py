@@ -70,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.api import GATEWAY_CORE, LOAD_CORE, cpu_seconds, percentile_ms, pin, rss_mb
 from config import validate
 from gateway.app import Gateway
+from gateway.heap import settle_heap
 
 CHATS = 16
 WARM = 2
@@ -406,8 +407,7 @@ async def bench(turns: int, sequential: int, profile: bool) -> dict[str, Any]:
                 assert gw.http is not None
                 base = gw.http.url
                 figures["rss_start_mb"] = rss_mb()
-                gc.collect()
-                gc.freeze()
+                settle_heap()  # as `gateway run` does once it serves (decision perf-07)
                 for level, count in ((1, sequential), (16, turns // 4), (64, turns)):
                     fsyncs.taken()
                     size, loop_cpu, cpu = tree_bytes(sessions), time.thread_time(), cpu_seconds()
