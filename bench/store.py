@@ -214,9 +214,13 @@ async def bench_many_sessions(backend: str, where: Path, sessions: int) -> None:
 
 
 async def bench_group_commit(
-    backend: str, where: Path, writers: int, sessions: int, each: int
-) -> None:
-    store: Any = open_store(url_of(backend, where / f"group-{backend}"))
+    backend: str, where: Path, writers: int, sessions: int, each: int, *, durable: bool = True
+) -> float:
+    """Appends per second of ``writers`` writing over ``sessions``; ``durable``: fsync on."""
+    fsync = "every_append" if durable else "on_flush"
+    store: Any = open_store(
+        url_of(backend, where / f"group-{backend}-{fsync}"), StoreOptions(fsync=fsync)
+    )
     headers = [Header(id=new_session_id()) for _ in range(sessions)]
     for h in headers:
         await store.create(h)
@@ -234,13 +238,19 @@ async def bench_group_commit(
     elapsed = time.perf_counter() - begin
     await store.close()
     total = writers * each
-    FIGURES[f"{backend}_group_commit_{writers}w_{sessions}s_appends_per_s"] = round(total / elapsed)
-    FIGURES[f"{backend}_group_commit_{writers}w_{sessions}s_p50_ms"] = round(
-        statistics.median(latencies) * 1e3, 3
-    )
+    name = f"{backend}_group_commit_{writers}w_{sessions}s"
+    if not durable:
+        FIGURES[f"{name}_appends_per_s_fsync_off"] = round(total / elapsed)
+        say(
+            f"{backend}: {writers} writers over {sessions} sessions — {total / elapsed:.0f} appends/s, fsync off"
+        )
+        return total / elapsed
+    FIGURES[f"{name}_appends_per_s"] = round(total / elapsed)
+    FIGURES[f"{name}_p50_ms"] = round(statistics.median(latencies) * 1e3, 3)
     say(
         f"{backend}: {writers} writers over {sessions} sessions — {total / elapsed:.0f} appends/s durable"
     )
+    return total / elapsed
 
 
 def bench_key_index_designs(where: Path, sessions: int) -> None:
@@ -308,7 +318,11 @@ async def main() -> None:
             (where / "append").mkdir()
             await bench_append(backend, where / "append", args.appends)
             await bench_load(backend, where / "append", args.entries)
-            await bench_group_commit(backend, where, writers=64, sessions=16, each=40)
+            durable = await bench_group_commit(backend, where, writers=64, sessions=16, each=40)
+            off = await bench_group_commit(
+                backend, where, writers=64, sessions=16, each=40, durable=False
+            )
+            FIGURES[f"{backend}_group_commit_64w_16s_ratio_to_fsync_off"] = round(durable / off, 3)
             many = where / "many"
             many.mkdir()
             await bench_many_sessions(backend, many, args.sessions)
