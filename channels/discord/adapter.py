@@ -58,12 +58,12 @@ DEFAULT_API = "https://discord.com/api/v10"
 INTERACTIONS = 512
 INTERACTION = "interaction:"
 NOTHING_TO_SAY = "Nothing to answer here."
-# Ping nobody from model text but the person a reply answers.
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 """Seconds before each new try of a send Discord could not take (see ``DiscordChannel._attempt``)."""
 DISCORD_PY_RETRIES = frozenset({500, 502, 504, 524})
 """Statuses discord.py already retried five times before raising: not tried again."""
 
+# Ping nobody from model text but the person a reply answers.
 MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True)
 
 
