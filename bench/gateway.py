@@ -163,6 +163,16 @@ class Load:
         self.http = http
         self.model = model
 
+    async def answer(self, command: str, args: list[str]) -> dict[str, Any] | None:
+        """The answer to one line from the bench process; None to stop."""
+        if command == "web":
+            return await self.web(args[0], int(args[1]), int(args[2]))
+        if command == "api":
+            return await self.api(args[0], int(args[1]), int(args[2]), args[3])
+        if command == "bare":
+            return await self.bare(int(args[0]), int(args[1]))
+        return None
+
     async def web(self, base: str, concurrency: int, turns: int) -> dict[str, float]:
         """``turns`` messages over 16 chats with ``concurrency`` outstanding in all."""
         chats = [await Chat.open(base) for _ in range(CHATS)]
@@ -288,7 +298,8 @@ def figures_of(times: list[float], elapsed: float) -> dict[str, float]:
     }
 
 
-async def serve_load() -> None:
+async def serve_load(kind: type[Load] = Load) -> None:
+    """The load process: the model's URL first, then one answer per line read on stdin."""
     reader = asyncio.StreamReader()
     loop = asyncio.get_running_loop()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -296,17 +307,11 @@ async def serve_load() -> None:
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
         QuickModel() as model,
     ):
-        load = Load(http, model)
+        load = kind(http, model)
         print(json.dumps({"model": model.base_url}), flush=True)
         while line := (await reader.readline()).decode().split():
-            command, args = line[0], line[1:]
-            if command == "web":
-                answer = await load.web(args[0], int(args[1]), int(args[2]))
-            elif command == "api":
-                answer = await load.api(args[0], int(args[1]), int(args[2]), args[3])
-            elif command == "bare":
-                answer = await load.bare(int(args[0]), int(args[1]))
-            else:
+            answer = await load.answer(line[0], line[1:])
+            if answer is None:
                 return
             print(json.dumps(answer), flush=True)
 
@@ -315,31 +320,33 @@ async def serve_load() -> None:
 
 
 def gateway_config(root: Path, model_url: str) -> Any:
+    return validate(config_data(root, model_url), "bench")
+
+
+def config_data(root: Path, model_url: str) -> dict[str, Any]:
+    """The bench gateway's settings, before validation (``bench/history.py`` adjusts them)."""
     data = root / "data"
-    return validate(
-        {
-            "data_dir": str(data),
-            "store": {"url": f"jsonl://{data / 'sessions'}", "fsync": "every_append"},
-            "models": {
-                "providers": {"fake": {"kind": "openai", "base_url": model_url, "api_key": "x"}},
-                "settings": {"fake/bench": {"stream": False}},
-            },
-            "agents": {"default": {"model": "fake/bench"}},
-            "cron": {"enabled": False},
-            "threads": {
-                "max_concurrent_turns": 64,
-                "busy_policy": {"web": "queue"},
-                "budget": {"session_model_calls_per_hour": 0, "session_tokens_per_hour": 0},
-            },
-            "http": {"port": 0},
-            "channels": {
-                "web": {"enabled": True},
-                "cli": {"enabled": False},
-                "api": {"enabled": True, "api_key": KEY},
-            },
+    return {
+        "data_dir": str(data),
+        "store": {"url": f"jsonl://{data / 'sessions'}", "fsync": "every_append"},
+        "models": {
+            "providers": {"fake": {"kind": "openai", "base_url": model_url, "api_key": "x"}},
+            "settings": {"fake/bench": {"stream": False}},
         },
-        "bench",
-    )
+        "agents": {"default": {"model": "fake/bench"}},
+        "cron": {"enabled": False},
+        "threads": {
+            "max_concurrent_turns": 64,
+            "busy_policy": {"web": "queue"},
+            "budget": {"session_model_calls_per_hour": 0, "session_tokens_per_hour": 0},
+        },
+        "http": {"port": 0},
+        "channels": {
+            "web": {"enabled": True},
+            "cli": {"enabled": False},
+            "api": {"enabled": True, "api_key": KEY},
+        },
+    }
 
 
 class Counted:

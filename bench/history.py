@@ -64,9 +64,11 @@ from bench.gateway import (
     Chat,
     Load,
     QuickModel,
+    config_data,
     figures_of,
     next_reply,
     print_profile,
+    serve_load,
     tree_bytes,
 )
 from config import validate
@@ -95,6 +97,13 @@ class HistoryLoad(Load):
         self.groups[name] = [await Chat.open(base) for _ in range(count)]
         return {"chats": [chat.id for chat in self.groups[name]]}
 
+    async def answer(self, command: str, args: list[str]) -> dict[str, Any] | None:
+        if command == "open":
+            return await self.open_group(args[0], args[1], int(args[2]))
+        if command == "run":
+            return await self.run(args[0], int(args[1]), int(args[2]))
+        return None
+
     async def run(self, name: str, clients: int, turns: int) -> dict[str, float]:
         """``turns`` messages, ``clients`` at once, each client over its own share of the group."""
         chats = self.groups[name]
@@ -120,54 +129,15 @@ class HistoryLoad(Load):
         return figures_of(times, elapsed)
 
 
-async def serve_load() -> None:
-    reader = asyncio.StreamReader()
-    loop = asyncio.get_running_loop()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    async with (
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
-        QuickModel() as model,
-    ):
-        load = HistoryLoad(http, model)
-        print(json.dumps({"model": model.base_url}), flush=True)
-        while line := (await reader.readline()).decode().split():
-            command, args = line[0], line[1:]
-            answer: dict[str, Any]
-            if command == "open":
-                answer = await load.open_group(args[0], args[1], int(args[2]))
-            elif command == "run":
-                answer = await load.run(args[0], int(args[1]), int(args[2]))
-            else:
-                return
-            print(json.dumps(answer), flush=True)
-
-
 # -- the gateway, in this process
 
 
 def gateway_config(root: Path, model_url: str) -> Any:
-    data = root / "data"
-    return validate(
-        {
-            "data_dir": str(data),
-            "store": {"url": f"jsonl://{data / 'sessions'}", "fsync": "every_append"},
-            "models": {
-                "providers": {"fake": {"kind": "openai", "base_url": model_url, "api_key": "x"}},
-                # No turn here reaches the compaction threshold.
-                "settings": {"fake/bench": {"stream": False, "context_window": 10_000_000}},
-            },
-            "agents": {"default": {"model": "fake/bench"}},
-            "cron": {"enabled": False},
-            "threads": {
-                "max_concurrent_turns": 64,
-                "busy_policy": {"web": "queue"},
-                "budget": {"session_model_calls_per_hour": 0, "session_tokens_per_hour": 0},
-            },
-            "http": {"port": 0},
-            "channels": {"web": {"enabled": True}, "cli": {"enabled": False}},
-        },
-        "bench",
-    )
+    data = config_data(root, model_url)
+    # No turn here reaches the compaction threshold.
+    data["models"]["settings"]["fake/bench"]["context_window"] = 10_000_000
+    data["channels"] = {"web": {"enabled": True}, "cli": {"enabled": False}}
+    return validate(data, "bench")
 
 
 class GcPauses:
@@ -383,7 +353,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.load:
-        asyncio.run(serve_load())
+        asyncio.run(serve_load(HistoryLoad))
         return
     figures = asyncio.run(bench(args.turns, args.soak, args.profile))
     ordered = {key: figures.pop(key) for key in KEYS} | figures
