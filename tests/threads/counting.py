@@ -17,23 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from tests.threads.dying import STORE_CALLS
 from threads.store.entries import MessageEntry
-
-_FORWARDED = (
-    "create",
-    "append",
-    "load",
-    "list",
-    "delete",
-    "resolve",
-    "point",
-    "unpoint",
-    "keys",
-    "flush",
-    "release",
-    "acquire",
-    "yield_lease",
-)
 
 
 class CountingStore:
@@ -92,5 +77,5 @@ def _forward(name: str) -> Callable[..., Any]:
     return method
 
 
-for _name in _FORWARDED:
+for _name in STORE_CALLS:
     setattr(CountingStore, _name, _forward(_name))

@@ -24,7 +24,8 @@ from threads.store.entries import Entry
 
 Predicate = Callable[[str, Sequence[Entry]], bool]
 
-_FORWARDED = (
+# The store methods a wrapper at the transport boundary passes through.
+STORE_CALLS = (
     "create",
     "append",
     "load",
@@ -97,5 +98,5 @@ def _forward(name: str) -> Callable[..., Any]:
     return method
 
 
-for _name in _FORWARDED:
+for _name in STORE_CALLS:
     setattr(DyingStore, _name, _forward(_name))
