@@ -316,6 +316,41 @@ async def serve_load(kind: type[Load] = Load) -> None:
             print(json.dumps(answer), flush=True)
 
 
+class LoadProcess:
+    """A bench's load, run as ``<script> --load`` pinned to the other core, asked a line at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process, model_url: str, pinned: bool) -> None:
+        self.process = process
+        self.model_url = model_url
+        self.pinned = pinned
+
+    @classmethod
+    async def start(cls, script: str) -> LoadProcess:
+        """Start ``script --load``; its first line names the fake model's URL."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, script, "--load",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None
+        pinned = pin(process.pid, LOAD_CORE) and pin(0, GATEWAY_CORE)
+        model_url = json.loads(await process.stdout.readline())["model"]
+        return cls(process, model_url, pinned)
+
+    async def ask(self, *words: object) -> dict[str, Any]:
+        """Send one command line; its answer."""
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write((" ".join(map(str, words)) + "\n").encode())
+        await self.process.stdin.drain()
+        return dict(json.loads(await self.process.stdout.readline()))
+
+    async def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"quit\n")
+        await self.process.stdin.drain()
+        await self.process.wait()
+
+
 # -- the gateway, in this process
 
 
@@ -359,8 +394,9 @@ class Counted:
     @contextmanager
     def installed(self) -> Iterator[None]:
         saved = os.fsync, os.fdatasync
-        os.fsync = self._wrap(saved[0])
-        os.fdatasync = self._wrap(saved[1])
+        # The same calls, counted: typeshed's signatures name the argument's type exactly.
+        os.fsync = self._wrap(saved[0])  # type: ignore[assignment]
+        os.fdatasync = self._wrap(saved[1])  # type: ignore[assignment]
         try:
             yield
         finally:
@@ -387,21 +423,8 @@ def tree_bytes(root: Path) -> int:
 
 
 async def bench(turns: int, sequential: int, profile: bool) -> dict[str, Any]:
-    load = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--load",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert load.stdin is not None
-    assert load.stdout is not None
-    pinned = pin(load.pid, LOAD_CORE) and pin(0, GATEWAY_CORE)
-    model_url = json.loads(await load.stdout.readline())["model"]
-
-    async def ask(*words: object) -> dict[str, float]:
-        assert load.stdin is not None
-        assert load.stdout is not None
-        load.stdin.write((" ".join(map(str, words)) + "\n").encode())
-        await load.stdin.drain()
-        return dict(json.loads(await load.stdout.readline()))
+    load = await LoadProcess.start(__file__)
+    ask, model_url, pinned = load.ask, load.model_url, load.pinned
 
     figures: dict[str, Any] = {"machine_load_1m_at_start": round(os.getloadavg()[0], 2)}
     fsyncs = Counted()
@@ -475,10 +498,7 @@ async def bench(turns: int, sequential: int, profile: bool) -> dict[str, Any]:
                 gc.collect()
                 figures["rss_mb_after"] = rss_mb()
     finally:
-        assert load.stdin is not None
-        load.stdin.write(b"quit\n")
-        await load.stdin.drain()
-        await load.wait()
+        await load.stop()
     figures["loop_cpu_ms_per_turn"] = figures["loop_cpu_ms_per_turn_c16"]
     figures["turns_total"] = total_turns
     figures["chats"] = CHATS

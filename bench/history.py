@@ -44,7 +44,6 @@ import argparse
 import asyncio
 import cProfile
 import gc
-import json
 import logging
 import os
 import statistics
@@ -59,10 +58,11 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.api import GATEWAY_CORE, LOAD_CORE, pin, rss_mb
+from bench.api import rss_mb
 from bench.gateway import (
     Chat,
     Load,
+    LoadProcess,
     QuickModel,
     config_data,
     figures_of,
@@ -199,21 +199,8 @@ def context_bytes(messages: list[Message]) -> int:
 
 
 async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
-    load = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--load",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert load.stdin is not None
-    assert load.stdout is not None
-    pinned = pin(load.pid, LOAD_CORE) and pin(0, GATEWAY_CORE)
-    model_url = json.loads(await load.stdout.readline())["model"]
-
-    async def ask(*words: object) -> dict[str, Any]:
-        assert load.stdin is not None
-        assert load.stdout is not None
-        load.stdin.write((" ".join(map(str, words)) + "\n").encode())
-        await load.stdin.drain()
-        return dict(json.loads(await load.stdout.readline()))
+    load = await LoadProcess.start(__file__)
+    ask, model_url, pinned = load.ask, load.model_url, load.pinned
 
     figures: dict[str, Any] = {"machine_load_1m_at_start": round(os.getloadavg()[0], 2)}
     pauses = GcPauses()
@@ -324,9 +311,7 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                     flush=True,
                 )
     finally:
-        load.stdin.write(b"quit\n")
-        await load.stdin.drain()
-        await load.wait()
+        await load.stop()
     figures["pinned_to_cores"] = pinned
     figures["store"] = "jsonl, fsync every_append"
     return figures
