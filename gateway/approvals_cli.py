@@ -30,9 +30,8 @@ import typer
 
 from config import GatewayConfig
 from gateway.cli_kit import App, ConfigOption, JsonOption, fail, load, print_json
-from gateway.control import ControlClient
 from gateway.errors import ControlError
-from gateway.ops_cli import no_gateway
+from gateway.ops_cli import ask, no_gateway
 from threads.approvals.errors import ApprovalError
 from threads.approvals.grants import GrantBook
 from threads.state import StateStoreError, open_state_store
@@ -187,17 +186,8 @@ def _decide(
 def _gateway(settings: GatewayConfig, op: str, fields: dict[str, Any]) -> dict[str, Any]:
     """``op`` through the running gateway; no gateway running is an error."""
 
-    async def go() -> dict[str, Any] | None:
-        client = await ControlClient.connect(settings.data_dir / "gateway.sock")
-        if client is None:
-            return None
-        try:
-            return await client.call(op, **fields)
-        finally:
-            await client.close()
-
     try:
-        answer = asyncio.run(go())
+        answer = asyncio.run(ask(settings, op, **fields))
     except ControlError as exc:
         fail(str(exc))
     if answer is None:
@@ -209,12 +199,9 @@ def _with_grants(settings: GatewayConfig, op: str, fields: dict[str, Any], offli
     """``op`` through the running gateway, else ``offline`` on the state store's grants."""
 
     async def go() -> dict[str, Any]:
-        client = await ControlClient.connect(settings.data_dir / "gateway.sock")
-        if client is not None:
-            try:
-                return await client.call(op, **fields)
-            finally:
-                await client.close()
+        answer = await ask(settings, op, **fields)
+        if answer is not None:
+            return answer
         state = await open_state_store(settings.state_store_url())
         try:
             result: dict[str, Any] = await offline(GrantBook(state))

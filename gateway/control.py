@@ -467,6 +467,17 @@ class ControlClient:
             await self._writer.wait_closed()
 
 
+async def ask_at(path: Path, op: str, **fields: Any) -> dict[str, Any] | None:
+    """The answer of the gateway listening at ``path`` to ``op``; None when none listens."""
+    client = await ControlClient.connect(path)
+    if client is None:
+        return None
+    try:
+        return await client.call(op, **fields)
+    finally:
+        await client.close()
+
+
 @contextlib.asynccontextmanager
 async def connected(path: Path) -> AsyncIterator[ControlClient | None]:
     client = await ControlClient.connect(path)

@@ -29,7 +29,7 @@ from gateway.cli_kit import (
     size_text,
     yes_no,
 )
-from gateway.control import ControlClient
+from gateway.control import ask_at
 from gateway.errors import ControlError
 from gateway.node_views import cluster_lines, node_lines
 from threads.errors import InvalidKeyError, ThreadsError
@@ -153,13 +153,7 @@ def no_gateway(settings: GatewayConfig) -> str:
 
 async def ask(config: GatewayConfig, op: str, **fields: Any) -> dict[str, Any] | None:
     """The running gateway's answer to ``op``, or None when no gateway is running."""
-    client = await ControlClient.connect(config.data_dir / "gateway.sock")
-    if client is None:
-        return None
-    try:
-        return await client.call(op, **fields)
-    finally:
-        await client.close()
+    return await ask_at(config.data_dir / "gateway.sock", op, **fields)
 
 
 async def _offline_manager(config: GatewayConfig) -> tuple[ThreadManager, SessionStore]:

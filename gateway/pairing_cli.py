@@ -29,8 +29,8 @@ from channels.errors import PairingError
 from channels.pairing import PairingService, listing_json, outcome_json
 from config import GatewayConfig
 from gateway.cli_kit import App, ConfigOption, JsonOption, fail, load, print_json
-from gateway.control import ControlClient
 from gateway.errors import ControlError
+from gateway.ops_cli import ask
 from threads.state import StateStoreError, open_state_store
 
 app = App(
@@ -143,12 +143,9 @@ def _call(
     """``op`` through the running gateway, else ``offline`` on the state store itself."""
 
     async def go() -> dict[str, Any]:
-        client = await ControlClient.connect(settings.data_dir / "gateway.sock")
-        if client is not None:
-            try:
-                return await client.call(op, **fields)
-            finally:
-                await client.close()
+        answer = await ask(settings, op, **fields)
+        if answer is not None:
+            return answer
         state = await open_state_store(settings.state_store_url())
         try:
             service = PairingService(state, settings.channels.access_sections())

@@ -20,8 +20,8 @@ from typing import Annotated, Any
 import typer
 
 from gateway.cli_kit import EXIT_USAGE, ConfigOption, JsonOption, fail, load, print_json
-from gateway.control import ControlClient
 from gateway.errors import ControlError
+from gateway.ops_cli import ask
 from gateway.session_edits import Editor
 from gateway.sessions_cli import KeyArgument, _translate, app, unknown_session
 from threads.agent.models import Models
@@ -51,14 +51,11 @@ def _edit(ref: str, action: str, args: dict[str, Any], config_path: Any) -> dict
         try:
             await check_reachable(store)
             found = await resolve(target, store, settings)
-            client = await ControlClient.connect(settings.data_dir / "gateway.sock")
-            if client is not None:
-                try:
-                    return await client.call(
-                        "session_edit", key=str(found.key), action=action, args=args
-                    )
-                finally:
-                    await client.close()
+            answer = await ask(
+                settings, "session_edit", key=str(found.key), action=action, args=args
+            )
+            if answer is not None:
+                return answer
             models = Models(settings.models)
             session = await Session.open(store, found.session_id, NoRuns())
             try:

@@ -30,7 +30,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.control import ControlClient
+from gateway.control import ask_at
 
 READY = b"gateway running"
 SECRET = "cluster-webhook-secret"
@@ -139,13 +139,7 @@ class Node:
 
     async def ask(self, op: str, **fields: Any) -> dict[str, Any] | None:
         """The node's answer to a control operation; None when it does not listen."""
-        client = await ControlClient.connect(self.data_dir / "gateway.sock")
-        if client is None:
-            return None
-        try:
-            return await client.call(op, **fields)
-        finally:
-            await client.close()
+        return await ask_at(self.data_dir / "gateway.sock", op, **fields)
 
 
 class Cluster:
