@@ -31,6 +31,7 @@ from cron.errors import NewerSchemaError, StoreError
 from cron.models import Job, JobState, RunRecord
 from threads.errors import UnsafePathError
 from threads.store.private import create_private_database, make_private_dir
+from threads.store.sqlite_wal import use_wal
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
@@ -94,7 +95,7 @@ class SqliteJobStore:
             raise StoreError(url, f"cannot open: {exc}") from exc
         try:
             await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            await db.execute("PRAGMA journal_mode = WAL")
+            await use_wal(db, f"cron store {redact_url(url)}")
             await db.execute("PRAGMA synchronous = NORMAL")
             await db.executescript(_SCHEMA)
             rows = await db.execute_fetchall("SELECT value FROM cron_meta WHERE name = 'schema'")

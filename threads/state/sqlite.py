@@ -18,7 +18,6 @@ loss may lose the last commits.
 from __future__ import annotations
 
 import asyncio
-import logging
 from datetime import datetime
 from pathlib import Path
 
@@ -38,12 +37,9 @@ from threads.state.base import (
 )
 from threads.state.errors import StateStoreError
 from threads.store.private import create_private_database, make_private_dir
-
-log = logging.getLogger(__name__)
+from threads.store.sqlite_wal import use_wal
 
 BUSY_TIMEOUT_MS = 10_000
-WAL_ATTEMPTS = 50
-WAL_RETRY_SECONDS = 0.1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS state_values (
     namespace TEXT NOT NULL,
@@ -85,7 +81,7 @@ class SqliteStateStore:
             raise StateStoreError(url, f"cannot open: {exc}") from None
         try:
             await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            await _use_wal(db, url)
+            await use_wal(db, f"state store {url}")
             await db.execute("PRAGMA synchronous = NORMAL")
             await db.executescript(SCHEMA)
         except aiosqlite.Error as exc:
@@ -160,26 +156,6 @@ class SqliteStateStore:
     async def close(self) -> None:
         async with self._lock:
             await self._db.close()
-
-
-async def _use_wal(db: aiosqlite.Connection, url: str) -> None:
-    """Put the file in WAL mode, unless it is already (cron's, or an earlier run's).
-
-    The switch takes an exclusive lock and SQLite answers "database is locked"
-    at once, without the busy timeout, when another process holds the file in
-    that moment (two processes opening a fresh file): the switch is retried.
-    """
-    for attempt in range(WAL_ATTEMPTS):
-        try:
-            mode = await db.execute_fetchall("PRAGMA journal_mode")
-            if str(next(iter(mode))[0]).lower() != "wal":
-                await db.execute("PRAGMA journal_mode = WAL")
-            return
-        except aiosqlite.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == WAL_ATTEMPTS - 1:
-                raise
-            log.info("state store %s: switching to WAL found it locked; trying again", url)
-            await asyncio.sleep(WAL_RETRY_SECONDS)
 
 
 def _bytes(value: object) -> bytes:

@@ -58,6 +58,7 @@ from threads.store.leases import Leases
 from threads.store.lines import complete_end, decode_session, encode_batch
 from threads.store.private import create_private_database, make_private_dir
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us
+from threads.store.sqlite_wal import use_wal_blocking
 from threads.store.watching import Pulse, advance, tail
 
 log = logging.getLogger(__name__)
@@ -544,7 +545,7 @@ class SqliteStore:
             create_private_database(self._path)
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 5000")
-            conn.execute("PRAGMA journal_mode = WAL")
+            use_wal_blocking(conn, f"session store {self._path}")
             conn.execute(f"PRAGMA synchronous = {'FULL' if self._every else 'NORMAL'}")
             conn.executescript(SCHEMA)
             self._conn = conn
