@@ -176,7 +176,7 @@ class Heartbeats:
         self._timer: Timer | None = None
         self._running: asyncio.Task[None] | None = None
         self._followers: set[asyncio.Task[None]] = set()
-        self._stopped = False
+        self._stopped = True
 
     # -- settings (the CLI writes them; a running service reads them every tick)
 
@@ -198,14 +198,26 @@ class Heartbeats:
 
     # -- the service
 
-    def start(self) -> None:
-        """Look for due beats every ``tick_seconds`` on the clock, until :meth:`stop`."""
-        self._schedule()
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`stop` (in a cluster: while this node leads)."""
+        return not self._stopped
+
+    async def start(self) -> None:
+        """Look for due beats every ``tick_seconds`` on the clock, until :meth:`stop`.
+
+        A stopped service starts again (a cluster node that leads heartbeats
+        again after it lost the lead).
+        """
+        if self._stopped:
+            self._stopped = False
+            self._schedule()
 
     async def stop(self) -> None:
         self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = None
         tasks = [t for t in (self._running, *self._followers) if t is not None]
         for task in tasks:
             task.cancel()

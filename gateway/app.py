@@ -52,7 +52,7 @@ from gateway.lifetimes import Lifetimes
 from gateway.metrics import Metrics, TimedModels
 from gateway.preflight import directory_problems, make_data_dirs, port_in_use
 from gateway.router import Router, endpoint_of
-from gateway.scaleout import CRON, lead_bots, member_for, node_health, stand_by
+from gateway.scaleout import CRON, HEARTBEATS, lead_bots, member_for, node_health, stand_by
 from threads import faults
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models, UnknownModelError
@@ -449,7 +449,11 @@ class Gateway:
             clock=self._cron_clock or MonotonicClock(),
             zone=self.config.timezone,
         )
-        beats.start()
+        if self.member is not None:
+            # One ticker for all the gateways, as for cron: the node that leads beats.
+            await self.member.lead(HEARTBEATS, beats.start, beats.stop)
+        else:
+            await beats.start()
         self._lifetimes.push("heartbeats", beats.stop)
         self.heartbeats = beats
 

@@ -27,6 +27,7 @@ from threads.store.redis import RedisStore
 log = logging.getLogger(__name__)
 
 CRON = "cron"
+HEARTBEATS = "heartbeats"
 
 
 def member_for(

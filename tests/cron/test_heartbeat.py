@@ -207,7 +207,7 @@ async def test_a_beat_is_not_the_users_activity(rig: Rig) -> None:
 async def test_the_service_beats_on_its_own_at_each_tick(rig: Rig) -> None:
     await rig.set()
     rig.model.add(dispatch())
-    rig.beats.start()
+    await rig.beats.start()
     rig.clock.advance(HALF_HOUR)  # the tick timers pass
     async with asyncio.timeout(10):
         while not await rig.beats.runs(KEY):

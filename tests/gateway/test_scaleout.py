@@ -341,17 +341,18 @@ async def test_cron_and_each_bots_updates_move_to_another_node_when_their_leader
             def leading(gw: Gateway) -> list[str]:
                 bots = [gw.channels["telegram"], gw.channels["discord"]]
                 parts = [c.name for c in bots if getattr(c, "receiving", False)]
-                return parts + (["cron"] if gw.cron is not None and gw.cron.running else [])
+                parts += ["cron"] if gw.cron is not None and gw.cron.running else []
+                return parts + (["heartbeats"] if gw.heartbeats and gw.heartbeats.running else [])
 
             first, second = started
-            assert leading(first) == ["telegram", "discord", "cron"]
+            assert leading(first) == ["telegram", "discord", "cron", "heartbeats"]
             assert leading(second) == []
             lease_clock.advance(LEASE)  # first stalls: it renews nothing
             assert second.member is not None
             await second.member.tick()
-            assert leading(second) == ["telegram", "discord", "cron"]
+            assert leading(second) == ["telegram", "discord", "cron", "heartbeats"]
             assert first.member is not None
-            await first.member.tick()  # first learns it lost the leases: it stops all three
+            await first.member.tick()  # first learns it lost the leases: it stops all four
             assert leading(first) == []
             await discord.wait_for_ready()
             await telegram.wait_for_poll()
