@@ -22,7 +22,9 @@ group chat            ``ignore`` (no reply: a bot added to a group it may not
                       in that chat. A slash command counts as addressed to the
                       bot and takes no context. ``groups`` lists group ids; a
                       Telegram forum topic (``group:<id>:topic:<n>``) belongs
-                      to its group, and keeps its own context.
+                      to its group, and keeps its own context. On Discord a
+                      listed channel allows its threads, a listed guild every
+                      channel in it.
 ====================  ==========================================================
 
 ``check`` is synchronous and does no I/O: the paired users are an in-memory
@@ -173,7 +175,7 @@ class Access:
     def _group(self, inbound: Inbound, *, command: bool) -> Verdict:
         policy = self.config.group_policy
         group = group_of(inbound.chat_id)
-        listed = group in self._groups or inbound.chat_id in self._groups
+        listed = not self._groups.isdisjoint((group, inbound.chat_id, inbound.space or group))
         if policy == "disabled" or (policy == "allowlist" and not listed):
             self._log_ignored(group, policy)
             return Verdict(action="ignore", reason=f"group {group} is not allowed")

@@ -44,7 +44,9 @@ class Inbound:
     ``press`` is the platform's id of a button press (an approval's Approve /
     Always / Deny), which arrives as its command in ``text`` and is answered
     with :meth:`AsksApproval.answer_press`; ``message_id`` is then the
-    message the button was under.
+    message the button was under. ``space`` is the larger place a group chat
+    belongs to, when the platform has one (a Discord guild's id); access
+    ``groups`` may list it to allow every channel in it.
     """
 
     channel: str
@@ -61,6 +63,7 @@ class Inbound:
     media: tuple[MediaRef, ...] = ()
     agent: str = ""
     press: str = ""
+    space: str = ""
 
 
 InboundHandler = Callable[[Inbound], Awaitable[None]]

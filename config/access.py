@@ -45,7 +45,7 @@ class AccessConfig(Section):
     a code an operator approves with ``gateway pairing approve``),
     ``allowlist`` (only ``allow_from`` and ``owners``), ``open`` (anyone) or
     ``disabled``. Group chats follow ``group_policy`` over the chat ids in
-    ``groups``; there the bot answers only when addressed (a mention, a reply
+    ``groups`` (on Discord a channel id, or a guild id for all its channels); there the bot answers only when addressed (a mention, a reply
     to it, or a ``mention_patterns`` match) unless ``require_mention`` is off,
     and keeps up to ``group_context_messages`` of the rest as context for the
     next turn. ``owners`` may use owner-only commands (``/send``) here.

@@ -62,6 +62,7 @@ def inbound_of(
         reply_to_bot=reply_to_bot,
         chat_type=address.chat_type,
         mentioned=mentioned,
+        space=str(message.guild.id) if message.guild is not None else "",
         media=tuple(
             MediaRef(
                 kind="image"

@@ -80,6 +80,30 @@ async def test_a_guild_channel_answers_a_mention_and_keeps_the_rest_as_context(
         assert fake.sent(elsewhere) == []
 
 
+async def test_a_listed_guild_allows_its_channels_and_threads_and_no_other_guilds(
+    tmp_path: Path,
+) -> None:
+    team_id = 6001
+    async with discord_gateway(tmp_path, discord={"access": {"groups": [str(team_id)]}}) as rig:
+        fake, script = rig.fake, rig.script
+        team, other = fake.guild("Team", id=team_id), fake.guild("Other")
+        general, outside = fake.text_channel(team, "general"), fake.text_channel(other, "general")
+        ann = fake.user("ann")
+        thread = fake.thread(general, "ideas", by=ann)
+        fake.send_in_channel(outside, ann, "hi bot", mention=True)
+        script.add(f"discord:channel:{general.id}", dispatch(("caller:user", "in general")))
+        thread_key = f"discord:channel:{general.id}:thread:{thread.id}"
+        script.add(thread_key, dispatch(("caller:user", "in the thread")))
+        fake.send_in_channel(general, ann, "hi bot", mention=True)
+        fake.send_in_channel(thread, ann, "an idea", mention=True)
+        (answer,) = await fake.wait_for_sent(general, 1)
+        assert answer.content == "in general"
+        (answer,) = await fake.wait_for_sent(thread, 1)
+        assert answer.content == "in the thread"
+        await rig.gateway.wait_idle()
+        assert fake.sent(outside) == []
+
+
 async def test_a_thread_is_its_own_conversation(tmp_path: Path) -> None:
     async with discord_gateway(tmp_path) as rig:
         fake, script = rig.fake, rig.script
