@@ -167,6 +167,25 @@ async def test_a_slash_command_is_answered_without_a_turn(tmp_path: Path) -> Non
         assert rig.script.requests == {}
 
 
+async def test_new_typed_in_a_direct_message_starts_a_clean_conversation(tmp_path: Path) -> None:
+    async with discord_gateway(tmp_path) as rig:
+        fake, script = rig.fake, rig.script
+        ann = fake.user("ann")
+        key = f"discord:{ann.id}"
+        script.add(key, dispatch(("caller:user", "one")), dispatch(("caller:user", "two")))
+        fake.send_dm(ann, "remember the number 41")
+        await fake.wait_for_sent(ann, 1)
+        fake.send_dm(ann, "/new")
+        reset = (await fake.wait_for_sent(ann, 2))[-1]
+        assert "new conversation" in reset.content.lower()
+        assert len(script.requests[key]) == 1  # the command ran no turn
+        fake.send_dm(ann, "what number?")
+        assert (await fake.wait_for_sent(ann, 3))[-1].content == "two"
+        first, second = script.requests[key]
+        assert "remember the number 41" in first.messages[-1].text()
+        assert not any("41" in m.text() for m in second.messages)
+
+
 async def test_a_dropped_gateway_socket_resumes_without_losing_or_doubling_a_message(
     tmp_path: Path,
 ) -> None:

@@ -88,6 +88,17 @@ def test_an_enabled_telegram_bot_whose_token_variable_is_unset_is_named(tmp_path
     assert "channels.telegram.accounts.support.token_file" in result.output
 
 
+def test_an_enabled_discord_bot_without_a_token_is_named(tmp_path: Path) -> None:
+    path = write(tmp_path, f'[channels.discord]\nenabled = true\ntoken_env = "{UNSET}"\n')
+    result = check(path)
+    assert result.exit_code == 1
+    assert f"channels.discord.token_env: names {UNSET}, which is not set" in result.output
+    path = write(tmp_path, '[channels.discord]\nenabled = true\ntoken_file = "/nonexistent/t"\n')
+    result = check(path)
+    assert result.exit_code == 1
+    assert "channels.discord.token_file" in result.output
+
+
 def test_an_unknown_access_policy_is_named(tmp_path: Path) -> None:
     path = write(tmp_path, '[channels.telegram.access]\ndm_policy = "everyone"\n')
     result = check(path)
