@@ -102,7 +102,7 @@ class JobEditor(ABC):
 
         Refuses (nothing stored) an expression that never fires or an ``at``
         time that is not in the future, naming the field; with ``min_interval``
-        (the CLI passes :data:`~cron.models.MIN_INTERVAL` unless ``--force``),
+        (the CLI and the admin API pass :data:`~cron.models.MIN_INTERVAL` unless forced),
         an ``every`` job more frequent than that too.
         """
         interval = job.interval
@@ -110,7 +110,8 @@ class JobEditor(ABC):
             raise InvalidJobError.one(
                 "every",
                 f"{job.every} is shorter than {min_interval.total_seconds():g} s: a job this "
-                "frequent floods its session and the run ledger (pass --force to set it anyway)",
+                "frequent floods its session and the run ledger (force it to set it anyway: "
+                '--force, or "force": true in the admin API)',
                 job.id,
             )
         if job.agent and self._known_agents is not None and job.agent not in self._known_agents:

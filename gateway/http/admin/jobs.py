@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cron.models import Job, JobView
+from cron.models import MIN_INTERVAL, Job, JobView
 from cron.service import CronService
 from gateway.http.admin.errors import ApiError
 from gateway.http.admin.routes import Inputs, Parts, Route
@@ -96,7 +96,7 @@ class JobsApi:
             raise ApiError(
                 409, f"cron job {body.id!r} exists already: PUT /api/cron/jobs/{body.id} edits it"
             )
-        return await self._detail(cron, await cron.upsert(self._draft(cron, body, body.id)))
+        return await self._detail(cron, await self._upsert(cron, body, body.id))
 
     async def replace(self, request: web.Request, inputs: Inputs) -> JobDetail:
         body = inputs.body_as(JobRequest)
@@ -105,7 +105,12 @@ class JobsApi:
             raise ApiError.bad_field("id", f"{body.id!r} is not the job in the path ({job_id!r})")
         cron = self._cron()
         await cron.get(job_id)  # 404 when there is no such job to replace
-        return await self._detail(cron, await cron.upsert(self._draft(cron, body, job_id)))
+        return await self._detail(cron, await self._upsert(cron, body, job_id))
+
+    async def _upsert(self, cron: CronService, body: JobRequest, job_id: str) -> JobView:
+        """Store the job; an interval under the CLI's floor needs ``force``, as there."""
+        floor = None if body.force else MIN_INTERVAL
+        return await cron.upsert(self._draft(cron, body, job_id), min_interval=floor)
 
     def _draft(self, cron: CronService, body: JobRequest, job_id: str) -> Job:
         return cron.draft(

@@ -61,7 +61,8 @@ class JobRequest(Body):
 
     ``kind`` picks the schedule field: ``cron`` → ``expr`` (five fields),
     ``at`` → ``at`` (RFC 3339 with offset, in the future), ``every`` →
-    ``every`` (``15m``, ``1h30m``). ``timezone`` defaults to the gateway's.
+    ``every`` (``15m``, ``1h30m``, at least 10 s unless ``force``). ``timezone``
+    defaults to the gateway's.
     """
 
     id: str | None = Field(default=None, max_length=128)
@@ -75,6 +76,7 @@ class JobRequest(Body):
     direct_wake: bool = False
     agent: str | None = Field(default=None, max_length=64)
     enabled: bool = True
+    force: bool = False
 
 
 class PairingCodeRequest(Body):

@@ -63,6 +63,16 @@ async def test_at_and_every_jobs(rig: AdminRig) -> None:
     assert (status, body["error"]["field"]) == (400, "at")
 
 
+async def test_an_interval_under_ten_seconds_needs_force_as_on_the_cli(rig: AdminRig) -> None:
+    job = {"id": "flood", "kind": "every", "every": "1s", "task": "t"}
+    status, body = await rig.api.post("/cron/jobs", job)
+    assert (status, body["error"]["field"]) == (400, "every")
+    assert '"force": true' in body["error"]["message"]
+    assert (await rig.api.ok("GET", "/cron/jobs"))["jobs"] == []
+    forced = await rig.api.ok("POST", "/cron/jobs", {**job, "force": True}, status=201)
+    assert forced["job"]["every"] == "1s"
+
+
 async def test_a_job_is_replaced_whole_and_a_missing_one_is_404(rig: AdminRig) -> None:
     await rig.api.ok("POST", "/cron/jobs", JOB, status=201)
     body = await rig.api.ok(
