@@ -3,7 +3,7 @@
     pin KEY ENTRY_ID
     compact KEY [--preview] [--focus TEXT] [--json]
     uncompact KEY
-    branch KEY ENTRY_ID [--summary TEXT | --summarize]
+    branch KEY ENTRY_ID [--summary TEXT | --no-summary]
 
 Entry ids are in ``gateway sessions history KEY --json`` (and ``tail --json``).
 With a gateway running the edit goes through its control socket and is made
@@ -133,16 +133,18 @@ def branch(
         str, typer.Option("--summary", help="what the line left behind held, in your words")
     ] = "",
     summarize: Annotated[
-        bool, typer.Option("--summarize", help="have the model summarize the line left behind")
-    ] = False,
+        bool,
+        typer.Option(
+            "--summarize/--no-summary",
+            help="without --summary the model summarizes the line left behind; "
+            "--no-summary leaves none",
+        ),
+    ] = True,
     config: ConfigOption = None,
 ) -> None:
     """Move a session back to an earlier entry; the line it leaves stays in the file."""
-    if summary and summarize:
-        fail(
-            "--summary and --summarize are two ways to say the same thing: give one",
-            code=EXIT_USAGE,
-        )
+    if summary and not summarize:
+        fail("--summary gives a summary and --no-summary asks for none: give one", code=EXIT_USAGE)
     done = _edit(
         ref, "branch", {"entry": entry, "summary": summary, "summarize": summarize}, config
     )

@@ -105,7 +105,7 @@ async def test_compact_with_a_focus_through_the_gateway_then_uncompact_without_o
     assert "holds no entry" in again.output
 
 
-async def test_branch_with_a_summary_given_or_made_by_the_model(
+async def test_branch_with_a_summary_given_made_by_the_model_by_default_or_none(
     config_path: Path, cli: Cli
 ) -> None:
     config = load_config(config_path)
@@ -117,11 +117,16 @@ async def test_branch_with_a_summary_given_or_made_by_the_model(
     await chat(config, script, "try the warehouse")
     script.add("", say("The warehouse had no record."))
     async with Gateway(config, model_clients={"scripted": GatedModel(script)}):
-        made = ok(await asyncio.to_thread(cli, "branch", "cli", ask.id, "--summarize"))
+        made = ok(await asyncio.to_thread(cli, "branch", "cli", ask.id))
     assert made.endswith("The warehouse had no record.\n")
     summaries = [e for e in await entries(config) if isinstance(e, BranchSummaryEntry)]
     assert [s.summary for s in summaries] == ["dead end", "The warehouse had no record."]
-    both = await asyncio.to_thread(cli, "branch", "cli", ask.id, "--summary", "x", "--summarize")
+    await chat(config, script, "try the post office")
+    bare = ok(await asyncio.to_thread(cli, "branch", "cli", ask.id, "--no-summary"))
+    assert bare == f"cli goes on from {ask.id}\n"
+    summaries = [e for e in await entries(config) if isinstance(e, BranchSummaryEntry)]
+    assert len(summaries) == 2
+    both = await asyncio.to_thread(cli, "branch", "cli", ask.id, "--summary", "x", "--no-summary")
     assert both.exit_code == 2
 
 
