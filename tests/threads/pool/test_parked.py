@@ -26,6 +26,7 @@ from tests.threads.sessions.conftest import (
 )
 from threads.messages import Usage
 from threads.store.entries import PoolReceiptEntry
+from threads.store.memory import MemoryStore
 from threads.testing.scripted import call, dispatch, say
 
 TENTH = Usage(input_tokens=100, output_tokens=10)
@@ -234,6 +235,33 @@ async def test_canceling_a_parked_child_denies_its_waiting_call_and_settles_canc
     assert thread is not None
     assert not thread.session.approvals.awaiting
     assert ran == []
+
+
+async def test_a_child_parked_across_a_restart_stays_parked_and_settles_after_the_decision(
+    script: SessionScript, ran: list[str]
+) -> None:
+    store = MemoryStore()
+    first = await approvals_rig(script, ran, store=store)
+    child = await parked_sync(first, script)
+    await first.manager.close()
+
+    rig = await approvals_rig(script, ran, store=store, recover=True)
+    try:
+        assert rig.recovered is not None
+        assert rig.recovered.waiting == 1
+        parent = await rig.manager.open_thread(USER)
+        assert parent is not None
+        assert journey(rig) == ["accepted", "running", "parked"]  # not settled canceled
+        script.add(SUBAGENT, say("v42 is live"))
+        script.add(USER, reply("the helper says v42 is live"))
+        await decide(rig, child, "approve")
+        await eventually(lambda: _settled(rig), "the delegation settles")
+        await rig.settle()
+        assert ran == ["prod"]
+        assert journey(rig) == ["accepted", "running", "parked", "running", "done"]
+        assert "v42 is live" in rig.prompts(USER)[-1]
+    finally:
+        await rig.manager.close()
 
 
 async def _settled(rig: Rig) -> bool:
