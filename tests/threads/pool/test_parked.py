@@ -11,7 +11,7 @@ told like an asynchronous delegation's end.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -25,7 +25,7 @@ from tests.threads.sessions.conftest import (
     reply,
 )
 from threads.messages import Usage
-from threads.store.entries import PoolReceiptEntry
+from threads.store.entries import Entry, PoolReceiptEntry
 from threads.store.memory import MemoryStore
 from threads.testing.scripted import call, dispatch, say
 
@@ -262,6 +262,55 @@ async def test_a_child_parked_across_a_restart_stays_parked_and_settles_after_th
         assert "v42 is live" in rig.prompts(USER)[-1]
     finally:
         await rig.manager.close()
+
+
+async def test_a_child_that_parked_just_before_a_stop_gets_its_parked_receipt_at_recovery(
+    script: SessionScript, ran: list[str]
+) -> None:
+    store = MemoryStore()
+    first = await approvals_rig(script, ran, store=store)
+    child = await parked_sync(first, script)
+    await first.manager.close()
+    # What a gateway stopped between the child's park and the parent's receipt leaves.
+    lagging = await _without(
+        store, lambda e: isinstance(e, PoolReceiptEntry) and e.status == "parked"
+    )
+
+    rig = await approvals_rig(script, ran, store=lagging, recover=True)
+    try:
+        assert rig.recovered is not None
+        assert rig.recovered.waiting == 1
+        parent = await rig.manager.open_thread(USER)
+        assert parent is not None
+        assert journey(rig) == ["accepted", "running", "parked"]
+        assert last(rig).stop == "waits for a person's approval of deploy"
+        script.add(SUBAGENT, say("v42 is live"))
+        script.add(USER, reply("the helper says v42 is live"))
+        await decide(rig, child, "approve")
+        await eventually(lambda: _settled(rig), "the delegation settles")
+        await rig.settle()
+        assert journey(rig)[-2:] == ["running", "done"]
+    finally:
+        await rig.manager.close()
+
+
+async def _without(store: MemoryStore, drop: Callable[[Entry], bool]) -> MemoryStore:
+    """A copy of every session in ``store`` without the entries ``drop`` picks (relinked)."""
+    copy = MemoryStore()
+    for key, session_id in (await store.keys()).items():
+        loaded = await store.load(session_id)
+        await copy.create(loaded.header)
+        await copy.point(key, session_id)
+        kept: list[Entry] = []
+        moved: dict[str, str] = {}
+        for entry in loaded.entries:
+            parent = moved.get(entry.parent, entry.parent)
+            if drop(entry):
+                moved[entry.id] = parent
+                continue
+            kept.append(dataclasses.replace(entry, parent=parent))
+        await copy.append(session_id, kept)
+    return copy
 
 
 async def _settled(rig: Rig) -> bool:
