@@ -507,6 +507,8 @@ class TurnDriver:
             return None
         run.bind(self._flush_run, self._drain_run, self._rerun_run)
         self._running = active = _Active(run=run, pendings=[], prompt_id="")
+        if self._options.on_resume is not None:
+            self._options.on_resume(self._session, run.payload, run.turn)
         return active
 
     async def _execute(self, active: _Active) -> None:

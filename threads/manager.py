@@ -63,7 +63,7 @@ from threads.pool.pool import Pool
 from threads.quarantine import UNREADABLE, Quarantine
 from threads.recovery import RecoveryLog
 from threads.runner import Thread
-from threads.session import ParkListener, Session, SessionOptions
+from threads.session import ParkListener, ResumeListener, Session, SessionOptions
 from threads.session_sink import CaptureSink, SessionSink
 from threads.sinks import ChannelSinkRef, DropSink, OutboundMessage, Sink
 from threads.store.base import Fence, Loaded, SessionStore, location
@@ -150,6 +150,8 @@ class ThreadManager:
         self.health_sources: dict[str, Callable[[], Any]] = {}
         # Told of every approval request a turn parks on, once durable (the approvals service).
         self.park_listeners: list[ParkListener] = []
+        # Told of every run that resumes a decided approval boundary, as it starts (the pool).
+        self.resume_listeners: list[ResumeListener] = []
         self.chains = Chains(config.threads.max_exchange_depth, record=self.recovery.record_stopped)
         self.budget = Budget(config.threads.budget)
         self.ledger = Ledger(self)
@@ -493,11 +495,16 @@ class ThreadManager:
             outage=self.outage,
             on_held=self._held,
             on_park=self._parked,
+            on_resume=self._resumed,
         )
 
     def _parked(self, session: Session, requests: Sequence[ApprovalRequestEntry]) -> None:
         for listener in self.park_listeners:
             listener(session, requests)
+
+    def _resumed(self, session: Session, payload: Any, turn: Turn) -> None:
+        for listener in self.resume_listeners:
+            listener(session, payload, turn)
 
     @contextlib.asynccontextmanager
     async def _turn_gate(self, key: str | None) -> AsyncIterator[None]:

@@ -77,6 +77,7 @@ Resumer = Callable[["Session", MessageEntry], "tuple[Message, Any, Mapping[str, 
 HandOffs = Callable[["Session", str, Any, RunResult], list[Outgoing]]
 Redeliver = Callable[["Session", OutboundEntry], "Outgoing | None"]
 ParkListener = Callable[["Session", Sequence[ApprovalRequestEntry]], None]
+ResumeListener = Callable[["Session", Any, Turn], None]
 SessionState = Literal["running", "pending", "idle"]
 Injected = Message | Callable[[], Message]
 HeldNotice = Callable[["Session", list[Any]], None]
@@ -113,7 +114,9 @@ class SessionOptions:
     ``outage`` paces the retries of writes the store could not take (shared
     by a manager's sessions); ``on_held`` is told the payloads of accepted
     input whose turn waits for the store, once per input; ``on_park`` hears
-    of the approval requests a turn parked on, once durable.
+    of the approval requests a turn parked on, once durable; ``on_resume`` of
+    the run that resumes a decided boundary (given the parked run's payload
+    and the resume's turn) as it starts.
     """
 
     gate: Gate = _no_gate
@@ -129,6 +132,7 @@ class SessionOptions:
     outage: StoreOutage = field(default_factory=StoreOutage)
     on_held: HeldNotice | None = None
     on_park: ParkListener | None = None
+    on_resume: ResumeListener | None = None
 
 
 class Session:

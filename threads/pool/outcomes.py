@@ -71,14 +71,15 @@ def outcome_of(
 
 
 def answering_turn(entries: Sequence[Entry]) -> TurnEntry | None:
-    """The turn that answers a child's delegation: its first one a restart did not cut.
+    """The turn that answers a child's delegation: its first one not cut and not parked.
 
-    A run a crash cut short is recorded canceled and resumed; the resume
-    answers in its place. Later turns (the announce step) are not the answer.
+    A run a crash cut short is recorded canceled and resumed, a run that parked
+    is resumed once decided; the resume answers in its place. Later turns (the
+    announce step) are not the answer.
     """
     turns = [e for e in entries if isinstance(e, TurnEntry)]
     for turn in turns:
-        if turn.err != CRASHED:
+        if turn.err != CRASHED and turn.stop_reason != "parked":
             return turn
     return turns[-1] if turns else None
 

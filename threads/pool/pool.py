@@ -6,7 +6,10 @@ records it as pool receipts: ``accepted`` (the child and the task) before
 anything starts, ``running`` once a slot is held and the child's wake is
 durable, then exactly one settlement — ``done``, ``failed``, ``canceled`` or
 ``capped`` — carrying the child's cost, which the parent's usage sums in its
-``delegated`` bucket. A parent runs at most
+``delegated`` bucket. A child whose run ends at an approval boundary is
+``parked`` in between: it holds no slot, nothing settles, and the run that
+resumes it once a person decided (the manager's resume listeners tell the
+pool) is ``running`` again and followed like the first. A parent runs at most
 ``agent_defaults.subagents.max_concurrent`` children at once; the rest wait
 in a first-in-first-out queue, visible as receipts ``accepted`` and not yet
 ``running``.
@@ -14,8 +17,10 @@ in a first-in-first-out queue, visible as receipts ``accepted`` and not yet
 A synchronous delegation (``delegate_task``) waits in its parent's turn for
 the child's answer; while it waits the child's turns *borrow* the parent's
 turn slot (:meth:`Pool.lends`), so a gateway capped at one concurrent turn
-still runs a delegating turn and its child. :meth:`Pool.cancel` stops a
-delegation, queued or running, and records ``canceled``.
+still runs a delegating turn and its child. A synchronous child that parks
+stops the wait: the call returns, and from then the delegation is followed
+like an asynchronous one. :meth:`Pool.cancel` stops a delegation, queued,
+running or parked, and records ``canceled``.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from threads.errors import NoDelegationError, NotPersistedError, TurnError
@@ -38,13 +44,16 @@ from threads.session import Session
 from threads.sessions.agent_to_agent import settle
 from threads.store.entries import (
     POOL_ACCEPTED,
+    POOL_CANCELED,
     POOL_DONE,
     POOL_FAILED,
+    POOL_PARKED,
     POOL_RUNNING,
     Lineage,
     PoolReceiptEntry,
 )
-from threads.turns import RunResult, Turn
+from threads.turns import Outcome as TurnOutcome
+from threads.turns import Policy, RunResult, Turn
 from threads.wake import Wake
 
 if TYPE_CHECKING:
@@ -63,6 +72,9 @@ Start = Callable[[], Awaitable[Turn]]
 
 Then = Callable[[Turn], Awaitable[None]]
 """Follows a started child's turn to the delegation's settlement."""
+
+VIA_PARENT = "parent"
+"""The ``via`` of the denials a parked child's cancel records."""
 
 
 @dataclass(slots=True, kw_only=True, eq=False)
@@ -86,6 +98,10 @@ class Delegation:
     canceled: str = ""
     waiter: asyncio.Task[None] | None = None
     ticket: asyncio.Future[None] | None = None
+    parked: bool = False
+    spent: Usage = field(default_factory=Usage)  # the runs that ended parked
+    then: Then | None = None  # how a resumed run is followed, while parked
+    early: Turn | None = None  # a resume that started before the park was recorded
 
     @property
     def sync(self) -> bool:
@@ -103,6 +119,8 @@ class Delegation:
 
     @property
     def state(self) -> str:
+        if self.parked:
+            return POOL_PARKED
         return POOL_RUNNING if self.turn is not None else POOL_ACCEPTED
 
 
@@ -115,6 +133,7 @@ class Pool:
         self._live: dict[str, Delegation] = {}
         self._lent: set[str] = set()
         manager.observe(self._observe)
+        manager.resume_listeners.append(self._resumed)
 
     @property
     def size(self) -> int:
@@ -371,30 +390,111 @@ class Pool:
         await self.watch(delegation, turn)
 
     async def watch(self, delegation: Delegation, turn: Turn) -> None:
-        """Follow a child's turn to the delegation's settlement (its cost: that run's)."""
+        """Follow a child's turn to the delegation's settlement (its cost: that run's).
+
+        A run that parks is followed on through its resume; the settlement's
+        cost is then every run of the delegation's.
+        """
         started = time.monotonic()
         result, _ = await self.follow(delegation, turn)
+        if result is not None and parked_on(result):
+            await self.park(delegation, result, partial(self.watch, delegation))
+            return
         outcome = self.outcome(
             delegation,
             result,
             answer=result.text if result is not None else "",
             runtime=time.monotonic() - started,
         )
-        await self.settle(delegation, outcome, result.usage if result is not None else Usage())
+        spent = delegation.spent + (result.usage if result is not None else Usage())
+        await self.settle(delegation, outcome, spent)
+
+    # -- an approval boundary
+
+    async def park(self, delegation: Delegation, result: RunResult, then: Then) -> None:
+        """The child's run ended parked: record ``parked``, free the slot, await the resume.
+
+        Nothing settles: once a person decided, the run that resumes the
+        child is ``running`` again and ``then(turn)`` follows it (it may park
+        again, and come back here).
+        """
+        delegation.parked = True
+        delegation.turn = None
+        delegation.spent = delegation.spent + result.usage
+        try:
+            await self.on_parent(
+                delegation,
+                lambda s: s.pool_receipt(
+                    POOL_PARKED,
+                    receipt=delegation.receipt,
+                    child=str(delegation.child),
+                    call=delegation.call,
+                    stop=waiting_words(result),
+                ),
+            )
+        finally:
+            self.release(delegation)
+        self.wait_for_resume(delegation, then)
+
+    def wait_for_resume(self, delegation: Delegation, then: Then) -> None:
+        """Follow the parked delegation's resume with ``then`` once it starts (or now, if it has)."""
+        delegation.parked = True
+        early, delegation.early = delegation.early, None
+        if early is not None:
+            self._follow_resume(delegation, early, then)
+        else:
+            delegation.then = then
+
+    def _resumed(self, session: Session, payload: object, turn: Turn) -> None:
+        """A child's decided boundary resumes: the delegation its run works for follows it."""
+        receipt = payload.meta.get(DELEGATION, "") if isinstance(payload, Wake) else ""
+        delegation = self._live.get(receipt)
+        if delegation is None or str(delegation.child) != session.header.meta.get("key"):
+            return
+        then, delegation.then = delegation.then, None
+        if then is None:
+            delegation.early = turn  # its park is still being recorded
+            return
+        self._follow_resume(delegation, turn, then)
+
+    def _follow_resume(self, delegation: Delegation, turn: Turn, then: Then) -> None:
+        """The resumed run holds the delegation again: ``running``, then ``then(turn)``."""
+        delegation.parked = False
+        delegation.turn = turn
+        self.try_take(delegation)
+
+        async def resumed() -> None:
+            await self.on_parent(
+                delegation,
+                lambda s: s.pool_receipt(
+                    POOL_RUNNING,
+                    receipt=delegation.receipt,
+                    child=str(delegation.child),
+                    call=delegation.call,
+                ),
+            )
+            await then(turn)
+
+        self.manager.spawn(resumed(), name=f"delegation {delegation.child} resumed")
 
     # -- stopping
 
     async def cancel(self, child: str, reason: str = "canceled by an operator") -> Delegation:
-        """Cancel the newest unsettled delegation to ``child``: queued, or running.
+        """Cancel the newest unsettled delegation to ``child``: queued, running or parked.
 
         A queued one settles ``canceled`` straight from ``accepted``; a running
         one has its child's turn interrupted and queue cleared, and settles
-        ``canceled`` when that turn has ended. Raises :class:`NoDelegationError`.
+        ``canceled`` when that turn has ended; a parked one has the calls it
+        waits on denied, and settles ``canceled`` without running again.
+        Raises :class:`NoDelegationError`.
         """
         delegation = self.find(child)
         if delegation is None:
             raise NoDelegationError(child)
         delegation.canceled = delegation.canceled or reason
+        if delegation.parked:
+            await self._cancel_parked(delegation, reason)
+            return delegation
         if delegation.turn is None:
             waiter = delegation.waiter
             if waiter is not None and not waiter.done():
@@ -415,6 +515,29 @@ class Pool:
         if thread is not None:
             await thread.session.clear_queue()
         return delegation
+
+    async def _cancel_parked(self, delegation: Delegation, reason: str) -> None:
+        """Deny what the parked child waits for, resume nothing, and settle ``canceled``.
+
+        The denials keep the parked calls from running on a later approval;
+        whoever opens the child later finds the boundary closed. The
+        delegation is settled the way its resumed run would have been (an
+        announce, a parent told), from a turn that ended canceled unrun.
+        """
+        then, delegation.then = delegation.then, None
+        thread = await self.manager.open_thread(delegation.child)
+        if thread is not None:
+            await thread.session.approvals.close(f"canceled: {reason}", via=VIA_PARENT)
+        delegation.parked = False
+        if then is None:
+            canceled = Outcome(status=POOL_CANCELED, words=f"canceled ({reason})", answer="")
+            await self.settle(delegation, canceled, delegation.spent)
+            return
+        unrun = Turn(new_entry_id(), "", Policy.QUEUE)
+        unrun.finish(
+            TurnOutcome.CANCELED, RunResult(stop_reason="canceled", error=f"canceled: {reason}")
+        )
+        self.manager.spawn(then(unrun), name=f"delegation {delegation.child} canceled")
 
     def _interrupt(self, child: str, reason: str) -> None:
         thread = self.manager.thread(child)
@@ -456,6 +579,17 @@ async def write_on(
         await write(session)
     finally:
         await session.close()
+
+
+def parked_on(result: RunResult) -> bool:
+    """Whether a child's run ended at an approval boundary (it waits for a person)."""
+    return result.stop_reason == "parked" and bool(result.parked)
+
+
+def waiting_words(result: RunResult) -> str:
+    """What a ``parked`` receipt says: the calls the child waits on."""
+    names = ", ".join(dict.fromkeys(p.tool for p in result.parked)) or "a call"
+    return f"waits for a person's approval of {names}"
 
 
 def settlement_stop(outcome: Outcome) -> str:

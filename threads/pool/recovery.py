@@ -18,6 +18,16 @@ delegations never settled. Each one is taken back by this process's pool:
   a synchronous one is settled ``canceled``, its child's run recorded as
   canceled and not resumed, and its delegating call answered with that.
 
+A child that waits for a person's approval — its session holds an open
+approval boundary — is left waiting, whatever kind of delegation it is: its
+journey gets the ``parked`` receipt it lacks (the stop came between the park
+and the receipt), and the pool follows the run that resumes it once someone
+decides, to the settlement. A synchronous delegation that parked has
+answered its call already (it said the child waits); from then it is an
+asynchronous one, whose end reaches the parent as a ``child_completed``
+(:mod:`threads.pool.reports`) — never a delegating call resolved, never a
+cut run left canceled because nobody waits for it.
+
 A ``sessions_spawn`` delegation recovered from its record is announced
 without an announce step (no model is called for it at start-up).
 """
@@ -27,6 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from threads.errors import InvalidKeyError, NotDelegatingError, NotFoundError
@@ -35,7 +46,8 @@ from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.pool.ledger import Journey, journeys
 from threads.pool.outcomes import Outcome, last_answer, outcome_of
-from threads.pool.pool import DELEGATION, Delegation
+from threads.pool.pool import DELEGATION, Delegation, Then
+from threads.pool.reports import Report, follow_reported, settle_reported
 from threads.session import Session
 from threads.sessions import meta as m
 from threads.sessions.delegation import (
@@ -48,7 +60,14 @@ from threads.sessions.delegation import (
 )
 from threads.sessions.keys import is_subagent
 from threads.store.base import Loaded
-from threads.store.entries import POOL_CANCELED, POOL_DONE, Entry, MessageEntry, TurnEntry
+from threads.store.entries import (
+    POOL_CANCELED,
+    POOL_DONE,
+    POOL_PARKED,
+    Entry,
+    MessageEntry,
+    TurnEntry,
+)
 from threads.turns import RunResult
 
 if TYPE_CHECKING:
@@ -57,15 +76,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CANCELED_BY_RESTART = "the gateway restarted while it ran, and the call that waited for it was gone"
+PARKED = "parked"
 NOT_STARTED = "the gateway restarted before it started, and the call that waited for it was gone"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Recovered:
-    """What recovery did: how many delegations it settled and how many it resumed."""
+    """What recovery did: how many delegations it settled, resumed, and left waiting.
+
+    ``waiting`` counts children parked at an approval: they run on once decided.
+    """
 
     settled: int = 0
     resumed: int = 0
+    waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,7 +120,7 @@ async def recover_delegations(manager: ThreadManager) -> Recovered:
             parent_id = await store.resolve(parent_key)
             if parent_id:
                 parents.add(parent_id)
-    settled = resumed = 0
+    done: dict[str, int] = {SETTLED: 0, RESUMED: 0, WAITING: 0}
     for parent_id in sorted(parents):
         try:
             parent = await store.load(parent_id)
@@ -115,19 +139,25 @@ async def recover_delegations(manager: ThreadManager) -> Recovered:
                 call=journey.accepted.call,
             )
             child = children.get(journey.child)
-            if await _recover(manager, delegation, journey, child):
-                resumed += 1
-            else:
-                settled += 1
-    if settled or resumed:
-        log.info("delegations at start-up: %d settled, %d resumed", settled, resumed)
-    return Recovered(settled=settled, resumed=resumed)
+            done[await _recover(manager, delegation, journey, child)] += 1
+    settled, resumed, waiting = done[SETTLED], done[RESUMED], done[WAITING]
+    if settled or resumed or waiting:
+        log.info(
+            "delegations at start-up: %d settled, %d resumed, %d waiting for an approval",
+            settled,
+            resumed,
+            waiting,
+        )
+    return Recovered(settled=settled, resumed=resumed, waiting=waiting)
+
+
+SETTLED, RESUMED, WAITING = "settled", "resumed", "waiting"
 
 
 async def _recover(
     manager: ThreadManager, delegation: Delegation, journey: Journey, child: Loaded | None
-) -> bool:
-    """Settle or resume one delegation; True when it was resumed."""
+) -> str:
+    """Settle, resume or keep waiting one delegation; which of the three it was."""
     pool = manager.pool
     pool.adopt(delegation)
     if child is None:
@@ -135,19 +165,25 @@ async def _recover(
             status=POOL_CANCELED, words="canceled (its child session is gone)", answer=""
         )
         await pool.settle(delegation, gone, Usage())
-        return False
-    run = _run_of(child.entries, delegation.receipt, journey)
+        return SETTLED
     spawn = _spawn_of(delegation, child)
-    if delegation.sync:
+    report = _report_of(delegation, journey, child)
+    then = _then(manager, delegation, spawn, report)
+    if await _keep_waiting(manager, delegation, journey, child, then):
+        return WAITING
+    run = _run_of(child.entries, delegation.receipt, journey)
+    if delegation.sync and report is None:
         await _settle_sync(manager, delegation, child, run)
-        return False
+        return SETTLED
     if run.ended is not None:
         outcome = _recorded(child.entries, run.ended)
         if spawn is not None:
             await Delegations(manager).finish(spawn, outcome, announce_step=False)
+        elif report is not None:
+            await settle_reported(pool, report, outcome)
         else:
             await pool.settle(delegation, outcome, run.ended.usage)
-        return False
+        return SETTLED
     if not run.started:
         if spawn is not None:
             await Delegations(manager).run(spawn)
@@ -155,29 +191,95 @@ async def _recover(
             # Its send is in the parent's outbound ledger, which completes it: the pool
             # follows the delegation from the moment the child accepts the wake.
             delegation.follow = True
-        return True
+        return RESUMED
     if not manager.config.threads.continue_on_start:
         canceled = Outcome(status=POOL_CANCELED, words=f"canceled ({RESTARTED})", answer="")
         if spawn is not None:
             await Delegations(manager).finish(spawn, canceled, announce_step=False)
+        elif report is not None:
+            await settle_reported(pool, report, canceled)
         else:
             await pool.settle(delegation, canceled, Usage())
-        return False
+        return SETTLED
     # The child's run was cut short: this process takes it over and resumes it.
     delegation.holding = pool.try_take(delegation)
     thread = await manager.open_thread(delegation.child)
     turn = await thread.session.continue_() if thread is not None else None
     if turn is None:
         gone = Outcome(status=POOL_CANCELED, words=f"canceled ({RESTARTED})", answer="")
-        await pool.settle(delegation, gone, Usage())
-        return False
+        if report is not None:
+            await settle_reported(pool, report, gone)
+        else:
+            await pool.settle(delegation, gone, Usage())
+        return SETTLED
     delegation.turn = turn
+    manager.spawn(then(turn), name=f"delegation {delegation.child}")
+    return RESUMED
+
+
+def _then(
+    manager: ThreadManager, delegation: Delegation, spawn: Spawn | None, report: Report | None
+) -> Then:
+    """How a (resumed) run of the delegation's child is followed to the settlement."""
+    pool = manager.pool
     if spawn is not None:
-        manager.spawn(
-            Delegations(manager).resume(spawn, turn), name=f"delegation {delegation.child}"
+        return partial(Delegations(manager).resume, spawn)
+    if report is not None:
+        return partial(follow_reported, pool, report)
+    return partial(pool.watch, delegation)
+
+
+def _report_of(delegation: Delegation, journey: Journey, child: Loaded) -> Report | None:
+    """A synchronous delegation that parked (its call answered): its end is reported."""
+    if not delegation.sync:
+        return None
+    meta = child.header.meta
+    waits = POOL_PARKED in journey.statuses or _parks(child.entries, delegation.receipt)
+    if not waits:
+        return None
+    return Report(
+        delegation=delegation,
+        chain=meta.get(m.SPAWN_CHAIN, ""),
+        depth=int(meta.get(m.SPAWN_DEPTH, "1")),
+    )
+
+
+def _parks(entries: Sequence[Entry], receipt: str) -> bool:
+    """Whether the child's run for the delegation ended parked (the receipt may lag behind)."""
+    run = _first_run(entries, receipt)
+    return any(
+        isinstance(e, TurnEntry) and e.run_id == run and e.stop_reason == PARKED for e in entries
+    )
+
+
+def _ends_parked(entries: Sequence[Entry]) -> bool:
+    """Whether the child's last turn parked (its boundary may be open still)."""
+    turns = [e for e in entries if isinstance(e, TurnEntry)]
+    return bool(turns) and turns[-1].stop_reason == PARKED
+
+
+async def _keep_waiting(
+    manager: ThreadManager, delegation: Delegation, journey: Journey, child: Loaded, then: Then
+) -> bool:
+    """A child parked at an approval waits on (``parked`` recorded); False if it does not wait."""
+    if not _ends_parked(child.entries):
+        return False  # not opened: the paths that settle may write the child's record first
+    thread = await manager.open_thread(delegation.child)
+    if thread is None or not thread.session.approvals.awaiting:
+        return False
+    if not journey.statuses or journey.statuses[-1] != POOL_PARKED:
+        tools = ", ".join(dict.fromkeys(r.tool for r in thread.session.approvals.pending()))
+        await manager.pool.on_parent(
+            delegation,
+            lambda s: s.pool_receipt(
+                POOL_PARKED,
+                receipt=delegation.receipt,
+                child=str(delegation.child),
+                call=delegation.call,
+                stop=f"waits for a person's approval of {tools or 'a call'}",
+            ),
         )
-    else:
-        manager.spawn(pool.watch(delegation, turn), name=f"delegation {delegation.child}")
+    manager.pool.wait_for_resume(delegation, then)
     return True
 
 
@@ -236,8 +338,20 @@ def _parent_of(child: Loaded) -> str:
     return child.header.meta.get(SPAWN_SESSION, "")
 
 
+def _first_run(entries: Sequence[Entry], receipt: str) -> str:
+    """The run id of the child's first run for the delegation ("" when none is tagged)."""
+    for e in entries:
+        if isinstance(e, MessageEntry) and e.run_id and _delegation_of(e.wake) == receipt:
+            return e.run_id
+    return ""
+
+
 def _run_of(entries: Sequence[Entry], receipt: str, journey: Journey) -> _Run:
-    """The child's run for the delegation: its prompt carries the receipt in its wake."""
+    """The child's run for the delegation: its prompt carries the receipt in its wake.
+
+    A run cut by a crash is answered by its resume, a run that parked by the
+    run that resumed its boundary: each is the next turn.
+    """
     prompts = [
         e
         for e in entries
@@ -253,8 +367,8 @@ def _run_of(entries: Sequence[Entry], receipt: str, journey: Journey) -> _Run:
     run_id = prompts[0].run_id
     turns = [e for e in entries if isinstance(e, TurnEntry)]
     ended = next((t for t in turns if t.run_id == run_id), None)
-    if ended is not None and ended.err == CRASHED:
-        # Cut by a crash and resumed: the resume's turn (the next one) answers.
+    while ended is not None and (ended.err == CRASHED or ended.stop_reason == PARKED):
+        # Cut by a crash and resumed, or parked and resumed: the next turn answers.
         later = turns[turns.index(ended) + 1 :]
         ended = later[0] if later else None
     return _Run(started=True, ended=ended)

@@ -10,6 +10,12 @@ the parent (the call's id on them), a ``lineage`` header naming the parent
 session, receipt, run and call — and its turns run on the turn slot the
 waiting parent holds. If the calling turn is interrupted, the child is
 canceled with it.
+
+A child that parks at a call waiting for a person's approval ends the wait:
+the call returns at once saying so (a decision may take a day, and the
+parent's turn must not hold on to it), and from then the delegation is
+followed like an asynchronous one — its settlement reaches the parent as a
+``child_completed`` wake (:mod:`threads.pool.reports`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from threads.errors import ExchangeRefusedError
 from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.pool.outcomes import Outcome
-from threads.pool.pool import Delegation, Pool
+from threads.pool.pool import Delegation, Pool, parked_on
+from threads.pool.reports import Report, follow_reported
 from threads.session_sink import CaptureSink
 from threads.sessions.delegation import child_usage, create_child, mark_settled
 from threads.sessions.errors import SessionToolError
@@ -71,7 +78,9 @@ DESCRIPTION = (
     "Hand a task to a sub-agent and wait for its answer, which comes back as this call's "
     "result: {status, result, childSessionKey, sessionId, tokens}. The sub-agent works in a "
     "session of its own and sees only task and context. Use it when you need the answer to "
-    "go on; use sessions_spawn to start work that reports back later."
+    "go on; use sessions_spawn to start work that reports back later. If the sub-agent must "
+    "wait for a person's approval, the call returns at once saying so, and the answer comes "
+    "later as a message."
 )
 
 
@@ -132,6 +141,10 @@ async def delegate_task_tool(args: DelegateArgs, ctx: ToolContext) -> ToolOutput
         raise
     except ExchangeRefusedError as exc:
         return ToolOutput(content=str(exc), is_error=True)
+    if result is not None and parked_on(result):
+        report = Report(delegation=delegation, chain=cause.chain, depth=cause.depth)
+        await pool.park(delegation, result, lambda t: follow_reported(pool, report, t))
+        return _waiting(delegation, result.parked[0].tool, session_id)
     outcome = pool.outcome(
         delegation,
         result,
@@ -168,6 +181,17 @@ def _answer(outcome: Outcome, delegation: Delegation, session_id: str) -> ToolOu
     if outcome.status != POOL_DONE:
         answer["error"] = f"the sub-agent {outcome.words}"
     return ToolOutput(content=json_text(answer), is_error=outcome.status != POOL_DONE)
+
+
+def _waiting(delegation: Delegation, tool_name: str, session_id: str) -> ToolOutput:
+    """The call's result when its child parked: it waits for a person; the answer comes later."""
+    return ToolOutput(
+        content=(
+            f"The sub-agent {delegation.child} (session {session_id}) waits for a person's "
+            f"approval of {tool_name}. Its answer will come to this session as a message "
+            "when that is decided; go on without it."
+        )
+    )
 
 
 async def _abandon(pool: Pool, delegation: Delegation) -> None:

@@ -34,7 +34,7 @@ from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.outbound import outgoing
 from threads.pool.outcomes import Outcome
-from threads.pool.pool import Delegation
+from threads.pool.pool import Delegation, parked_on
 from threads.session import Session
 from threads.session_sink import CaptureSink
 from threads.sessions import meta as m
@@ -204,6 +204,9 @@ class Delegations:
             spawn.run_timeout or None,
             cap=f"timed out: aborted after runTimeoutSeconds={spawn.run_timeout:g}",
         )
+        if result is not None and parked_on(result):
+            await self.pool.park(spawn.delegation, result, lambda t: self.resume(spawn, t))
+            return
         outcome = self.pool.outcome(
             spawn.delegation,
             result,
@@ -214,9 +217,12 @@ class Delegations:
         await self.finish(spawn, outcome, announce_step=True)
 
     async def resume(self, spawn: Spawn, turn: Turn) -> None:
-        """Follow a child's resumed run (after a restart) to the announce and the settlement."""
+        """Follow a child's resumed run (after a restart or a decision) to its settlement."""
         started = time.monotonic()
         result, _ = await self.pool.follow(spawn.delegation, turn)
+        if result is not None and parked_on(result):
+            await self.pool.park(spawn.delegation, result, lambda t: self.resume(spawn, t))
+            return
         outcome = self.pool.outcome(
             spawn.delegation,
             result,

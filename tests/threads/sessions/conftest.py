@@ -22,7 +22,7 @@ from config import GatewayConfig, validate
 from tests.threads.agent.conftest import Inbox, KeyedScript, thread_of
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
-from threads.agent.tools import Tool, ToolRegistry
+from threads.agent.tools import ApprovalGate, Tool, ToolRegistry
 from threads.dispatch import dispatch_tool
 from threads.keys import SessionKey
 from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
@@ -196,12 +196,17 @@ async def make_rig(
     policy: bool = False,
     recover: bool = False,
     tools: Sequence[Tool[Any]] = (),
+    approvals: ApprovalGate | None = None,
 ) -> Rig:
-    """A started rig; with ``recover``, delegations are recovered first, as a gateway does."""
+    """A started rig; with ``recover``, delegations are recovered first, as a gateway does.
+
+    ``approvals`` reviews calls before they run (a tool may then park for a person).
+    """
     config = config or session_config()
     model = GatedModel(script)
     registry = ToolRegistry(
-        [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS, *tools]
+        [dispatch_tool, check_session_tool, health_tool, *SESSION_TOOLS, *tools],
+        approvals=approvals,
     )
     loop = AgentLoop(
         config=config,
