@@ -97,21 +97,23 @@ class JobEditor(ABC):
         fields.setdefault("updated", now)
         return build_job(**fields)
 
-    async def upsert(self, job: Job, *, min_interval: timedelta | None = None) -> JobView:
+    async def upsert(
+        self, job: Job, *, min_interval: timedelta | None = None, force: str = "--force"
+    ) -> JobView:
         """Store ``job`` by id (replacing its definition) and, when running, schedule it.
 
         Refuses (nothing stored) an expression that never fires or an ``at``
         time that is not in the future, naming the field; with ``min_interval``
         (the CLI and the admin API pass :data:`~cron.models.MIN_INTERVAL` unless forced),
-        an ``every`` job more frequent than that too.
+        an ``every`` job more frequent than that too, the refusal naming ``force``,
+        how the caller overrides it.
         """
         interval = job.interval
         if min_interval is not None and interval is not None and interval < min_interval:
             raise InvalidJobError.one(
                 "every",
                 f"{job.every} is shorter than {min_interval.total_seconds():g} s: a job this "
-                "frequent floods its session and the run ledger (force it to set it anyway: "
-                '--force, or "force": true in the admin API)',
+                f"frequent floods its session and the run ledger (pass {force} to set it anyway)",
                 job.id,
             )
         if job.agent and self._known_agents is not None and job.agent not in self._known_agents:

@@ -256,7 +256,7 @@ async def test_gateway_nodes_lists_every_node_its_leases_and_the_keys_it_owns(
     rows = {row["node"]: row for row in view["nodes"]}
     assert rows[owner]["keys"] == [f"telegram:{ann.id}"]
     leaders = [lead for row in rows.values() for lead in row["leads"]]
-    assert sorted(lead.split(":")[0] for lead in leaders) == ["cron", "telegram"]
+    assert sorted(lead.split(":")[0] for lead in leaders) == ["cron", "heartbeats", "telegram"]
     code, out, err = await gateway_cli("health", "--config", config)
     assert code == 0, err
     assert out.startswith("node: n1 (boot 1)")
@@ -296,6 +296,10 @@ async def test_a_drained_node_hands_its_keys_and_its_leads_over_before_it_stops(
         "nodes", "--json", "--config", str(stack.cluster.nodes[other].config_path)
     )
     rows = {row["node"]: row for row in orjson.loads(out)["nodes"]}
-    assert sorted(lead.split(":")[0] for lead in rows[other]["leads"]) == ["cron", "telegram"]
+    assert sorted(lead.split(":")[0] for lead in rows[other]["leads"]) == [
+        "cron",
+        "heartbeats",
+        "telegram",
+    ]
     _turns, prompts = await stored_turns(stack, key)
     assert prompts.count("waiting") == 1

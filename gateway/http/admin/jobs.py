@@ -110,7 +110,9 @@ class JobsApi:
     async def _upsert(self, cron: CronService, body: JobRequest, job_id: str) -> JobView:
         """Store the job; an interval under the CLI's floor needs ``force``, as there."""
         floor = None if body.force else MIN_INTERVAL
-        return await cron.upsert(self._draft(cron, body, job_id), min_interval=floor)
+        return await cron.upsert(
+            self._draft(cron, body, job_id), min_interval=floor, force='"force": true'
+        )
 
     def _draft(self, cron: CronService, body: JobRequest, job_id: str) -> Job:
         return cron.draft(
