@@ -131,12 +131,17 @@ class Deliveries:
         return done
 
     async def _write_marks(self, marks: Sequence[Entry]) -> None:
-        """Append what became of sends; a failure leaves them pending (the next start settles)."""
+        """Append what became of sends; a failure leaves them pending (the next start settles).
+
+        The marks are written, not flushed (``durable=False``): a power loss
+        that takes them is a crash between the send and its mark, which the
+        ledger settles; a killed process keeps them.
+        """
         if not marks:
             return
         try:
             async with self._lock:
-                await self._write(self._chain(*marks))
+                await self._write(self._chain(*marks), durable=False)
         except Exception:
             log.exception(
                 "session %s: the marks of %d sends were not written", self._session.id, len(marks)

@@ -47,8 +47,17 @@ DISPATCHED = (
     "could not drop a repeat)"
 )
 
-Write = Callable[[Sequence[Entry]], Awaitable[None]]
 Sync = Callable[[], Awaitable[None]]
+
+
+class Write(Protocol):
+    """Appends a batch through the session's write path (see ``Session._write``).
+
+    ``durable=False`` is for what need not outlive a power loss, only the
+    process: a send's mark (see :meth:`~threads.store.base.Storage.append`).
+    """
+
+    def __call__(self, entries: Sequence[Entry], *, durable: bool = True) -> Awaitable[None]: ...
 
 
 class Chain(Protocol):

@@ -361,9 +361,11 @@ class Session:
             leaf = linked.entry if isinstance(linked, LeafEntry) else linked.id
         return out
 
-    async def _write(self, entries: Sequence[Entry]) -> None:
+    async def _write(self, entries: Sequence[Entry], *, durable: bool = True) -> None:
         """Append a batch; the lock is held by the caller.
 
+        ``durable=False`` is a send's mark: written, not flushed (see
+        :meth:`~threads.store.base.Storage.append`).
         :class:`UnavailableError` when the store cannot take it now; the next
         write first checks whether this one landed after all.
         """
@@ -376,7 +378,7 @@ class Session:
         await self._take_lease()
         # Once submitted, the write finishes even if the caller is cancelled (an
         # interrupt mid-step): the tree must stay equal to what the store holds.
-        append = asyncio.ensure_future(self._store.append(self.id, entries))
+        append = asyncio.ensure_future(self._store.append(self.id, entries, durable=durable))
         try:
             await asyncio.shield(append)
         except UnavailableError as exc:

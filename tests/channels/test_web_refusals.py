@@ -41,10 +41,10 @@ class FailingStore(MemoryStore):
         super().__init__()
         self.failure: Exception | None = None
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
         if self.failure is not None:
             raise self.failure
-        await super().append(session, entries)
+        await super().append(session, entries, durable=durable)
 
 
 def assert_plain(line: str) -> None:

@@ -19,11 +19,13 @@ from tests.threads.conftest import (
     prompts,
     stored,
 )
+from tests.threads.store.test_jsonl import Spy
 from threads.errors import DroppedError
 from threads.keys import SessionKey
 from threads.sinks import Delivery, OutboundMessage
 from threads.store.base import SessionStore
 from threads.store.entries import OutboundEntry
+from threads.store.jsonl import JsonlStore
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
 from threads.wake import SessionCaller, Wake, WakeSource
 
@@ -46,6 +48,26 @@ async def records_of(rt: Runtime, key: str = KEY) -> list[OutboundEntry]:
     session_id = await rt.store.resolve(key)
     assert session_id is not None
     return [e for e in await stored(rt.store, session_id) if isinstance(e, OutboundEntry)]
+
+
+async def test_a_turn_with_a_reply_flushes_its_prompt_and_its_end_and_not_its_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path / "sessions")  # the default: every append durable
+    runtime = await make_runtime(store, ScriptedModel(say("one"), say("two")))
+    try:
+        _accepted, turn = await runtime.manager.wake_turn(KEY, runtime.user_wake("a"))
+        await turn.wait(DEADLINE)
+        syncs = Spy(monkeypatch, "fsync")
+        _accepted, turn = await runtime.manager.wake_turn(KEY, runtime.user_wake("b"))
+        await turn.wait(DEADLINE)
+        # The prompt and the turn's end (with the reply's record) are flushed; the
+        # reply's mark is written with no flush of its own (the next prompt's covers it).
+        assert len(syncs.calls) == 2
+        assert [r.status for r in await records_of(runtime) if r.record] == ["delivered"] * 2
+    finally:
+        await runtime.manager.close()
+        await store.close()
 
 
 async def test_a_final_answer_is_durable_before_its_sink_gets_it(

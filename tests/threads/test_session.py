@@ -417,11 +417,11 @@ class _HeldAppends(MemoryStore):
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
         if self.hold:
             self.entered.set()
             await self.release.wait()
-        await super().append(session, entries)
+        await super().append(session, entries, durable=durable)
 
 
 class _FlushingAgent:

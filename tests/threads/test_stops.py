@@ -207,10 +207,10 @@ class FlakyStore(MemoryStore):
 
     failing = False
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
         if self.failing:
             raise OSError(28, "No space left on device")
-        await super().append(session, entries)
+        await super().append(session, entries, durable=durable)
 
 
 async def test_a_queued_message_whose_turn_cannot_start_is_told_so() -> None:

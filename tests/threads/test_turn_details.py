@@ -37,7 +37,7 @@ class Refusing(MemoryStore):
         self.refuse_turn_ends = 0
         self.refuse_steps = 0
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
         ends = any(isinstance(e, TurnEntry) for e in entries)
         if ends and self.refuse_turn_ends:
             self.refuse_turn_ends -= 1
@@ -45,7 +45,7 @@ class Refusing(MemoryStore):
         if not ends and self.refuse_steps and all(isinstance(e, MessageEntry) for e in entries):
             self.refuse_steps -= 1
             raise UnavailableError("the test store", "no space left on device")
-        await super().append(session, entries)
+        await super().append(session, entries, durable=durable)
 
 
 async def test_a_turn_whose_end_the_store_refused_is_not_persisted_and_keeps_its_answer() -> None:

@@ -233,9 +233,9 @@ class CountingStore(MemoryStore):
         super().__init__()
         self.batches: list[list[str]] = []
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
         self.batches.append([e.TYPE for e in entries])
-        await super().append(session, entries)
+        await super().append(session, entries, durable=durable)
 
 
 async def test_a_queued_turns_prompt_lands_in_the_same_append_as_the_previous_turns_end() -> None:

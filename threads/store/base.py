@@ -145,8 +145,15 @@ class Storage(Protocol):
         """Write a new session's header; :class:`ExistsError` if the id is taken."""
         ...
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
         """Append a batch, atomically against the writer's death.
+
+        ``durable=False`` asks less of an ``every_append`` store: the batch
+        has reached the operating system when the call returns (it outlives
+        the process) but may be lost to a power loss until the store's next
+        durable append or flush — never reordered after a later append of the
+        session. A backend may keep such an append durable; under
+        ``on_flush`` the two are the same.
 
         :class:`ValueError` (nothing written) when an entry of the batch is one
         the format could not read back; :class:`NotFoundError`,

@@ -10,7 +10,9 @@ of the whole encoded batch on an ``O_APPEND`` descriptor, and under the
 and that one file is fsynced before any caller hears back
 (:mod:`threads.store.wal`: session files are flushed in bulk at checkpoints,
 and a dead writer's log is replayed by the next store to open the
-directory). A write the file system refuses (disk full, an I/O error) is
+directory). An append made with ``durable=False`` is written to its file
+and its record to the log at once, but flushed only by the next durable
+round. A write the file system refuses (disk full, an I/O error) is
 :class:`UnavailableError`, with nothing of its batch left behind. A create
 writes the header to a hidden temporary file, makes it durable (an fsync, or
 a record in the log) and links it into place, so a session exists whole or
@@ -142,10 +144,10 @@ class JsonlStore:
         await self._write(partial(self._w_create, header, line))
         self._pulse.fire()
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
         check_id(session)
         data = encode_batch(entries)
-        await self._write(partial(self._w_append, session, data, len(entries)))
+        await self._write(partial(self._w_append, session, data, len(entries), durable))
         self._pulse.fire()
 
     async def load(self, session: str) -> Loaded:
@@ -330,7 +332,9 @@ class JsonlStore:
         elif self._every:
             fsync_dir(self._root)
 
-    def _w_append(self, session: str, data: bytes, count: int, rnd: Round, op: Op[Any]) -> None:
+    def _w_append(
+        self, session: str, data: bytes, count: int, durable: bool, rnd: Round, op: Op[Any]
+    ) -> None:
         self._paused("append:started")
         handle = self._handles.hold(session)
         if not data:
@@ -367,10 +371,15 @@ class JsonlStore:
         if handle.lines >= 0:
             handle.lines += count
         if self._logged:
-            self._log(rnd, op).record(WRITE, session + SUFFIX, offset, data)
+            if durable:
+                self._log(rnd, op).record(WRITE, session + SUFFIX, offset, data)
+                return
+            wal = self._open_log()
+            if wal.write(WRITE, session + SUFFIX, offset, data):
+                rnd.sync(wal, op)  # it joined a durable write's round: it waits for its flush
             return
         handle.dirty = True
-        if self._every:
+        if self._every and durable:
             rnd.sync(handle, op)
 
     def _w_acquire(self, session: str, rnd: Round, op: Op[Any]) -> tuple[int, datetime]:
@@ -463,14 +472,19 @@ class JsonlStore:
             raise errors[0]
 
     def _log(self, rnd: Round, op: Op[Any]) -> WriteAheadLog:
-        """The store's log, opened on first use; the round flushes it before ``op`` returns."""
+        """The store's log; the round flushes it before ``op`` returns."""
+        wal = self._open_log()
+        rnd.sync(wal, op)
+        return wal
+
+    def _open_log(self) -> WriteAheadLog:
+        """The store's log, opened on first use."""
         wal = self._wal
         if wal is None:
             self._ensure_root()
             wal = WriteAheadLog(self._root, limit=self._wal_limit, undo=self._w_undo)
             wal.open()
             self._wal = wal
-        rnd.sync(wal, op)
         return wal
 
     def _w_undo(self, writes: Sequence[tuple[bytes, str, int]]) -> None:

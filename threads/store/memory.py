@@ -47,7 +47,8 @@ class MemoryStore:
         line = encode_header(header)
         await self._writes.run(header.id, "create:started", partial(self._create, header, line))
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
+        # Nothing here outlives the process: ``durable`` changes nothing.
         check_id(session)
         batch = encode_batch(entries)
         title = next(

@@ -300,7 +300,8 @@ class RedisStore:
         await self._writes.run(header.id, "create:started", create)
 
     @_translated
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
+        # The server's persistence decides: ``durable`` changes nothing.
         check_id(session)
         data = encode_batch(entries)
         title = next(

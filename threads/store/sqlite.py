@@ -184,7 +184,8 @@ class SqliteStore:
         await self._write(partial(self._w_create, header, line))
         self._pulse.fire()
 
-    async def append(self, session: str, entries: Sequence[Entry]) -> None:
+    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
+        # A commit is as durable as the fsync policy makes it; ``durable=False`` keeps that.
         check_id(session)
         data = encode_batch(entries)
         title = next(

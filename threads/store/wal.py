@@ -16,6 +16,14 @@ log is removed. A record whose file is held by a live writer, or whose offset
 lies past the file's end (a gap no earlier record fills), is skipped and
 logged — the file's own tail repair then decides, as without a log.
 
+A write that need not outlive a power loss (an append made with
+``durable=False``: a send's mark) is recorded too, but written to the log at
+once and not flushed (:meth:`WriteAheadLog.write`): the next round's one
+flush covers it. It must be in the log, or a later durable write of the same
+file, past it, would be a record past the file's end after a power loss;
+and it must be written at once, not kept with a later round's records, or
+that round failing would cut it back out after its caller heard it landed.
+
 The log's bytes: an 8-byte magic and a 64-bit generation, then records
 ``magic (2) | length (4) | crc32 of the body (4) | body``, the body being the
 generation (8), the operation (1: ``w`` write, ``c`` create, ``d`` delete),
@@ -75,6 +83,10 @@ class WriteAheadLog:
         self._fd = -1
         self._generation = 1
         self._size = 0
+        # Records :meth:`write` put at the log's end since its last flush, and whether
+        # that flush was refused (see ``_flush``).
+        self._written: list[bytes] = []
+        self._refused = False
         self._pending: list[bytes] = []
         self._round: list[tuple[bytes, str, int]] = []
         self._unsynced: set[str] = set()
@@ -94,15 +106,58 @@ class WriteAheadLog:
         if op != DELETE:
             self._unsynced.add(name)
 
+    def write(self, op: bytes, name: str, offset: int, data: bytes) -> bool:
+        """Write a record to the log now, without a flush; True if it must wait for the round's.
+
+        The record is in the log (written, not flushed) before this returns:
+        it outlives the process, and the next flush makes it durable. A round
+        that fails later cuts the log back only to where that round began,
+        after this record. When the round already holds records (a durable
+        write came first), this one joins them instead, so the log keeps the
+        files' order: it is flushed with them and, should the flush fail, taken
+        back out with them — then the caller must wait for the round's end
+        (True). When the write to the log fails, its own write is taken back
+        out of its file and the error raised.
+
+        A log grown past its limit is checkpointed here too, so writes that
+        are never followed by a durable one cannot grow it without end.
+        """
+        if self._pending:
+            self.record(op, name, offset, data)
+            return True
+        record = _encode(self._generation, op, name, offset, data)
+        try:
+            written = os.pwrite(self._fd, record, self._size)
+            if written != len(record):
+                raise OSError(
+                    errno.ENOSPC, f"short write to the write-ahead log ({written} of {len(record)})"
+                )
+        except OSError:
+            with suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            if self._undo is not None:
+                self._undo([(op, name, offset)])
+            raise
+        self._size += written
+        self._written.append(record)
+        if op != DELETE:
+            self._unsynced.add(name)
+        if self._size > self._limit:
+            self.checkpoint()
+        return False
+
     def sync(self) -> None:
         """Write the round's records and flush the log once.
 
+        The flush also makes durable what :meth:`write` wrote before the round.
         When the file system refuses (disk full, an I/O error), the log is cut
         back to where the round began and ``undo`` takes the round's writes
         back out of their files — the callers hear of the failure, so nothing
         of their batches may stay — before the error is raised.
         """
         if not self._pending:
+            if self._written:
+                self._flush()  # a flush asked for writes made without one
             return
         data = b"".join(self._pending)
         written_round, self._round = self._round, []
@@ -113,7 +168,7 @@ class WriteAheadLog:
                 raise OSError(
                     errno.ENOSPC, f"short write to the write-ahead log ({written} of {len(data)})"
                 )
-            os.fsync(self._fd)
+            self._flush()
         except OSError:
             with suppress(OSError):
                 os.ftruncate(self._fd, self._size)
@@ -123,6 +178,25 @@ class WriteAheadLog:
         self._size += written
         if self._size > self._limit:
             self.checkpoint()
+
+    def _flush(self) -> None:
+        """``fsync`` the log; after a refused one, first write again what :meth:`write` wrote.
+
+        A refused ``fsync`` may leave pages it failed to write marked clean
+        (Linux does), so the next one would pass over them: a record lost
+        there would hide every later record from a replay. Written again,
+        they are flushed again.
+        """
+        if self._refused and self._written:
+            again = b"".join(self._written)
+            os.pwrite(self._fd, again, self._size - len(again))
+        try:
+            os.fsync(self._fd)
+        except OSError:
+            self._refused = True
+            raise
+        self._refused = False
+        self._written.clear()
 
     def checkpoint(self) -> None:
         """Flush every file the log covers, then start the log over (a new generation)."""
@@ -147,6 +221,8 @@ class WriteAheadLog:
         os.ftruncate(self._fd, _HEADER.size)
         os.fsync(self._fd)
         self._size = _HEADER.size
+        self._written.clear()
+        self._refused = False
 
 
 def _encode(generation: int, op: bytes, name: str, offset: int, data: bytes) -> bytes:

@@ -33,9 +33,11 @@ class BatchStore(MemoryStore):
         super().__init__()
         self.batches: list[list[str]] = []
 
-    async def append(self, session_id: str, entries: Sequence[Entry]) -> None:
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> None:
         self.batches.append(kinds(entries))
-        await super().append(session_id, entries)
+        await super().append(session_id, entries, durable=durable)
 
 
 def results(rig: Rig, key: str) -> list[str]:

@@ -135,6 +135,19 @@ async def test_entries_load_in_arrival_order_across_and_within_batches(store: An
     assert texts((await store.load(h.id)).entries) == ["1", "2", "3", "4", "5", "6"]
 
 
+async def test_an_append_that_need_not_be_durable_keeps_its_place_and_outlives_its_store(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    h = header()
+    await store.create(h)
+    await asyncio.gather(*(store.append(h.id, [msg(str(i))], durable=i % 2 == 0) for i in range(8)))
+    assert texts((await store.load(h.id)).entries) == [str(i) for i in range(8)]
+    if backend.shared:
+        other = backend.open()  # the first is never closed, as a killed process is not
+        assert texts((await other.load(h.id)).entries) == [str(i) for i in range(8)]
+
+
 async def test_a_second_create_of_one_id_is_refused_and_changes_nothing(store: Any) -> None:
     h = header(key="a")
     await store.create(h)

@@ -16,6 +16,7 @@ import pytest
 from tests.threads.store.helpers import header, msg, texts
 from tests.threads.store.test_jsonl import Spy
 from threads.errors import UnavailableError
+from threads.store.base import StoreOptions
 from threads.store.codec import encode_header
 from threads.store.entries import Header
 from threads.store.jsonl import JsonlStore
@@ -199,3 +200,207 @@ async def test_a_round_whose_log_flush_fails_leaves_nothing_of_its_batches(
     again = JsonlStore(tmp_path)
     assert texts((await again.load(h.id)).entries) == ["before", "after"]
     await again.close()
+
+
+# -- an append that need not be durable (a send's mark): written, not flushed
+
+
+async def test_an_append_that_need_not_be_durable_is_flushed_by_the_next_durable_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    syncs = Spy(monkeypatch, "fsync")
+    await store.append(h.id, [msg("mark")], durable=False)
+    await store.append(h.id, [msg("mark 2")], durable=False)
+    assert syncs.calls == []
+    # Both are in the log already (written, not flushed) ...
+    (log,) = logs(tmp_path)
+    assert [data.count(b"mark") for *_, data in records(log.read_bytes())][-2:] == [1, 1]
+    # ... so the next durable append's one flush makes them durable with it.
+    await store.append(h.id, [msg("durable")])
+    assert len(syncs.calls) == 1
+    assert texts((await store.load(h.id)).entries) == ["mark", "mark 2", "durable"]
+    await store.close()
+
+
+async def test_a_flush_makes_an_append_that_need_not_be_durable_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("mark")], durable=False)
+    syncs = Spy(monkeypatch, "fsync")
+    await store.flush(h.id)
+    assert len(syncs.calls) == 1
+    await store.flush(h.id)
+    assert len(syncs.calls) == 1  # nothing written since: nothing to flush
+    await store.close()
+
+
+async def test_on_flush_treats_an_append_that_need_not_be_durable_as_any_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path, StoreOptions(fsync="on_flush"))
+    h = header()
+    await store.create(h)
+    syncs = Spy(monkeypatch, "fsync")
+    await store.append(h.id, [msg("1")], durable=False)
+    await store.append(h.id, [msg("2")])
+    assert syncs.calls == []
+    await store.flush(h.id)
+    assert len(syncs.calls) == 1
+    await store.close()
+
+
+async def test_a_round_whose_flush_fails_leaves_an_earlier_written_append_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("before")])
+    await store.append(h.id, [msg("mark")], durable=False)  # reported written
+    real = os.fsync
+
+    def refused(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(UnavailableError):
+        await store.append(h.id, [msg("refused")])
+    monkeypatch.setattr(os, "fsync", real)
+    # The failed round is taken back out; the mark written before it is not.
+    assert texts((await store.load(h.id)).entries) == ["before", "mark"]
+    await store.append(h.id, [msg("after")])
+    await store.close()
+    again = JsonlStore(tmp_path)
+    assert texts((await again.load(h.id)).entries) == ["before", "mark", "after"]
+    await again.close()
+
+
+async def test_an_append_that_need_not_be_durable_keeps_its_place_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def pause(point: str) -> None:
+        if point == "append:started" and not release.is_set():
+            entered.set()
+            release.wait(30)
+
+    store = JsonlStore(tmp_path, pause=pause)
+    h, other = header(), header()
+    await store.create(h)
+    await store.create(other)
+    syncs = Spy(monkeypatch, "fsync")
+    # The first append holds the writer thread; the rest queue behind it: one round,
+    # in which a durable append comes before the one that need not be durable.
+    first = asyncio.ensure_future(store.append(other.id, [msg("held")]))
+    await asyncio.get_running_loop().run_in_executor(None, entered.wait, 30)
+    rest = [
+        asyncio.ensure_future(store.append(h.id, [msg("turn end")])),
+        asyncio.ensure_future(store.append(h.id, [msg("mark")], durable=False)),
+        asyncio.ensure_future(store.append(h.id, [msg("next prompt")])),
+    ]
+    await asyncio.sleep(0)  # let each append hand its write to the writer thread
+    release.set()
+    await asyncio.gather(first, *rest)
+    assert len(syncs.calls) == 2  # the held round's flush and the round of the rest
+    (log,) = logs(tmp_path)
+    offsets = [offset for _, name, offset, _ in records(log.read_bytes()) if h.id in name]
+    assert offsets == sorted(offsets)  # the log replays the file's order
+    assert texts((await store.load(h.id)).entries) == ["turn end", "mark", "next prompt"]
+    await store.close()
+
+
+def test_a_refused_flush_has_the_next_flush_write_the_unflushed_records_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = WriteAheadLog(str(tmp_path))
+    wal.open()
+    assert wal.write(WRITE, "a.jsonl", 0, b"mark\n") is False  # written, not flushed
+    wal.record(WRITE, "a.jsonl", 5, b"refused\n")
+    real = os.fsync
+
+    def refused(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(OSError, match="Input/output error"):
+        wal.sync()
+    monkeypatch.setattr(os, "fsync", real)
+    # The refused fsync may have left the mark's pages clean but not on the disk:
+    # the next flush writes them again, where they are, before its own records.
+    writes = Spy(monkeypatch, "pwrite")
+    wal.record(WRITE, "a.jsonl", 5, b"after\n")
+    wal.sync()
+    (path,) = logs(tmp_path)
+    data = path.read_bytes()
+    mark_at = data.index(b"mark\n")
+    again = [(buf, at) for _fd, buf, at in writes.calls if b"mark\n" in buf]
+    assert len(again) == 1
+    assert again[0][1] + again[0][0].index(b"mark\n") == mark_at
+    assert [r[3] for r in records(data)] == [b"mark\n", b"after\n"]
+    writes.calls.clear()
+    wal.record(WRITE, "a.jsonl", 11, b"later\n")
+    wal.sync()
+    assert len(writes.calls) == 1  # flushed: not written again
+    wal.close()
+
+
+# A child makes durable appends with written-only ones between them, reports,
+# and waits for the SIGKILL.
+CHILD_MARKS = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from threads.store.jsonl import JsonlStore
+    from threads.store.entries import Header, MessageEntry
+    from threads.messages import Message
+
+    def entry(n, text):
+        return [MessageEntry(id=f"e_{n}", message=Message.user(text))]
+
+    async def main():
+        store = JsonlStore(sys.argv[1])
+        await store.create(Header(id="s_marks"))
+        await store.append("s_marks", entry(0, "turn 1"))
+        await store.append("s_marks", entry(1, "mark 1"), durable=False)
+        await store.append("s_marks", entry(2, "turn 2"))
+        await store.append("s_marks", entry(3, "mark 2"), durable=False)
+        sys.stdout.write("acked\\n")
+        sys.stdout.flush()
+        os.read(0, 1)  # wait for the SIGKILL
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_written_appends_outlive_a_kill_and_a_power_loss_keeps_the_durable_after_them(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "sessions"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CHILD_MARKS, str(root),
+        cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert await asyncio.wait_for(child.stdout.readline(), 60) == b"acked\n"
+    child.send_signal(signal.SIGKILL)
+    await child.wait()
+    every = ["turn 1", "mark 1", "turn 2", "mark 2"]
+    # The process died: everything it wrote, flushed or not, is in the file.
+    reader = JsonlStore(root, StoreOptions(no_lock=True))  # replays no log
+    assert texts((await reader.load("s_marks")).entries) == every
+    await reader.close()
+    # The power loss: nothing was flushed to the session file on its own. The log
+    # holds the written appends too, so the acknowledged "turn 2" after "mark 1"
+    # is not a record past the file's end: it comes back.
+    (root / "s_marks.jsonl").write_bytes(encode_header(Header(id="s_marks")))
+    store = JsonlStore(root)
+    assert texts((await store.load("s_marks")).entries)[:3] == every[:3]
+    assert logs(root) == []
+    await store.close()
