@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 
 from config.access import AccessConfig
 from config.section import NAME, Section, given, is_loopback, normal_origin
@@ -39,9 +39,10 @@ class TelegramAccount(Section):
     # Telegram's own flood limits (30 messages/s, 20/min per group), kept by PTB.
     rate_limit: bool = True
     # While a turn runs: the typing indicator, and the answer streamed into one
-    # message edited in place (at most one edit per edit_seconds).
+    # message edited in place (at most one edit per edit_seconds). ``stream_edits``
+    # is its former name, still read.
     typing: bool = True
-    stream_edits: bool = True
+    stream: bool = Field(default=True, validation_alias=AliasChoices("stream", "stream_edits"))
     edit_seconds: float = Field(default=1.0, ge=0.0, le=60.0)
     access: AccessConfig = Field(default_factory=AccessConfig)
 
@@ -103,9 +104,10 @@ class DiscordConfig(Section):
     gateway_url: str = ""
     ready_timeout_seconds: float = Field(default=2.0, ge=0.0, le=60.0)
     # While a turn runs: the typing indicator, and the answer streamed into one
-    # message edited in place (at most one edit per edit_seconds).
+    # message edited in place (at most one edit per edit_seconds). ``stream_edits``
+    # is its former name, still read.
     typing: bool = True
-    stream_edits: bool = True
+    stream: bool = Field(default=True, validation_alias=AliasChoices("stream", "stream_edits"))
     edit_seconds: float = Field(default=1.0, ge=0.0, le=60.0)
     access: AccessConfig = Field(default_factory=AccessConfig)
 

@@ -196,7 +196,7 @@ def build_telegram(
                     base_file_url=settings.base_file_url,
                     rate_limit=settings.rate_limit,
                     typing=settings.typing,
-                    drafts=settings.stream_edits,
+                    drafts=settings.stream,
                     edit_every=settings.edit_seconds,
                     commands=commands,
                 )
@@ -222,7 +222,7 @@ def build_discord(
                 gateway_url=settings.gateway_url,
                 ready_timeout=settings.ready_timeout_seconds,
                 typing=settings.typing,
-                drafts=settings.stream_edits,
+                drafts=settings.stream,
                 edit_every=settings.edit_seconds,
                 commands=commands,
             )

@@ -59,6 +59,16 @@ def test_the_example_file_mentions_every_option() -> None:
     assert not missing, f"gateway.example.toml does not mention {missing}"
 
 
+def test_stream_turns_the_streamed_answer_on_and_off_under_its_former_name_too(
+    tmp_path: Path,
+) -> None:
+    text = "[channels.telegram]\nstream = false\n[channels.discord]\nstream_edits = false\n"
+    config = load_config(write(tmp_path, text), env={})
+    assert not config.channels.telegram.stream
+    assert not config.channels.discord.stream
+    assert load_config(write(tmp_path, ""), env={}).channels.telegram.stream
+
+
 def test_an_unknown_key_is_an_error_naming_its_dotted_path(tmp_path: Path) -> None:
     path = write(tmp_path, "[threads]\nmax_concurent_turns = 4\n")
     with pytest.raises(ConfigError) as caught:
