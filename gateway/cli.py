@@ -41,10 +41,11 @@ from gateway.heap import settle_heap
 from gateway.heartbeat_cli import app as heartbeat_app
 from gateway.pairing_cli import app as pairing_app
 from gateway.session_edits_cli import app as sessions_app
-from gateway.terminal import StopSignals, first_of, input_lines
+from gateway.terminal import StopSignals, close_deadline, first_of, input_lines
 
 if TYPE_CHECKING:
     from channels.cli import CliChannel
+    from gateway.app import Gateway
 
 # The gateway itself (aiohttp, the channels, the model clients) is imported by
 # the commands that run it, so that quick commands start quickly.
@@ -168,6 +169,14 @@ async def _run(config: GatewayConfig) -> None:
                 await first_of(stop.wait(), gw.serve_forever(), _read_lines(gw.cli.submit))
             else:
                 await first_of(stop.wait(), gw.serve_forever())
+            _shorten_close(gw, stop)
+
+
+def _shorten_close(gw: Gateway, stop: StopSignals) -> None:
+    """After a Ctrl-C running turns get a moment, not the whole close deadline."""
+    deadline = close_deadline(stop, gw.manager.close_deadline)
+    gw.manager.close_deadline = deadline
+    stop.waiting_for = f"running turns have up to {deadline:g} s to finish"
 
 
 def _print_reply(text: str) -> None:
@@ -222,6 +231,7 @@ async def _chat(config: GatewayConfig) -> None:
                 await gw.wait_idle()
 
             await first_of(converse(gw.cli), stop.wait())
+            _shorten_close(gw, stop)
 
 
 async def _chat_attached(client: ControlClient, stop: StopSignals) -> None:

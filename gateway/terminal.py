@@ -34,6 +34,8 @@ from typing import Any
 
 CHUNK = 64 * 1024
 NOTICE_AFTER_SECONDS = 1.0
+INTERRUPT_CLOSE_SECONDS = 1.0
+"""How long a Ctrl-C gives running turns (SIGTERM gives ``close_deadline_seconds``)."""
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -135,9 +137,12 @@ def _settle(ready: asyncio.Future[None]) -> None:
 class StopSignals:
     """SIGINT and SIGTERM while a terminal command runs, as ``with StopSignals(...) as stop:``.
 
-    The first signal sets :attr:`requested`. Should the command still be
-    running a second later, one line on stderr says what it is waiting for
-    (``waiting_for``) and that a second Ctrl-C stops at once. The second
+    The first signal sets :attr:`requested` (and :attr:`interrupted` when it
+    is a Ctrl-C: a person at the terminal, who is given
+    :data:`INTERRUPT_CLOSE_SECONDS`, not the whole close deadline a service
+    manager's SIGTERM gets; see :func:`close_deadline`). Should the command
+    still be running a second later, one line on stderr says what it is
+    waiting for (``waiting_for``) and that a second Ctrl-C stops at once. The second
     signal ends the process there and then, with exit code 128 + the signal:
     what the gateway accepted is already durable, so this is the crash it is
     built to recover from at its next start, not a loss.
@@ -145,7 +150,8 @@ class StopSignals:
 
     def __init__(self, *, waiting_for: str) -> None:
         self.requested = asyncio.Event()
-        self._waiting_for = waiting_for
+        self.interrupted = False
+        self.waiting_for = waiting_for
         self._loop: asyncio.AbstractEventLoop | None = None
         self._notice: asyncio.TimerHandle | None = None
 
@@ -173,6 +179,7 @@ class StopSignals:
 
     def _received(self, sig: signal.Signals) -> None:
         if not self.requested.is_set():
+            self.interrupted = sig == signal.SIGINT
             self.requested.set()
             assert self._loop is not None
             self._notice = self._loop.call_later(NOTICE_AFTER_SECONDS, self._still_stopping)
@@ -183,10 +190,19 @@ class StopSignals:
 
     def _still_stopping(self) -> None:
         print(
-            f"stopping: {self._waiting_for} (press Ctrl-C again to stop at once)",
+            f"stopping: {self.waiting_for} (press Ctrl-C again to stop at once)",
             file=sys.stderr,
             flush=True,
         )
+
+
+def close_deadline(stop: StopSignals, configured: float) -> float:
+    """How long a close lets running turns finish: shorter after a Ctrl-C.
+
+    A turn cut there is recorded as interrupted and resumes at the next
+    start, so a person who pressed Ctrl-C is not kept waiting for a slow model.
+    """
+    return min(configured, INTERRUPT_CLOSE_SECONDS) if stop.interrupted else configured
 
 
 async def first_of(*work: Coroutine[Any, Any, None]) -> None:

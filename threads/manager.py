@@ -148,6 +148,8 @@ class ThreadManager:
         self._closed = False
         self.started_at = time.time()
         self.health_sources: dict[str, Callable[[], Any]] = {}
+        # What :meth:`close` gives running turns; a terminal's Ctrl-C shortens it.
+        self.close_deadline = config.threads.close_deadline_seconds
         # Told of every approval request a turn parks on, once durable (the approvals service).
         self.park_listeners: list[ParkListener] = []
         # Told of every run that resumes a decided approval boundary, as it starts (the pool).
@@ -205,7 +207,7 @@ class ThreadManager:
         while self._starting:
             # asyncio.wait, not gather: a cancelled close must not cancel the starts.
             await asyncio.wait(list(self._starting.values()))
-        deadline = self.config.threads.close_deadline_seconds
+        deadline = self.close_deadline
         threads = list(self._threads.values())
         waiting = {str(t.key) for t in threads if t.state != "idle"}
         results = await asyncio.gather(
