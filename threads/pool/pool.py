@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -226,15 +226,7 @@ class Pool:
             self.release(delegation)
             raise
         delegation.turn = turn
-        await self.on_parent(
-            delegation,
-            lambda s: s.pool_receipt(
-                POOL_RUNNING,
-                receipt=delegation.receipt,
-                child=str(delegation.child),
-                call=delegation.call,
-            ),
-        )
+        await self.record(delegation, POOL_RUNNING)
         return turn
 
     async def begin(self, delegation: Delegation, start: Start, then: Then) -> Turn | None:
@@ -308,16 +300,8 @@ class Pool:
     async def settle(self, delegation: Delegation, outcome: Outcome, usage: Usage) -> None:
         """Record the one settlement (with the child's whole cost) and free the slot."""
         try:
-            await self.on_parent(
-                delegation,
-                lambda s: s.pool_receipt(
-                    outcome.status,
-                    receipt=delegation.receipt,
-                    child=str(delegation.child),
-                    call=delegation.call,
-                    stop=settlement_stop(outcome),
-                    usage=usage,
-                ),
+            await self.record(
+                delegation, outcome.status, stop=settlement_stop(outcome), usage=usage
             )
         finally:
             self.release(delegation)
@@ -381,12 +365,7 @@ class Pool:
         )
 
     async def _running_then_watch(self, delegation: Delegation, turn: Turn) -> None:
-        await self.on_parent(
-            delegation,
-            lambda s: s.pool_receipt(
-                POOL_RUNNING, receipt=delegation.receipt, child=str(delegation.child)
-            ),
-        )
+        await self.record(delegation, POOL_RUNNING)
         await self.watch(delegation, turn)
 
     async def watch(self, delegation: Delegation, turn: Turn) -> None:
@@ -422,15 +401,8 @@ class Pool:
         delegation.turn = None
         delegation.spent = delegation.spent + result.usage
         try:
-            await self.on_parent(
-                delegation,
-                lambda s: s.pool_receipt(
-                    POOL_PARKED,
-                    receipt=delegation.receipt,
-                    child=str(delegation.child),
-                    call=delegation.call,
-                    stop=waiting_words(result),
-                ),
+            await self.record(
+                delegation, POOL_PARKED, stop=waits_for(p.tool for p in result.parked)
             )
         finally:
             self.release(delegation)
@@ -464,15 +436,7 @@ class Pool:
         self.try_take(delegation)
 
         async def resumed() -> None:
-            await self.on_parent(
-                delegation,
-                lambda s: s.pool_receipt(
-                    POOL_RUNNING,
-                    receipt=delegation.receipt,
-                    child=str(delegation.child),
-                    call=delegation.call,
-                ),
-            )
+            await self.record(delegation, POOL_RUNNING)
             await then(turn)
 
         self.manager.spawn(resumed(), name=f"delegation {delegation.child} resumed")
@@ -546,6 +510,22 @@ class Pool:
 
     # -- the parent's session
 
+    async def record(
+        self, delegation: Delegation, status: str, *, stop: str = "", usage: Usage | None = None
+    ) -> None:
+        """Write one step of the delegation's journey on its parent (receipt, child and call)."""
+        await self.on_parent(
+            delegation,
+            lambda s: s.pool_receipt(
+                status,
+                receipt=delegation.receipt,
+                child=str(delegation.child),
+                call=delegation.call,
+                stop=stop,
+                usage=usage,
+            ),
+        )
+
     async def on_parent(
         self,
         delegation: Delegation,
@@ -586,9 +566,9 @@ def parked_on(result: RunResult) -> bool:
     return result.stop_reason == "parked" and bool(result.parked)
 
 
-def waiting_words(result: RunResult) -> str:
-    """What a ``parked`` receipt says: the calls the child waits on."""
-    names = ", ".join(dict.fromkeys(p.tool for p in result.parked)) or "a call"
+def waits_for(tools: Iterable[str]) -> str:
+    """What a ``parked`` receipt says: the tools whose calls the child waits on."""
+    names = ", ".join(dict.fromkeys(tools)) or "a call"
     return f"waits for a person's approval of {names}"
 
 

@@ -46,7 +46,7 @@ from threads.keys import SessionKey
 from threads.messages import Usage
 from threads.pool.ledger import Journey, journeys
 from threads.pool.outcomes import Outcome, last_answer, outcome_of
-from threads.pool.pool import DELEGATION, Delegation, Then
+from threads.pool.pool import DELEGATION, Delegation, Then, waits_for
 from threads.pool.reports import Report, follow_reported, settle_reported
 from threads.session import Session
 from threads.sessions import meta as m
@@ -268,17 +268,8 @@ async def _keep_waiting(
     if thread is None or not thread.session.approvals.awaiting:
         return False
     if not journey.statuses or journey.statuses[-1] != POOL_PARKED:
-        tools = ", ".join(dict.fromkeys(r.tool for r in thread.session.approvals.pending()))
-        await manager.pool.on_parent(
-            delegation,
-            lambda s: s.pool_receipt(
-                POOL_PARKED,
-                receipt=delegation.receipt,
-                child=str(delegation.child),
-                call=delegation.call,
-                stop=f"waits for a person's approval of {tools or 'a call'}",
-            ),
-        )
+        tools = (r.tool for r in thread.session.approvals.pending())
+        await manager.pool.record(delegation, POOL_PARKED, stop=waits_for(tools))
     manager.pool.wait_for_resume(delegation, then)
     return True
 
