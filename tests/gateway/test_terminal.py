@@ -192,56 +192,50 @@ def test_stopping_the_gateway_mid_turn_ends_an_attached_chat_with_one_line_and_e
 # --- a turn in flight ------------------------------------------------------------------------
 
 
+def turn_in_flight(
+    command: str,
+    tmp_path: Path,
+    processes: list[Terminal | Background],
+    silent_model: socket.socket,
+    deadline: str,
+) -> Terminal:
+    """``gateway COMMAND`` in a terminal, with a typed question the model never answers."""
+    env = model_env(tmp_path, silent_model, GATEWAY_THREADS__CLOSE_DEADLINE_SECONDS=deadline)
+    terminal = Terminal([command], cwd=tmp_path, env=env)
+    processes.append(terminal)
+    if command == "run":
+        terminal.expect(BANNER)
+    terminal.type("a question the model never answers")
+    asked(silent_model)
+    return terminal
+
+
 def test_a_stop_gives_a_running_turn_the_close_deadline_then_ends_without_a_traceback(
     tmp_path: Path, processes: list[Terminal | Background], silent_model: socket.socket
 ) -> None:
-    env = model_env(tmp_path, silent_model, GATEWAY_THREADS__CLOSE_DEADLINE_SECONDS="0.5")
-    run = Terminal(["run"], cwd=tmp_path, env=env)
-    processes.append(run)
-    run.expect(BANNER)
-    run.type("a question the model never answers")
-    asked(silent_model)
+    run = turn_in_flight("run", tmp_path, processes, silent_model, deadline="0.5")
     run.signal(signal.SIGTERM)
     assert run.ended_within(0.5 + STOP_WITHIN) == 0
     no_traceback(run)
 
 
+@pytest.mark.parametrize("command", ["run", "chat"])
 def test_ctrl_c_gives_a_running_turn_a_moment_not_the_whole_close_deadline(
-    tmp_path: Path, processes: list[Terminal | Background], silent_model: socket.socket
+    command: str,
+    tmp_path: Path,
+    processes: list[Terminal | Background],
+    silent_model: socket.socket,
 ) -> None:
-    env = model_env(tmp_path, silent_model, GATEWAY_THREADS__CLOSE_DEADLINE_SECONDS="600")
-    run = Terminal(["run"], cwd=tmp_path, env=env)
-    processes.append(run)
-    run.expect(BANNER)
-    run.type("a question the model never answers")
-    asked(silent_model)
-    run.ctrl_c()
-    assert run.ended_within(STOP_WITHIN) == 0  # not the 600 s a SIGTERM would give it
-    no_traceback(run)
-
-
-def test_ctrl_c_ends_an_in_process_chat_whose_turn_is_running(
-    tmp_path: Path, processes: list[Terminal | Background], silent_model: socket.socket
-) -> None:
-    env = model_env(tmp_path, silent_model, GATEWAY_THREADS__CLOSE_DEADLINE_SECONDS="600")
-    chat = Terminal(["chat"], cwd=tmp_path, env=env)
-    processes.append(chat)
-    chat.type("a question the model never answers")
-    asked(silent_model)
-    chat.ctrl_c()
-    assert chat.ended_within(STOP_WITHIN) == 0
-    no_traceback(chat)
+    terminal = turn_in_flight(command, tmp_path, processes, silent_model, deadline="600")
+    terminal.ctrl_c()
+    assert terminal.ended_within(STOP_WITHIN) == 0  # not the 600 s a SIGTERM would give it
+    no_traceback(terminal)
 
 
 def test_a_second_ctrl_c_stops_at_once_while_a_turn_runs(
     tmp_path: Path, processes: list[Terminal | Background], silent_model: socket.socket
 ) -> None:
-    env = model_env(tmp_path, silent_model, GATEWAY_THREADS__CLOSE_DEADLINE_SECONDS="600")
-    run = Terminal(["run"], cwd=tmp_path, env=env)
-    processes.append(run)
-    run.expect(BANNER)
-    run.type("a question the model never answers")
-    asked(silent_model)
+    run = turn_in_flight("run", tmp_path, processes, silent_model, deadline="600")
     run.signal(signal.SIGTERM)  # a service manager's stop: the whole close deadline
     deadline = time.monotonic() + READY_WITHIN
     while "press Ctrl-C again" not in run.stderr:
