@@ -129,18 +129,23 @@ CHILD = textwrap.dedent(
 )
 
 
-async def test_acknowledged_writes_a_power_loss_took_come_back_from_the_log(
-    tmp_path: Path,
-) -> None:
-    root = tmp_path / "sessions"
+async def killed_after_its_acks(script: str, root: Path) -> None:
+    """Run ``script`` on a store at ``root`` until it says ``acked``, then SIGKILL it."""
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD, str(root),
+        sys.executable, "-c", script, str(root),
         cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert child.stdout is not None
     assert await asyncio.wait_for(child.stdout.readline(), 60) == b"acked\n"
     child.send_signal(signal.SIGKILL)
     await child.wait()
+
+
+async def test_acknowledged_writes_a_power_loss_took_come_back_from_the_log(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "sessions"
+    await killed_after_its_acks(CHILD, root)
     # The power loss: what was never flushed on its own is gone from the files
     # (the appends of s_kept, the whole of s_new, the key index's line) ...
     kept = root / "s_kept.jsonl"
@@ -383,14 +388,7 @@ async def test_written_appends_outlive_a_kill_and_a_power_loss_keeps_the_durable
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "sessions"
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CHILD_MARKS, str(root),
-        cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert child.stdout is not None
-    assert await asyncio.wait_for(child.stdout.readline(), 60) == b"acked\n"
-    child.send_signal(signal.SIGKILL)
-    await child.wait()
+    await killed_after_its_acks(CHILD_MARKS, root)
     every = ["turn 1", "mark 1", "turn 2", "mark 2"]
     # The process died: everything it wrote, flushed or not, is in the file.
     reader = JsonlStore(root, StoreOptions(no_lock=True))  # replays no log
