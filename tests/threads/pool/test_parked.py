@@ -122,15 +122,20 @@ async def test_a_parked_child_frees_its_slot_for_the_delegation_waiting_behind_i
         await rig.manager.close()
 
 
+async def approve_until_settled(rig: Rig, child: str) -> None:
+    """Approve what ``child`` waits for, then wait for its delegation to settle."""
+    await decide(rig, child, "approve")
+    await eventually(lambda: _settled(rig), "the delegation settles")
+    await rig.settle()
+
+
 async def test_an_approved_childs_answer_settles_done_and_reaches_the_parent(
     rig: Rig, script: SessionScript, ran: list[str]
 ) -> None:
     child = await parked_sync(rig, script)
     script.add(SUBAGENT, say("v42 is live"))
     script.add(USER, reply("the helper says v42 is live"))
-    await decide(rig, child, "approve")
-    await eventually(lambda: _settled(rig), "the delegation settles")
-    await rig.settle()
+    await approve_until_settled(rig, child)
     assert ran == ["prod"]
     assert journey(rig) == ["accepted", "running", "parked", "running", "done"]
     assert last(rig).stop == "v42 is live"
@@ -167,9 +172,7 @@ async def test_a_child_that_parks_again_after_its_resume_is_parked_again(
     await decide(rig, child, "approve")
     await eventually(lambda: _status(rig, 5, "parked"), "the resumed child parks again")
     assert journey(rig) == ["accepted", "running", "parked", "running", "parked"]
-    await decide(rig, child, "approve")
-    await eventually(lambda: _settled(rig), "the delegation settles")
-    await rig.settle()
+    await approve_until_settled(rig, child)
     assert ran == ["prod", "eu"]
     assert journey(rig)[-2:] == ["running", "done"]
     assert last(rig).stop == "both live"
@@ -185,9 +188,7 @@ async def test_an_approved_spawned_child_is_announced_after_its_resume(
     assert journey(rig) == ["accepted", "running", "parked"]
     child = child_of(rig)
     script.add(SUBAGENT, say("v42 is live"), say("Result: v42 is live\nNotes: none"))
-    await decide(rig, child, "approve")
-    await eventually(lambda: _settled(rig), "the delegation settles")
-    await rig.settle()
+    await approve_until_settled(rig, child)
     assert journey(rig) == ["accepted", "running", "parked", "running", "done"]
     (announce,) = rig.inbox(USER).messages
     assert "Sub-agent shipper finished." in announce
@@ -208,9 +209,7 @@ async def test_a_dispatched_subagent_that_parks_settles_with_every_runs_cost_aft
     assert journey(rig) == ["accepted", "running", "parked"]
     script.add(child, say("v42 is live", usage=TENTH))
     script.add(USER, dispatch())  # the child_completed wake, once
-    await decide(rig, child, "approve")
-    await eventually(lambda: _settled(rig), "the delegation settles")
-    await rig.settle()
+    await approve_until_settled(rig, child)
     assert journey(rig) == ["accepted", "running", "parked", "running", "done"]
     assert (last(rig).stop, last(rig).usage) == ("v42 is live", TENTH + TENTH)
     told = [p for p in rig.prompts(USER) if f"child: {child}" in p]
@@ -254,9 +253,7 @@ async def test_a_child_parked_across_a_restart_stays_parked_and_settles_after_th
         assert journey(rig) == ["accepted", "running", "parked"]  # not settled canceled
         script.add(SUBAGENT, say("v42 is live"))
         script.add(USER, reply("the helper says v42 is live"))
-        await decide(rig, child, "approve")
-        await eventually(lambda: _settled(rig), "the delegation settles")
-        await rig.settle()
+        await approve_until_settled(rig, child)
         assert ran == ["prod"]
         assert journey(rig) == ["accepted", "running", "parked", "running", "done"]
         assert "v42 is live" in rig.prompts(USER)[-1]
@@ -286,9 +283,7 @@ async def test_a_child_that_parked_just_before_a_stop_gets_its_parked_receipt_at
         assert last(rig).stop == "waits for a person's approval of deploy"
         script.add(SUBAGENT, say("v42 is live"))
         script.add(USER, reply("the helper says v42 is live"))
-        await decide(rig, child, "approve")
-        await eventually(lambda: _settled(rig), "the delegation settles")
-        await rig.settle()
+        await approve_until_settled(rig, child)
         assert journey(rig)[-2:] == ["running", "done"]
     finally:
         await rig.manager.close()
