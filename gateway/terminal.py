@@ -34,8 +34,11 @@ from typing import Any
 
 CHUNK = 64 * 1024
 NOTICE_AFTER_SECONDS = 1.0
-INTERRUPT_CLOSE_SECONDS = 1.0
-"""How long a Ctrl-C gives running turns (SIGTERM gives ``close_deadline_seconds``)."""
+INTERRUPT_CLOSE_SECONDS = 0.5
+"""How long a Ctrl-C gives running turns (SIGTERM gives ``close_deadline_seconds``).
+
+Below ``NOTICE_AFTER_SECONDS``, so such a stop prints no "stopping" line.
+"""
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -199,8 +202,9 @@ class StopSignals:
 def close_deadline(stop: StopSignals, configured: float) -> float:
     """How long a close lets running turns finish: shorter after a Ctrl-C.
 
-    A turn cut there is recorded as interrupted and resumes at the next
-    start, so a person who pressed Ctrl-C is not kept waiting for a slow model.
+    A person who pressed Ctrl-C is not kept waiting for a slow model: a turn
+    still running then is canceled and recorded so (its message is kept,
+    not run again); queued input waits for the next start.
     """
     return min(configured, INTERRUPT_CLOSE_SECONDS) if stop.interrupted else configured
 
