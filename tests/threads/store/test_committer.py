@@ -1,0 +1,55 @@
+"""Group commit: a busy round lingers for more writers, a lone writer never waits."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from threads.store.committer import SIBLINGS, Committer, Op, Round
+
+HANG = 30.0  # a hang guard, never a measure
+
+
+class File:
+    """A sync target that counts its syncs."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def sync(self) -> None:
+        self.syncs += 1
+
+
+def write(file: File, ran: threading.Event | None = None) -> Any:
+    def fn(round: Round, op: Op[None]) -> None:
+        round.sync(file, op)
+        if ran is not None:
+            ran.set()
+
+    return fn
+
+
+async def test_a_lone_writer_never_lingers() -> None:
+    file = File()
+    committer = Committer("test", linger=HANG * 10, gap=HANG * 10)
+    for _ in range(3):
+        await asyncio.wait_for(committer.run(write(file)), HANG)
+    assert file.syncs == 3
+    await committer.stop()
+
+
+async def test_after_a_busy_round_a_writer_that_comes_late_shares_the_next_rounds_sync() -> None:
+    file = File()
+    committer = Committer("test", linger=HANG * 10, gap=HANG * 10)
+    await asyncio.gather(*(committer.run(write(file)) for _ in range(SIBLINGS)))
+    assert file.syncs == 1  # one round, busy: the next one lingers
+
+    ran = threading.Event()
+    first = asyncio.ensure_future(committer.run(write(file, ran)))
+    assert await asyncio.to_thread(ran.wait, HANG)  # its round has begun without the second
+    second = asyncio.ensure_future(committer.run(write(file)))
+    await asyncio.sleep(0)  # one loop iteration: the second write is submitted
+    await committer.stop()  # ends the lingering round
+    await asyncio.wait_for(asyncio.gather(first, second), HANG)
+    assert file.syncs == 2
