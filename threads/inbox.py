@@ -222,14 +222,24 @@ class Inbox:
         return turn
 
     async def start_now(
-        self, message: Message, policy: Policy, payload: Any, wake: Mapping[str, JSON]
+        self,
+        message: Message,
+        policy: Policy,
+        payload: Any,
+        wake: Mapping[str, JSON],
+        *,
+        durable: bool = True,
     ) -> Turn:
-        """An idle session: the prompt is written now and waits, started, for the driver."""
+        """An idle session: the prompt is written now and waits, started, for the driver.
+
+        ``durable=False`` writes it without a flush: the caller makes it
+        durable before the send returns (``flush_soon``).
+        """
         turn = Turn(new_entry_id(), self.mint_run_id(), policy)
         prompt = MessageEntry(
             id=turn.id, parent=self._tree.leaf, message=message, run_id=turn.run_id, wake=wake
         )
-        await self._write([prompt])
+        await self._write([prompt], durable=durable)
         self._queue.appendleft(
             Pending(
                 turn=turn,

@@ -39,7 +39,15 @@ from threads.messages import JSON, Message, Usage
 from threads.outage import StoreOutage
 from threads.outbound import Outgoing
 from threads.pool.ledger import resolution
-from threads.store.base import Flusher, Leaser, Loaded, LoadReport, Releaser, SessionStore
+from threads.store.base import (
+    Flusher,
+    Leaser,
+    Loaded,
+    LoadReport,
+    Releaser,
+    SessionStore,
+    SoonFlusher,
+)
 from threads.store.entries import (
     ApprovalRequestEntry,
     BranchSummaryEntry,
@@ -83,6 +91,9 @@ Injected = Message | Callable[[], Message]
 HeldNotice = Callable[["Session", list[Any]], None]
 
 log = logging.getLogger(__name__)
+
+PROMPT_FLUSH_WITHIN = 0.005
+"""How long an idle session's prompt may wait to share its turn's end's flush (perf-16)."""
 
 
 @contextlib.asynccontextmanager
@@ -159,6 +170,11 @@ class Session:
         self._lock = asyncio.Lock()
         self._holder = object()
         self._leaser = store if isinstance(store, Leaser) else None
+        # Under every_append a store that can share a flush makes an idle session's prompt
+        # durable with its turn's end when that comes soon (decision perf-16).
+        self._soon = (
+            store if isinstance(store, SoonFlusher) and not self._options.flush_store else None
+        )
         self._leased = False
         self._sealed = False
         self._unsure: list[Entry] | None = None  # a write the store failed, that may have landed
@@ -170,6 +186,7 @@ class Session:
             write=self._write,
             sync=self._sync,
             options=self._options,
+            flush_soon=self._flush_soon if self._soon is not None else None,
         )
 
     # -- creating and opening
@@ -405,6 +422,11 @@ class Session:
         """Make what was appended durable, when the store only does so on a flush."""
         if self._options.flush_store and isinstance(self._store, Flusher):
             await self._store.flush(self.id)
+
+    async def _flush_soon(self) -> None:
+        """Make what was written without a flush durable, with a write that comes soon."""
+        assert self._soon is not None
+        await self._soon.flush_soon(self.id, PROMPT_FLUSH_WITHIN)
 
     async def _reconcile(self, entries: Sequence[Entry]) -> bool:
         """After a failed write: keep it if it landed after all; True when ``entries`` is it.

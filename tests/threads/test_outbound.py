@@ -53,6 +53,7 @@ async def records_of(rt: Runtime, key: str = KEY) -> list[OutboundEntry]:
 async def test_a_turn_with_a_reply_flushes_its_prompt_and_its_end_and_not_its_mark(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("threads.session.PROMPT_FLUSH_WITHIN", 0.0)  # the prompt's own flush
     store = JsonlStore(tmp_path / "sessions")  # the default: every append durable
     runtime = await make_runtime(store, ScriptedModel(say("one"), say("two")))
     try:

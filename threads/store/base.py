@@ -227,6 +227,18 @@ class Flusher(Protocol):
 
 
 @runtime_checkable
+class SoonFlusher(Protocol):
+    """Makes a session's appends made with ``durable=False`` durable, sharing a later flush.
+
+    ``flush_soon`` returns once they are durable. It may wait up to ``within``
+    seconds for another write of the store that must be durable, and end with
+    that write's flush rather than take one of its own.
+    """
+
+    async def flush_soon(self, session: str, within: float) -> None: ...
+
+
+@runtime_checkable
 class Releaser(Protocol):
     """Ends this writer's hold on a session so another writer may take it."""
 

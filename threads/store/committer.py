@@ -23,6 +23,7 @@ cancelled call writes nothing unless the thread had already started it.
 from __future__ import annotations
 
 import asyncio
+import math
 import queue
 import threading
 import time
@@ -91,7 +92,7 @@ class Round:
 
 
 class Op(Generic[T]):
-    __slots__ = ("cancellable", "cancelled", "error", "fn", "future", "loop", "result")
+    __slots__ = ("cancellable", "cancelled", "error", "fn", "future", "loop", "result", "until")
 
     def __init__(
         self,
@@ -99,11 +100,13 @@ class Op(Generic[T]):
         future: asyncio.Future[T],
         loop: asyncio.AbstractEventLoop,
         cancellable: bool,
+        until: float = 0.0,
     ) -> None:
         self.fn = fn
         self.future = future
         self.loop = loop
         self.cancellable = cancellable
+        self.until = until  # may wait for company until then (time.monotonic()); 0: never
         self.cancelled = False
         self.result: T | None = None
         self.error: BaseException | None = None
@@ -138,11 +141,15 @@ class Committer:
         self._parallel = parallel_syncs
         self._closed = False
 
-    async def run(self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True) -> T:
+    async def run(
+        self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True, within: float = 0.0
+    ) -> T:
         """Run ``fn(round, op)`` on the writer thread; its result once the round is durable.
 
         ``fn`` calls ``round.sync(file, op)`` for each file it wrote that must be
-        durable before the caller hears back.
+        durable before the caller hears back. With ``within`` (seconds), a
+        round that holds nothing else waits up to that long for another
+        operation, and ends with it: a flush that may share a later write's.
         """
         if self._closed:
             raise RuntimeError(f"{self._name} is closed")
@@ -150,7 +157,8 @@ class Committer:
             self._thread = threading.Thread(target=self._main, name=self._name, daemon=True)
             self._thread.start()
         loop = asyncio.get_running_loop()
-        op: Op[T] = Op(fn, loop.create_future(), loop, cancellable)
+        until = time.monotonic() + within if within > 0 else 0.0
+        op: Op[T] = Op(fn, loop.create_future(), loop, cancellable, until)
         batch = self._batches.get(loop)
         if batch is None:
             batch = self._batches[loop] = []
@@ -198,22 +206,22 @@ class Committer:
             current = Round()
             ops: list[Op[Any]] = []
             deadline = time.monotonic() + (self._linger if busy else 0.0)
-            item = self._queue.get()
-            while item is not None:
-                for op in item:
+            batch, running = self._take(self._queue.get())
+            while batch:
+                for op in batch:
                     if op.cancelled and op.cancellable:
                         continue
                     try:
                         op.result = op.fn(current, op)
                     except Exception as exc:
                         op.error = exc
-                ops.extend(item)
+                ops.extend(batch)
+                if not running:
+                    break
                 try:
-                    item = self._more(deadline)
+                    batch, running = self._take(self._more(ops, deadline))
                 except queue.Empty:
                     break
-            else:
-                running = False
             current.finish(pool)
             busy = current.callers >= SIBLINGS
             by_loop: dict[asyncio.AbstractEventLoop, list[Op[Any]]] = {}
@@ -223,16 +231,29 @@ class Committer:
                 with suppress(RuntimeError):  # the loop closed: nobody is waiting any more
                     loop.call_soon_threadsafe(_settle, settled)
 
-    def _more(self, deadline: float) -> list[Op[Any]] | None:
-        """More for this round: what is queued, or what comes before the round must end.
+    def _take(self, item: list[Op[Any]] | None) -> tuple[list[Op[Any]], bool]:
+        """``item`` and all that is queued behind it; False once :meth:`stop` asked to end."""
+        ops: list[Op[Any]] = []
+        while item is not None:
+            ops.extend(item)
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return ops, True
+        return ops, False
 
-        Past ``deadline``, or when nothing came for ``gap`` seconds, raises
-        :class:`queue.Empty`: the round ends.
+    def _more(self, ops: list[Op[Any]], deadline: float) -> list[Op[Any]] | None:
+        """What comes for this round before it must end (:class:`queue.Empty`: it ends).
+
+        A round waits until ``deadline``, but no longer than ``gap`` seconds in
+        which nothing comes. A round of operations that may wait for company
+        (``within``) waits for the next operation until the earliest of their
+        times.
         """
-        try:
-            return self._queue.get_nowait()
-        except queue.Empty:
-            wait = min(self._gap, deadline - time.monotonic())
-            if wait <= 0:
-                raise
+        gap = self._gap
+        if all(op.until for op in ops):
+            deadline, gap = min(op.until for op in ops), math.inf
+        wait = min(gap, deadline - time.monotonic())
+        if wait <= 0:
+            raise queue.Empty
         return self._queue.get(timeout=wait)

@@ -208,6 +208,11 @@ class JsonlStore:
         check_id(session)
         await self._write(partial(self._w_flush, session))
 
+    async def flush_soon(self, session: str, within: float) -> None:
+        check_id(session)
+        await self._ready()
+        await self._run(partial(self._w_flush, session), within=within)
+
     async def release(self, session: str) -> None:
         check_id(session)
         await self._committer.run(partial(self._w_release, session))
@@ -294,9 +299,11 @@ class JsonlStore:
         await self._ready()
         return await self._run(fn)
 
-    async def _run(self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True) -> T:
+    async def _run(
+        self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True, within: float = 0.0
+    ) -> T:
         try:
-            return await self._committer.run(fn, cancellable=cancellable)
+            return await self._committer.run(fn, cancellable=cancellable, within=within)
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise
