@@ -20,7 +20,7 @@ from threads.store.base import StoreOptions
 from threads.store.codec import encode_header
 from threads.store.entries import Header
 from threads.store.jsonl import JsonlStore
-from threads.store.wal import PREFIX, WRITE, WriteAheadLog, records
+from threads.store.wal import PREFIX, WRITE, ZEROED, WriteAheadLog, records
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -81,7 +81,7 @@ async def test_the_log_starts_over_past_its_limit(tmp_path: Path) -> None:
     for i in range(200):
         await store.append(h.id, [msg(f"message {i} " + "x" * 100)])
         (log,) = logs(tmp_path)
-        assert log.stat().st_size < 4096 + 1024
+        assert len(log.read_bytes().rstrip(b"\0")) < 4096 + 1024  # its records; zeros follow
     assert len((await store.load(h.id)).entries) == 200
     await store.close()
 
@@ -93,7 +93,7 @@ def test_reading_a_log_stops_at_a_torn_or_foreign_record(tmp_path: Path) -> None
     wal.record(WRITE, "a.jsonl", 4, b"two\n")
     wal.sync()
     (path,) = logs(tmp_path)
-    data = path.read_bytes()
+    data = path.read_bytes().rstrip(b"\0")  # the records, without the zeros laid ahead
     assert [r[3] for r in records(data)] == [b"one\n", b"two\n"]
     assert [r[3] for r in records(data[:-2])] == [b"one\n"]  # the second record torn
     flipped = bytearray(data)
@@ -401,4 +401,21 @@ async def test_written_appends_outlive_a_kill_and_a_power_loss_keeps_the_durable
     store = JsonlStore(root)
     assert texts((await store.load("s_marks")).entries)[:3] == every[:3]
     assert logs(root) == []
+    await store.close()
+
+
+async def test_records_are_written_over_zeros_laid_ahead_so_the_log_does_not_grow_per_round(
+    tmp_path: Path,
+) -> None:
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    await store.append(h.id, [msg("first")])
+    (log,) = logs(tmp_path)
+    size = log.stat().st_size
+    assert size >= ZEROED
+    for n in range(20):
+        await store.append(h.id, [msg(f"line {n}")])
+    assert log.stat().st_size == size
+    assert sum(1 for _ in records(log.read_bytes())) == 22  # the zeros end the reading
     await store.close()
