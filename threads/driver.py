@@ -239,7 +239,8 @@ class TurnDriver:
             idle = self._running is None and self._inbox.head is None and not parked
             if not idle or policy is Policy.COLLECT:
                 return await self._accept_busy(message, policy, payload, wake, injected, parked)
-            flush_soon = self._flush_soon
+            # A held turn cannot end soon: its prompt takes its own flush.
+            flush_soon = self._flush_soon if self._hold() is None else None
             turn = await self._inbox.start_now(
                 message, policy, payload, wake, durable=flush_soon is None
             )
@@ -423,8 +424,12 @@ class TurnDriver:
                 self._task = None
                 self._idle.set()
 
+    def _hold(self) -> asyncio.Event | None:
+        """What the session's turns wait for before they are taken up (a batch of wakes), if any."""
+        return self._options.turn_hold() if self._options.turn_hold is not None else None
+
     async def _next_active(self) -> _Active | None:
-        hold = self._options.turn_hold() if self._options.turn_hold is not None else None
+        hold = self._hold()
         if hold is not None:
             await hold.wait()
         tries = 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.threads.conftest import DEADLINE, make_runtime
+from tests.threads.conftest import DEADLINE, make_runtime, system_wake
 from tests.threads.store.test_jsonl import Spy
 from threads.errors import UnavailableError
 from threads.store.jsonl import JsonlStore
@@ -88,6 +88,27 @@ async def test_a_prompt_whose_flush_is_refused_is_not_accepted_and_its_turn_is_c
         assert thread is not None
         await asyncio.wait_for(thread.session.wait_idle(), DEADLINE)
         assert model.remaining == 1  # the canceled turn never got its answer
+    finally:
+        await runtime.manager.close()
+        await store.close()
+
+
+async def test_a_batch_of_wakes_whose_turns_are_held_does_not_wait_for_a_turns_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Were a held turn's prompt to wait for its turn's end, the batch would wait this long.
+    monkeypatch.setattr("threads.session.PROMPT_FLUSH_WITHIN", DEADLINE * 10)
+    store = JsonlStore(tmp_path / "sessions")
+    runtime = await make_runtime(store, ScriptedModel())
+    keys = [f"telegram:{n}" for n in range(4)]
+    try:
+        for key in keys:
+            _accepted, turn = await runtime.manager.wake_turn(key, runtime.user_wake("hello"))
+            await turn.wait(DEADLINE)
+        results = await asyncio.wait_for(
+            runtime.manager.wake_many([(key, system_wake("tick")) for key in keys]), DEADLINE
+        )
+        assert all(result.error is None for result in results)
     finally:
         await runtime.manager.close()
         await store.close()
