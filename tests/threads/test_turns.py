@@ -21,7 +21,7 @@ from tests.threads.conftest import (
 )
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message, Usage
-from threads.session import Session
+from threads.session import Session, SessionOptions
 from threads.store.base import SessionStore
 from threads.store.entries import Entry, Header, MessageEntry, ReceiptEntry, TurnEntry
 from threads.store.memory import MemoryStore
@@ -261,9 +261,12 @@ async def test_interrupting_a_turn_whose_prompt_is_written_but_run_not_begun_can
     session_store: SessionStore,
 ) -> None:
     agent = HandAgent()
-    session = await Session.create(session_store, agent)
+    held = asyncio.Event()  # the turn waits, prompt written, as a batch of wakes holds it
+    options = SessionOptions(turn_hold=lambda: None if held.is_set() else held)
+    session = await Session.create(session_store, agent, options=options)
     doomed = await session.send(Message.user("about to start"))
     assert session.interrupt("changed my mind")
+    held.set()
     result = await doomed.wait(10)
     assert doomed.outcome is Outcome.CANCELED
     assert result is not None
