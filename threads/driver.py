@@ -6,8 +6,9 @@ driving the turns, and the session's :class:`~threads.inbox.Inbox` of input
 accepted and not yet run. It writes only through the session's write path,
 under the session's lock.
 
-Turns follow seed 003: ``send`` makes the prompt durable before the run
-starts (or, while a turn runs, writes a receipt under the busy policy), the
+Turns follow seed 003: ``send`` makes the prompt durable before it returns
+(an idle session's run may start first, perf-16; while a turn runs, it
+writes a receipt under the busy policy instead), the
 run's step messages are appended as they join it, and a ``turn`` entry closes
 the ledger whatever the outcome. The driver task runs the queue: one turn at
 a time, through the gate the session's owner gives it (the manager's cap on

@@ -25,7 +25,7 @@ from config.loading import ENV_FAULT
 POINTS: dict[str, str] = {
     "after_accept": "an input is durable (its receipt or prompt is written); the channel "
     "has not been told it was taken",
-    "after_prompt_write": "a turn's prompt is durable and its run is about to call the model",
+    "after_prompt_write": "a turn's prompt is written and its run is about to call the model",
     "mid_tool_batch": "one tool of a step's batch has finished; the others have not",
     "after_delivery_before_record": "a reply or a dispatch send was handed to its channel; "
     "nothing durable says it was delivered",
