@@ -92,7 +92,7 @@ HeldNotice = Callable[["Session", list[Any]], None]
 
 log = logging.getLogger(__name__)
 
-PROMPT_FLUSH_WITHIN = 0.005
+PROMPT_FLUSH_WITHIN = 0.01
 """How long an idle session's prompt may wait to share its turn's end's flush (perf-16)."""
 
 
