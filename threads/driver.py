@@ -8,9 +8,9 @@ under the session's lock.
 
 Turns follow seed 003: ``send`` makes the prompt durable before it returns
 (an idle session's run may start first, perf-16; while a turn runs, it
-writes a receipt under the busy policy instead), the
-run's step messages are appended as they join it, and a ``turn`` entry closes
-the ledger whatever the outcome. The driver task runs the queue: one turn at
+writes a receipt under the busy policy instead), the run's step messages
+are appended as they join it, and a ``turn`` entry closes the ledger
+whatever the outcome. The driver task runs the queue: one turn at
 a time, through the gate the session's owner gives it (the manager's cap on
 concurrent turns). When input waits, the next turn's prompt is written in the
 same append as the end of the turn before it: one durable write, not two.
