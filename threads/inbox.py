@@ -29,7 +29,14 @@ from threads import outbound
 from threads.errors import DroppedError, UnavailableError
 from threads.ids import new_entry_id
 from threads.messages import JSON, Message, ToolResultPart
-from threads.store.entries import Entry, MessageEntry, OutboundEntry, ReceiptEntry, TurnEntry
+from threads.store.entries import (
+    Entry,
+    MessageEntry,
+    OutboundEntry,
+    ReceiptEntry,
+    TurnEntry,
+    accepted_id,
+)
 from threads.tree import EntryTree, interruption_results, unfinished_runs, unsettled_receipts
 from threads.turns import Outcome, Policy, RunResult, Turn
 from threads.wake import mark_injected
@@ -304,7 +311,7 @@ class Inbox:
         prompt_id = new_entry_id()
         run_id = self.mint_run_id()
         receipt = ReceiptEntry(
-            id=new_entry_id(),
+            id=accepted_id(prompt_id),
             parent=self._tree.leaf,
             status="accepted",
             msg=message,
@@ -417,7 +424,7 @@ class Inbox:
                 policy=Policy.STEER,
                 payload=old.payload,
                 wake=old.wake,
-                receipt_id=new_entry_id(),
+                receipt_id=accepted_id(prompt_id),
                 prompt_id=prompt_id,
             )
             out.append((old, follow))
@@ -480,15 +487,16 @@ class Inbox:
             if made is None:
                 continue
             message, payload, wake = made
+            prompt_id = new_entry_id()
             pending = Pending(
-                turn=Turn(new_entry_id(), self.mint_run_id(), Policy.QUEUE),
+                turn=Turn(prompt_id, self.mint_run_id(), Policy.QUEUE),
                 message=message,
                 policy=Policy.QUEUE,
                 payload=payload,
                 wake=wake,
-                receipt_id=new_entry_id(),
+                receipt_id=accepted_id(prompt_id),
+                prompt_id=prompt_id,
             )
-            pending.prompt_id = pending.turn.id
             entries.append(
                 ReceiptEntry(
                     id=pending.receipt_id,

@@ -34,6 +34,7 @@ from threads.messages import (
 )
 from threads.store.checks import CHECKS
 from threads.store.entries import (
+    ACCEPTED_SUFFIX,
     ENTRY_KINDS,
     FORMAT_VERSION,
     JSON,
@@ -43,6 +44,8 @@ from threads.store.entries import (
     MessageEntry,
     ParentRef,
     ReceiptEntry,
+    accepted_id,
+    prompt_of,
 )
 
 # -- field codecs: (to_wire, from_wire); from_wire raises WireError naming nothing,
@@ -228,6 +231,15 @@ def _compile_encoder(cls: type[Entry]) -> Callable[[Entry], dict[str, JSON]]:
         if cls is MessageEntry and name in _REFERRED:
             body.append(f"{pad}if whole:")
             pad += "    "
+        elif cls is MessageEntry and name in _IMPLIED_BY_ID:
+            body.append(f"{pad}if version != 3:")  # a v3 prompt's id says its receipt
+            pad += "    "
+        elif cls is ReceiptEntry and name == "turn":
+            body.append(f"{pad}if version != 4:")  # a v4 receipt's id says its prompt
+            pad += "    "
+        elif cls is ReceiptEntry and name == "policy":
+            body.append(f"{pad}if version != 4 or entry.policy != {IMPLIED_POLICY!r}:")
+            pad += "    "
         body.append(f"{pad}value = entry.{name}")
         if required:
             body.append(f"{pad}if value is None:")
@@ -336,7 +348,7 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
         if cls is MessageEntry and f.name in _REFERRED and required:
             # Left out of a prompt that names its receipt: Referrals puts it back.
             env[f"unresolved_{index}"] = UNRESOLVED
-            body.append('        if not obj.get("receipt"):')
+            body.append('        if version < 3 and not obj.get("receipt"):')
             body.append(f'            raise WireError(f"{where} is missing")')
             body.append(f"        set_{index}(entry, unresolved_{index})")
         elif required:
@@ -359,6 +371,22 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
             body.append(f"            set_{index}(entry, decode_{index}(value))")
             body.append("        except WireError as exc:")
             body.append(f'            raise WireError(f"{where} {{exc}}") from None')
+    if cls is ReceiptEntry:
+        # A v4 receipt's id says its prompt; its policy, left out, is queue.
+        env.update(prompt_of=prompt_of, implied_policy=IMPLIED_POLICY)
+        env.update(set_turn=_setter(cls, "turn"), set_policy=_setter(cls, "policy"))
+        body += [
+            "    if version >= 4:",
+            "        if not entry.turn:",
+            "            set_turn(entry, prompt_of(entry_id))",
+            "            if not entry.turn:",
+            "                raise WireError(",
+            "                    f\"{kind} entry {entry_id}: a v{version} receipt's id must end in "
+            f"{ACCEPTED_SUFFIX!r} after its prompt's\"",
+            "                )",
+            "        if not entry.policy:",
+            "            set_policy(entry, implied_policy)",
+        ]
     source = "\n".join(
         [
             "def decode_kind(obj, kind):",
@@ -394,6 +422,8 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
 
 
 _REFERRED = ("message", "wake")
+_IMPLIED_BY_ID = ("run_id", "receipt")  # of a v3 prompt: its receipt holds the run id
+IMPLIED_POLICY = "queue"
 
 UNRESOLVED = Message(role="user", content=())
 """The message of a prompt read without the receipt it names (see :class:`Referrals`)."""
@@ -408,8 +438,9 @@ class Referrals:
     """Puts back what a prompt's line leaves to its receipt, reading a session in order.
 
     ``take`` is given every entry as it is decoded; a prompt naming a
-    receipt gets that receipt's message and wake, and is None when no
-    earlier entry is that receipt (the line cannot be read whole).
+    receipt (or, ``"v": 3``, whose id says it) gets that receipt's message
+    and wake, and is None when no earlier entry is that receipt (the line
+    cannot be read whole).
     """
 
     __slots__ = ("_held",)
@@ -422,17 +453,27 @@ class Referrals:
             if entry.msg is not None:
                 self._held[entry.id] = entry
             return entry
-        if isinstance(entry, MessageEntry) and entry.receipt:
-            receipt = self._held.get(entry.receipt)
+        if isinstance(entry, MessageEntry) and entry.message is UNRESOLVED:
+            receipt = self._held.get(referred(entry))
             return None if receipt is None else whole(entry, receipt)
         return entry
 
 
+def referred(prompt: MessageEntry) -> str:
+    """The id of the receipt a prompt read without its message refers to."""
+    return prompt.receipt or accepted_id(prompt.id)
+
+
 def whole(prompt: MessageEntry, receipt: ReceiptEntry) -> MessageEntry:
-    """The prompt with the message and wake its receipt holds for it."""
+    """The prompt with the message and wake its receipt holds for it (and, for a
+    line that names no receipt, the receipt and its run id, which the ids say)."""
     if prompt.message is not UNRESOLVED or receipt.msg is None:
         return prompt
-    return dataclasses.replace(prompt, message=receipt.msg, wake=receipt.wake)
+    if prompt.receipt:
+        return dataclasses.replace(prompt, message=receipt.msg, wake=receipt.wake)
+    return dataclasses.replace(
+        prompt, message=receipt.msg, wake=receipt.wake, receipt=receipt.id, run_id=receipt.run_id
+    )
 
 
 def entry_from_wire(obj: JSON) -> Entry:

@@ -54,6 +54,23 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+ACCEPTED_SUFFIX = "-r"
+
+
+def accepted_id(prompt_id: str) -> str:
+    """The id of the ``accepted`` receipt that holds the input of prompt ``prompt_id``.
+
+    Deriving one id from the other lets neither line name the other: the
+    receipt's says its prompt, the prompt's its receipt (decision perf-12).
+    """
+    return prompt_id + ACCEPTED_SUFFIX
+
+
+def prompt_of(receipt_id: str) -> str:
+    """The prompt id an ``accepted`` receipt's id says (see :func:`accepted_id`); "" if none."""
+    return receipt_id[: -len(ACCEPTED_SUFFIX)] if receipt_id.endswith(ACCEPTED_SUFFIX) else ""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Entry:
     """Fields every entry carries. Concrete kinds subclass it; it is never written itself."""
@@ -80,13 +97,16 @@ class MessageEntry(Entry):
 
     ``receipt`` names the ``accepted`` receipt a queued input was taken with,
     when this is its prompt: the receipt already holds the message and the
-    wake, so the line leaves both out and is written with ``"v": 2``; readers
-    restore them from the receipt (:class:`threads.store.codec.Referrals`).
-    In memory the entry holds them whole, as written.
+    wake, so the line leaves both out; readers restore them from the receipt
+    (:class:`threads.store.codec.Referrals`). When the receipt's id is the
+    prompt's (:func:`accepted_id`) and the prompt runs as its receipt's run,
+    the line leaves out the receipt and the run id too and is written with
+    ``"v": 3``; any other such line names its receipt with ``"v": 2``. In
+    memory the entry holds them whole, as written.
     """
 
     TYPE: ClassVar[str] = "message"
-    READS: ClassVar[int] = 2
+    READS: ClassVar[int] = 3
 
     message: Message
     run_id: str = ""
@@ -94,7 +114,9 @@ class MessageEntry(Entry):
     receipt: str = ""
 
     def wire_version(self) -> int:
-        return 2 if self.receipt else 0
+        if not self.receipt:
+            return 0
+        return 3 if self.run_id and self.receipt == accepted_id(self.id) else 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,11 +230,21 @@ class ReceiptEntry(Entry):
     A steer is ``queued`` then one of ``delivered`` / ``deferred`` / ``dropped``
     (linked by ``receipt``); a queued send is one ``accepted`` entry, settled by
     its prompt entry landing (id ``turn``) or a ``dropped`` entry.
+
+    An ``accepted`` receipt whose id is its prompt's (:func:`accepted_id`) is
+    written with ``"v": 4`` and without ``turn``, which its id says, nor a
+    ``policy`` of ``queue``, the policy such a line leaves unsaid.
     """
 
     TYPE: ClassVar[str] = "receipt"
     VERSION: ClassVar[int] = 3
-    READS: ClassVar[int] = 3
+    READS: ClassVar[int] = 4
+
+    def wire_version(self) -> int:
+        derived = (
+            self.status == RECEIPT_ACCEPTED and self.turn and self.id == accepted_id(self.turn)
+        )
+        return 4 if derived else 3
 
     status: str
     receipt: str = ""
