@@ -37,7 +37,10 @@ from threads.store.entries import (
     ACCEPTED_SUFFIX,
     ENTRY_KINDS,
     FORMAT_VERSION,
+    INJECTED_SUFFIX,
     JSON,
+    RECEIPT_ACCEPTED,
+    RECEIPT_QUEUED,
     Entry,
     Header,
     Lineage,
@@ -47,6 +50,7 @@ from threads.store.entries import (
     accepted_id,
     prompt_of,
 )
+from threads.wake import injected_message
 
 # -- field codecs: (to_wire, from_wire); from_wire raises WireError naming nothing,
 #    the caller adds the field name.
@@ -232,10 +236,12 @@ def _compile_encoder(cls: type[Entry]) -> Callable[[Entry], dict[str, JSON]]:
             body.append(f"{pad}if whole:")
             pad += "    "
         elif cls is MessageEntry and name in _IMPLIED_BY_ID:
-            body.append(f"{pad}if version != 3:")  # a v3 prompt's id says its receipt
+            body.append(f"{pad}if version < 3:")  # a v3 or v4 message's id says its receipt
             pad += "    "
-        elif cls is ReceiptEntry and name == "turn":
-            body.append(f"{pad}if version != 4:")  # a v4 receipt's id says its prompt
+        elif cls is ReceiptEntry and name in ("status", "turn"):
+            body.append(
+                f"{pad}if version != 4:"
+            )  # a v4 receipt is accepted; its id says its prompt
             pad += "    "
         elif cls is ReceiptEntry and name == "policy":
             body.append(f"{pad}if version != 4 or entry.policy != {IMPLIED_POLICY!r}:")
@@ -351,6 +357,10 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
             body.append('        if version < 3 and not obj.get("receipt"):')
             body.append(f'            raise WireError(f"{where} is missing")')
             body.append(f"        set_{index}(entry, unresolved_{index})")
+        elif cls is ReceiptEntry and f.name == "status":
+            body.append("        if version < 4:")
+            body.append(f'            raise WireError(f"{where} is missing")')
+            body.append(f"        set_{index}(entry, accepted)")
         elif required:
             body.append(f'        raise WireError(f"{where} is missing")')
         elif f.default_factory is not MISSING:
@@ -371,12 +381,29 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
             body.append(f"            set_{index}(entry, decode_{index}(value))")
             body.append("        except WireError as exc:")
             body.append(f'            raise WireError(f"{where} {{exc}}") from None')
+    if cls is MessageEntry:
+        # A v4 message is a steer's, and its id says the receipt that holds it.
+        env.update(injected_suffix=INJECTED_SUFFIX, set_receipt=_setter(cls, "receipt"))
+        body += [
+            "    if version >= 4:",
+            "        if not entry_id.endswith(injected_suffix):",
+            "            raise WireError(",
+            '                f"{kind} entry {entry_id}: a v{version} message\'s id must end in "',
+            '                f"{injected_suffix!r} after its receipt\'s"',
+            "            )",
+            "        set_receipt(entry, entry_id[: -len(injected_suffix)])",
+        ]
     if cls is ReceiptEntry:
-        # A v4 receipt's id says its prompt; its policy, left out, is queue.
-        env.update(prompt_of=prompt_of, implied_policy=IMPLIED_POLICY)
+        # A v4 receipt is accepted, its id says its prompt, and a policy left out is queue.
+        env.update(prompt_of=prompt_of, implied_policy=IMPLIED_POLICY, accepted=RECEIPT_ACCEPTED)
         env.update(set_turn=_setter(cls, "turn"), set_policy=_setter(cls, "policy"))
         body += [
             "    if version >= 4:",
+            "        if entry.status != accepted:",
+            "            raise WireError(",
+            '                f"{kind} entry {entry_id}: a v{version} receipt is {accepted!r}, not "',
+            '                f"{entry.status!r}"',
+            "            )",
             "        if not entry.turn:",
             "            set_turn(entry, prompt_of(entry_id))",
             "            if not entry.turn:",
@@ -460,15 +487,18 @@ class Referrals:
 
 
 def referred(prompt: MessageEntry) -> str:
-    """The id of the receipt a prompt read without its message refers to."""
+    """The id of the receipt a message read without its message refers to."""
     return prompt.receipt or accepted_id(prompt.id)
 
 
 def whole(prompt: MessageEntry, receipt: ReceiptEntry) -> MessageEntry:
-    """The prompt with the message and wake its receipt holds for it (and, for a
-    line that names no receipt, the receipt and its run id, which the ids say)."""
+    """The message with what its receipt holds for it: a steer's, the receipt's message
+    marked injected; a prompt's, the message and wake (and, for a line that names no
+    receipt, the receipt and its run id, which the ids say)."""
     if prompt.message is not UNRESOLVED or receipt.msg is None:
         return prompt
+    if receipt.status == RECEIPT_QUEUED:
+        return dataclasses.replace(prompt, message=injected_message(receipt.msg))
     if prompt.receipt:
         return dataclasses.replace(prompt, message=receipt.msg, wake=receipt.wake)
     return dataclasses.replace(

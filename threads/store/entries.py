@@ -66,6 +66,14 @@ def accepted_id(prompt_id: str) -> str:
     return prompt_id + ACCEPTED_SUFFIX
 
 
+INJECTED_SUFFIX = "-i"
+
+
+def injected_id(receipt_id: str) -> str:
+    """The id of the message a steer delivers, from its ``queued`` receipt's (decision perf-12)."""
+    return receipt_id + INJECTED_SUFFIX
+
+
 def prompt_of(receipt_id: str) -> str:
     """The prompt id an ``accepted`` receipt's id says (see :func:`accepted_id`); "" if none."""
     return receipt_id[: -len(ACCEPTED_SUFFIX)] if receipt_id.endswith(ACCEPTED_SUFFIX) else ""
@@ -101,12 +109,17 @@ class MessageEntry(Entry):
     (:class:`threads.store.codec.Referrals`). When the receipt's id is the
     prompt's (:func:`accepted_id`) and the prompt runs as its receipt's run,
     the line leaves out the receipt and the run id too and is written with
-    ``"v": 3``; any other such line names its receipt with ``"v": 2``. In
-    memory the entry holds them whole, as written.
+    ``"v": 3``; any other such line names its receipt with ``"v": 2``.
+
+    A steer's message, delivered into a running turn, is the message of its
+    ``queued`` receipt marked ``injected: true`` (:func:`threads.wake.injected_message`).
+    When its id is the receipt's (:func:`injected_id`) its line is written
+    with ``"v": 4`` and holds only its place in the tree. In memory every
+    such entry holds its message whole, as written.
     """
 
     TYPE: ClassVar[str] = "message"
-    READS: ClassVar[int] = 3
+    READS: ClassVar[int] = 4
 
     message: Message
     run_id: str = ""
@@ -116,6 +129,8 @@ class MessageEntry(Entry):
     def wire_version(self) -> int:
         if not self.receipt:
             return 0
+        if self.id == injected_id(self.receipt) and not self.run_id and not self.wake:
+            return 4
         return 3 if self.run_id and self.receipt == accepted_id(self.id) else 2
 
 
@@ -232,8 +247,9 @@ class ReceiptEntry(Entry):
     its prompt entry landing (id ``turn``) or a ``dropped`` entry.
 
     An ``accepted`` receipt whose id is its prompt's (:func:`accepted_id`) is
-    written with ``"v": 4`` and without ``turn``, which its id says, nor a
-    ``policy`` of ``queue``, the policy such a line leaves unsaid.
+    written with ``"v": 4``, which says ``accepted``, and without ``turn``,
+    which its id says, nor a ``policy`` of ``queue``, the policy such a line
+    leaves unsaid.
     """
 
     TYPE: ClassVar[str] = "receipt"

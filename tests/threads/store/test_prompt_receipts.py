@@ -16,13 +16,14 @@ import pytest
 from tests.clock import ManualClock
 from tests.threads.conftest import HandAgent, Hold, answer
 from threads.errors import CorruptError
-from threads.messages import Message
+from threads.messages import Message, WireError
 from threads.session import Session, SessionOptions
 from threads.store.codec import decode_entry, encode_entry, encode_header
-from threads.store.entries import Header, MessageEntry, ReceiptEntry, accepted_id
+from threads.store.entries import Header, MessageEntry, ReceiptEntry, accepted_id, injected_id
 from threads.store.jsonl import JsonlStore
 from threads.store.lines import decode_session, encode_batch
 from threads.turns import Policy
+from threads.wake import injected_message
 
 GOLDEN = Path(__file__).parent / "golden"
 T = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -142,6 +143,7 @@ def test_a_prompt_whose_id_says_its_receipt_names_neither_the_receipt_nor_its_ru
     # Readers before this shape refuse both lines loudly (they read receipts to v3, prompts to v2).
     assert receipt_line["v"] == 4
     assert prompt_line["v"] == 3
+    assert "status" not in receipt_line  # v4 says accepted
     assert "turn" not in receipt_line  # its id says it
     assert "policy" not in receipt_line  # queue, the policy left unsaid
     assert sorted(prompt_line) == ["created", "id", "parent", "type", "v"]
@@ -236,3 +238,69 @@ async def test_collected_prompts_keep_one_run_when_read_back(tmp_path: Path) -> 
     assert [p.run_id for p in prompts] == [f"{session.id}-t1", "", ""]
     await again.close()
     await store.close()
+
+
+def test_a_v4_receipt_is_an_accepted_one() -> None:
+    receipt, _ = accepted_and_prompt()
+    line = orjson.loads(encode_entry(receipt))
+    assert decode_entry(orjson.dumps(line)) == receipt
+    with pytest.raises(WireError, match="a v4 receipt is 'accepted', not 'queued'"):
+        decode_entry(orjson.dumps({**line, "status": "queued"}))
+    with pytest.raises(WireError, match="'status' is missing"):
+        decode_entry(orjson.dumps({**line, "v": 3, "turn": receipt.turn}))
+
+
+def steer_entries() -> list[ReceiptEntry | MessageEntry]:
+    """A steer taken while a turn ran, then delivered into it: its message refers to the receipt."""
+    queued = ReceiptEntry(
+        id="e_01JNA0000000000000000000Q1",
+        parent="e_01JNA0000000000000000000P0",
+        created=T,
+        status="queued",
+        msg=Message.user("---\nsource: web\n---\nand one more thing"),
+        run_id="s_01JNA0000000000000000000S1-t1",
+        policy="steer",
+        wake=WAKE,
+    )
+    assert queued.msg is not None
+    delivered = ReceiptEntry(
+        id="e_01JNA0000000000000000000D1",
+        parent="e_01JNA0000000000000000000T0",
+        created=T,
+        status="delivered",
+        receipt=queued.id,
+        run_id=queued.run_id,
+    )
+    message = MessageEntry(
+        id=injected_id(queued.id),
+        parent=delivered.id,
+        created=T,
+        message=injected_message(queued.msg),
+        receipt=queued.id,
+    )
+    return [queued, delivered, message]
+
+
+def test_a_steers_message_line_holds_only_its_place_in_the_tree() -> None:
+    *_, message = steer_entries()
+    line = orjson.loads(encode_entry(message))
+    assert line["v"] == 4  # a reader before this shape refuses it, loudly
+    assert sorted(line) == ["created", "id", "parent", "type", "v"]
+    assert message.message.text() == "---\nsource: web\ninjected: true\n---\nand one more thing"
+
+
+def test_a_session_reads_a_steers_message_as_its_receipt_marked_injected() -> None:
+    entries = steer_entries()
+    data = encode_header(Header(id="s_01JNA0000000000000000000S1", created=T)) + encode_batch(
+        entries
+    )
+    assert (GOLDEN / "injected_of_receipt.jsonl").read_bytes() == data
+    assert data.count(b"and one more thing") == 1
+    assert decode_session("s_01JNA0000000000000000000S1", data).entries == entries
+
+
+def test_a_v4_message_whose_id_says_no_receipt_is_corrupt() -> None:
+    *_, message = steer_entries()
+    line = {**orjson.loads(encode_entry(message)), "id": "e_01JNA0000000000000000000M9"}
+    with pytest.raises(WireError, match="must end in '-i'"):
+        decode_entry(orjson.dumps(line))
