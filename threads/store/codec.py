@@ -239,9 +239,8 @@ def _compile_encoder(cls: type[Entry]) -> Callable[[Entry], dict[str, JSON]]:
             body.append(f"{pad}if version < 3:")  # a v3 or v4 message's id says its receipt
             pad += "    "
         elif cls is ReceiptEntry and name in ("status", "turn"):
-            body.append(
-                f"{pad}if version != 4:"
-            )  # a v4 receipt is accepted; its id says its prompt
+            # A v4 receipt is accepted, and its id says its prompt.
+            body.append(f"{pad}if version != 4:")
             pad += "    "
         elif cls is ReceiptEntry and name == "policy":
             body.append(f"{pad}if version != 4 or entry.policy != {IMPLIED_POLICY!r}:")

@@ -256,12 +256,6 @@ class ReceiptEntry(Entry):
     VERSION: ClassVar[int] = 3
     READS: ClassVar[int] = 4
 
-    def wire_version(self) -> int:
-        derived = (
-            self.status == RECEIPT_ACCEPTED and self.turn and self.id == accepted_id(self.turn)
-        )
-        return 4 if derived else 3
-
     status: str
     receipt: str = ""
     msg: Message | None = None
@@ -270,6 +264,10 @@ class ReceiptEntry(Entry):
     unanswered: bool = False
     policy: str = ""
     wake: Mapping[str, JSON] = field(default_factory=dict)
+
+    def wire_version(self) -> int:
+        accepted = self.status == RECEIPT_ACCEPTED
+        return 4 if accepted and self.turn and self.id == accepted_id(self.turn) else 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
