@@ -15,6 +15,7 @@ import pytest
 
 from tests.clock import ManualClock
 from tests.threads.conftest import HandAgent, Hold, answer
+from threads.entry_log import EntryLog
 from threads.errors import CorruptError
 from threads.messages import Message, WireError
 from threads.session import Session, SessionOptions
@@ -304,3 +305,13 @@ def test_a_v4_message_whose_id_says_no_receipt_is_corrupt() -> None:
     line = {**orjson.loads(encode_entry(message)), "id": "e_01JNA0000000000000000000M9"}
     with pytest.raises(WireError, match="must end in '-i'"):
         decode_entry(orjson.dumps(line))
+
+
+def test_a_live_sessions_kept_lines_read_back_whole() -> None:
+    entries = [*accepted_and_prompt(), *steer_entries()]
+    log = EntryLog()
+    for entry in entries:
+        log.append(entry)
+    log.keep_lines([encode_entry(e)[:-1] for e in entries])
+    assert log.lines_kept == len(entries)
+    assert list(log) == entries
