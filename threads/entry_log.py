@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import overload
 
-from threads.store.codec import decode_entry, whole
+from threads.store.codec import UNRESOLVED, decode_entry, referred, whole
 from threads.store.entries import Entry, MessageEntry, ReceiptEntry
 
 
@@ -70,8 +70,8 @@ class EntryLog(Sequence[Entry]):
         if not isinstance(item, bytes):
             return item
         entry = decode_entry(item)
-        if isinstance(entry, MessageEntry) and entry.receipt:
-            at = self._index.get(entry.receipt)
+        if isinstance(entry, MessageEntry) and entry.message is UNRESOLVED:
+            at = self._index.get(referred(entry))
             receipt = self._read(self._items[at]) if at is not None else None
             if isinstance(receipt, ReceiptEntry):
                 return whole(entry, receipt)

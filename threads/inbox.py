@@ -29,10 +29,18 @@ from threads import outbound
 from threads.errors import DroppedError, UnavailableError
 from threads.ids import new_entry_id
 from threads.messages import JSON, Message, ToolResultPart
-from threads.store.entries import Entry, MessageEntry, OutboundEntry, ReceiptEntry, TurnEntry
+from threads.store.entries import (
+    Entry,
+    MessageEntry,
+    OutboundEntry,
+    ReceiptEntry,
+    TurnEntry,
+    accepted_id,
+    injected_id,
+)
 from threads.tree import EntryTree, interruption_results, unfinished_runs, unsettled_receipts
 from threads.turns import Outcome, Policy, RunResult, Turn
-from threads.wake import mark_injected
+from threads.wake import injected_message
 
 if TYPE_CHECKING:
     from threads.session import Injected, Session, SessionOptions
@@ -139,7 +147,7 @@ class Inbox:
                         policy=Policy.STEER,
                         payload=payload,
                         wake=receipt.wake,
-                        injected=Message.user(mark_injected(receipt.msg.text())),
+                        injected=injected_message(receipt.msg),
                         receipt_id=receipt.id,
                     )
                 )
@@ -304,7 +312,7 @@ class Inbox:
         prompt_id = new_entry_id()
         run_id = self.mint_run_id()
         receipt = ReceiptEntry(
-            id=new_entry_id(),
+            id=accepted_id(prompt_id),
             parent=self._tree.leaf,
             status="accepted",
             msg=message,
@@ -417,7 +425,7 @@ class Inbox:
                 policy=Policy.STEER,
                 payload=old.payload,
                 wake=old.wake,
-                receipt_id=new_entry_id(),
+                receipt_id=accepted_id(prompt_id),
                 prompt_id=prompt_id,
             )
             out.append((old, follow))
@@ -480,15 +488,16 @@ class Inbox:
             if made is None:
                 continue
             message, payload, wake = made
+            prompt_id = new_entry_id()
             pending = Pending(
-                turn=Turn(new_entry_id(), self.mint_run_id(), Policy.QUEUE),
+                turn=Turn(prompt_id, self.mint_run_id(), Policy.QUEUE),
                 message=message,
                 policy=Policy.QUEUE,
                 payload=payload,
                 wake=wake,
-                receipt_id=new_entry_id(),
+                receipt_id=accepted_id(prompt_id),
+                prompt_id=prompt_id,
             )
-            pending.prompt_id = pending.turn.id
             entries.append(
                 ReceiptEntry(
                     id=pending.receipt_id,
@@ -581,7 +590,11 @@ class Inbox:
 
 
 def delivery_entries(steers: Sequence[Pending], run_id: str) -> list[Entry]:
-    """Per steer drained into run ``run_id``: its ``delivered`` fate, then the message itself."""
+    """Per steer drained into run ``run_id``: its ``delivered`` fate, then the message itself.
+
+    A message that is its receipt's marked injected (as a runner's steer is)
+    refers to the receipt instead of holding the text again.
+    """
     out: list[Entry] = []
     for steer in steers:
         out.append(
@@ -589,7 +602,12 @@ def delivery_entries(steers: Sequence[Pending], run_id: str) -> list[Entry]:
                 id=new_entry_id(), status="delivered", receipt=steer.receipt_id, run_id=run_id
             )
         )
-        out.append(MessageEntry(id=new_entry_id(), message=steer.injected or steer.message))
+        message = steer.injected or steer.message
+        if steer.receipt_id and message == injected_message(steer.message):
+            ident, receipt = injected_id(steer.receipt_id), steer.receipt_id
+            out.append(MessageEntry(id=ident, message=message, receipt=receipt))
+        else:
+            out.append(MessageEntry(id=new_entry_id(), message=message))
     return out
 
 

@@ -103,12 +103,15 @@ def outgoing(
 def mark(
     record: OutboundEntry, status: str, *, delivered_to: str = "", error: str = ""
 ) -> OutboundEntry:
-    """The entry that settles ``record``: delivered, blocked, failed or uncertain."""
+    """The entry that settles ``record``: delivered, blocked, failed or uncertain.
+
+    It names the record and nothing the record says already (such as its run:
+    a mark is read through its record, :func:`states`).
+    """
     return OutboundEntry(
         id=new_entry_id(),
         status=status,
         record=record.id,
-        run_id=record.run_id,
         delivered_to=delivered_to,
         error=error,
     )

@@ -263,6 +263,15 @@ def mark_injected(prompt: str) -> str:
     return f"{prompt[:end]}\ninjected: true{prompt[end:]}"
 
 
+def injected_message(message: Message) -> Message:
+    """A prompt message as a steer delivers it: its text marked ``injected: true``, files kept."""
+    first = message.content[0] if message.content else None
+    if not isinstance(first, TextPart):
+        return message
+    marked = TextPart(text=mark_injected(first.text))
+    return Message(role=message.role, content=(marked, *message.content[1:]))
+
+
 def _delivery_words(wake: Wake) -> str:
     if wake.sink.drops:
         return wake.sink.describe()

@@ -20,6 +20,7 @@ from tests.threads.conftest import (
     stored,
 )
 from tests.threads.store.test_jsonl import Spy
+from threads import outbound
 from threads.errors import DroppedError
 from threads.keys import SessionKey
 from threads.sinks import Delivery, OutboundMessage
@@ -97,6 +98,21 @@ async def test_a_final_answer_is_durable_before_its_sink_gets_it(
         ("pending", ""),
         ("delivered", record.id),
     ]
+
+
+async def test_a_mark_names_its_record_and_not_again_the_records_run(
+    rt: Runtime, model: ScriptedModel
+) -> None:
+    model.add(say("the answer"))
+    _accepted, turn = await rt.manager.wake_turn(KEY, rt.user_wake("question"))
+    await turn.wait(DEADLINE)
+    session_id = await rt.store.resolve(KEY)
+    assert session_id is not None
+    loaded = await rt.store.load(session_id)
+    (mark_line,) = [line for line in loaded.lines if b'"record"' in line]
+    assert b'"run_id"' not in mark_line  # the record it names says the run
+    (record,) = [e for e in loaded.entries if isinstance(e, OutboundEntry) and not e.record]
+    assert outbound.of_run(loaded.entries, turn.run_id) == [(record, "delivered")]
 
 
 async def test_every_dispatch_send_is_recorded_before_the_first_one_leaves(

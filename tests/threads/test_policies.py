@@ -31,7 +31,14 @@ from threads.messages import Message, ToolCallPart, ToolResultPart
 from threads.session import Session, SessionOptions
 from threads.store import open_store
 from threads.store.base import SessionStore
-from threads.store.entries import Header, LeafEntry, MessageEntry, ReceiptEntry, TurnEntry
+from threads.store.entries import (
+    Header,
+    LeafEntry,
+    MessageEntry,
+    ReceiptEntry,
+    TurnEntry,
+    injected_id,
+)
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
 from threads.tree import INTERRUPTED
 from threads.turns import Outcome, Policy, Run, RunResult, Turn
@@ -159,6 +166,27 @@ async def test_a_steer_is_a_durable_queued_receipt_delivered_after_the_tool_batc
     (delivered,) = receipts(entries, "delivered")
     assert (delivered.receipt, delivered.run_id) == (queued.id, first.run_id)
     assert len(turn_entries(entries)) == 1
+
+
+async def test_a_steers_text_is_stored_once_and_read_back_as_the_model_saw_it(
+    steer_rt: tuple[Runtime, Blocker],
+) -> None:
+    rt, blocker = steer_rt
+    rt.model.add(call("block", label="slow"), dispatch(("caller:user", "saw both")))
+    _, first = await rt.manager.wake_turn("telegram:1", rt.user_wake("start"))
+    await blocker.reached()
+    _, steer = await rt.manager.wake_turn("telegram:1", rt.user_wake("also this, once"))
+    blocker.release.set()
+    await first.wait(10)
+    session = rt.manager.thread("telegram:1").session  # type: ignore[union-attr]
+    loaded = await rt.store.load(session.id)
+    assert sum(line.count(b"also this, once") for line in loaded.lines) == 1
+    (queued,) = receipts(loaded.entries, "queued")
+    (steered,) = [e for e in loaded.entries if e.id == injected_id(queued.id)]
+    assert isinstance(steered, MessageEntry)
+    seen = rt.model.requests[1].messages
+    assert steered.message == seen[next(i for i, m in enumerate(seen) if m.role == "tool") + 1]
+    assert steer.outcome is Outcome.DELIVERED
 
 
 async def test_a_steer_at_the_final_step_redirects_it_into_one_more_step(

@@ -34,16 +34,23 @@ from threads.messages import (
 )
 from threads.store.checks import CHECKS
 from threads.store.entries import (
+    ACCEPTED_SUFFIX,
     ENTRY_KINDS,
     FORMAT_VERSION,
+    INJECTED_SUFFIX,
     JSON,
+    RECEIPT_ACCEPTED,
+    RECEIPT_QUEUED,
     Entry,
     Header,
     Lineage,
     MessageEntry,
     ParentRef,
     ReceiptEntry,
+    accepted_id,
+    prompt_of,
 )
+from threads.wake import injected_message
 
 # -- field codecs: (to_wire, from_wire); from_wire raises WireError naming nothing,
 #    the caller adds the field name.
@@ -228,6 +235,16 @@ def _compile_encoder(cls: type[Entry]) -> Callable[[Entry], dict[str, JSON]]:
         if cls is MessageEntry and name in _REFERRED:
             body.append(f"{pad}if whole:")
             pad += "    "
+        elif cls is MessageEntry and name in _IMPLIED_BY_ID:
+            body.append(f"{pad}if version < 3:")  # a v3 or v4 message's id says its receipt
+            pad += "    "
+        elif cls is ReceiptEntry and name in ("status", "turn"):
+            # A v4 receipt is accepted, and its id says its prompt.
+            body.append(f"{pad}if version != 4:")
+            pad += "    "
+        elif cls is ReceiptEntry and name == "policy":
+            body.append(f"{pad}if version != 4 or entry.policy != {IMPLIED_POLICY!r}:")
+            pad += "    "
         body.append(f"{pad}value = entry.{name}")
         if required:
             body.append(f"{pad}if value is None:")
@@ -336,9 +353,13 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
         if cls is MessageEntry and f.name in _REFERRED and required:
             # Left out of a prompt that names its receipt: Referrals puts it back.
             env[f"unresolved_{index}"] = UNRESOLVED
-            body.append('        if not obj.get("receipt"):')
+            body.append('        if version < 3 and not obj.get("receipt"):')
             body.append(f'            raise WireError(f"{where} is missing")')
             body.append(f"        set_{index}(entry, unresolved_{index})")
+        elif cls is ReceiptEntry and f.name == "status":
+            body.append("        if version < 4:")
+            body.append(f'            raise WireError(f"{where} is missing")')
+            body.append(f"        set_{index}(entry, accepted)")
         elif required:
             body.append(f'        raise WireError(f"{where} is missing")')
         elif f.default_factory is not MISSING:
@@ -359,6 +380,39 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
             body.append(f"            set_{index}(entry, decode_{index}(value))")
             body.append("        except WireError as exc:")
             body.append(f'            raise WireError(f"{where} {{exc}}") from None')
+    if cls is MessageEntry:
+        # A v4 message is a steer's, and its id says the receipt that holds it.
+        env.update(injected_suffix=INJECTED_SUFFIX, set_receipt=_setter(cls, "receipt"))
+        body += [
+            "    if version >= 4:",
+            "        if not entry_id.endswith(injected_suffix):",
+            "            raise WireError(",
+            '                f"{kind} entry {entry_id}: a v{version} message\'s id must end in "',
+            '                f"{injected_suffix!r} after its receipt\'s"',
+            "            )",
+            "        set_receipt(entry, entry_id[: -len(injected_suffix)])",
+        ]
+    if cls is ReceiptEntry:
+        # A v4 receipt is accepted, its id says its prompt, and a policy left out is queue.
+        env.update(prompt_of=prompt_of, implied_policy=IMPLIED_POLICY, accepted=RECEIPT_ACCEPTED)
+        env.update(set_turn=_setter(cls, "turn"), set_policy=_setter(cls, "policy"))
+        body += [
+            "    if version >= 4:",
+            "        if entry.status != accepted:",
+            "            raise WireError(",
+            '                f"{kind} entry {entry_id}: a v{version} receipt is {accepted!r}, not "',
+            '                f"{entry.status!r}"',
+            "            )",
+            "        if not entry.turn:",
+            "            set_turn(entry, prompt_of(entry_id))",
+            "            if not entry.turn:",
+            "                raise WireError(",
+            "                    f\"{kind} entry {entry_id}: a v{version} receipt's id must end in "
+            f"{ACCEPTED_SUFFIX!r} after its prompt's\"",
+            "                )",
+            "        if not entry.policy:",
+            "            set_policy(entry, implied_policy)",
+        ]
     source = "\n".join(
         [
             "def decode_kind(obj, kind):",
@@ -394,6 +448,8 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
 
 
 _REFERRED = ("message", "wake")
+_IMPLIED_BY_ID = ("run_id", "receipt")  # of a v3 prompt: its receipt holds the run id
+IMPLIED_POLICY = "queue"
 
 UNRESOLVED = Message(role="user", content=())
 """The message of a prompt read without the receipt it names (see :class:`Referrals`)."""
@@ -408,8 +464,9 @@ class Referrals:
     """Puts back what a prompt's line leaves to its receipt, reading a session in order.
 
     ``take`` is given every entry as it is decoded; a prompt naming a
-    receipt gets that receipt's message and wake, and is None when no
-    earlier entry is that receipt (the line cannot be read whole).
+    receipt (or, ``"v": 3``, whose id says it) gets that receipt's message
+    and wake, and is None when no earlier entry is that receipt (the line
+    cannot be read whole).
     """
 
     __slots__ = ("_held",)
@@ -422,17 +479,30 @@ class Referrals:
             if entry.msg is not None:
                 self._held[entry.id] = entry
             return entry
-        if isinstance(entry, MessageEntry) and entry.receipt:
-            receipt = self._held.get(entry.receipt)
+        if isinstance(entry, MessageEntry) and entry.message is UNRESOLVED:
+            receipt = self._held.get(referred(entry))
             return None if receipt is None else whole(entry, receipt)
         return entry
 
 
+def referred(prompt: MessageEntry) -> str:
+    """The id of the receipt a message read without its message refers to."""
+    return prompt.receipt or accepted_id(prompt.id)
+
+
 def whole(prompt: MessageEntry, receipt: ReceiptEntry) -> MessageEntry:
-    """The prompt with the message and wake its receipt holds for it."""
+    """The message with what its receipt holds for it: a steer's, the receipt's message
+    marked injected; a prompt's, the message and wake (and, for a line that names no
+    receipt, the receipt and its run id, which the ids say)."""
     if prompt.message is not UNRESOLVED or receipt.msg is None:
         return prompt
-    return dataclasses.replace(prompt, message=receipt.msg, wake=receipt.wake)
+    if receipt.status == RECEIPT_QUEUED:
+        return dataclasses.replace(prompt, message=injected_message(receipt.msg))
+    if prompt.receipt:
+        return dataclasses.replace(prompt, message=receipt.msg, wake=receipt.wake)
+    return dataclasses.replace(
+        prompt, message=receipt.msg, wake=receipt.wake, receipt=receipt.id, run_id=receipt.run_id
+    )
 
 
 def entry_from_wire(obj: JSON) -> Entry:

@@ -54,6 +54,31 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+ACCEPTED_SUFFIX = "-r"
+
+
+def accepted_id(prompt_id: str) -> str:
+    """The id of the ``accepted`` receipt that holds the input of prompt ``prompt_id``.
+
+    Deriving one id from the other lets neither line name the other: the
+    receipt's says its prompt, the prompt's its receipt (decision perf-12).
+    """
+    return prompt_id + ACCEPTED_SUFFIX
+
+
+INJECTED_SUFFIX = "-i"
+
+
+def injected_id(receipt_id: str) -> str:
+    """The id of the message a steer delivers, from its ``queued`` receipt's (decision perf-12)."""
+    return receipt_id + INJECTED_SUFFIX
+
+
+def prompt_of(receipt_id: str) -> str:
+    """The prompt id an ``accepted`` receipt's id says (see :func:`accepted_id`); "" if none."""
+    return receipt_id[: -len(ACCEPTED_SUFFIX)] if receipt_id.endswith(ACCEPTED_SUFFIX) else ""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Entry:
     """Fields every entry carries. Concrete kinds subclass it; it is never written itself."""
@@ -80,13 +105,21 @@ class MessageEntry(Entry):
 
     ``receipt`` names the ``accepted`` receipt a queued input was taken with,
     when this is its prompt: the receipt already holds the message and the
-    wake, so the line leaves both out and is written with ``"v": 2``; readers
-    restore them from the receipt (:class:`threads.store.codec.Referrals`).
-    In memory the entry holds them whole, as written.
+    wake, so the line leaves both out; readers restore them from the receipt
+    (:class:`threads.store.codec.Referrals`). When the receipt's id is the
+    prompt's (:func:`accepted_id`) and the prompt runs as its receipt's run,
+    the line leaves out the receipt and the run id too and is written with
+    ``"v": 3``; any other such line names its receipt with ``"v": 2``.
+
+    A steer's message, delivered into a running turn, is the message of its
+    ``queued`` receipt marked ``injected: true`` (:func:`threads.wake.injected_message`).
+    When its id is the receipt's (:func:`injected_id`) its line is written
+    with ``"v": 4`` and holds only its place in the tree. In memory every
+    such entry holds its message whole, as written.
     """
 
     TYPE: ClassVar[str] = "message"
-    READS: ClassVar[int] = 2
+    READS: ClassVar[int] = 4
 
     message: Message
     run_id: str = ""
@@ -94,7 +127,11 @@ class MessageEntry(Entry):
     receipt: str = ""
 
     def wire_version(self) -> int:
-        return 2 if self.receipt else 0
+        if not self.receipt:
+            return 0
+        if self.id == injected_id(self.receipt) and not self.run_id and not self.wake:
+            return 4
+        return 3 if self.run_id and self.receipt == accepted_id(self.id) else 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,11 +245,16 @@ class ReceiptEntry(Entry):
     A steer is ``queued`` then one of ``delivered`` / ``deferred`` / ``dropped``
     (linked by ``receipt``); a queued send is one ``accepted`` entry, settled by
     its prompt entry landing (id ``turn``) or a ``dropped`` entry.
+
+    An ``accepted`` receipt whose id is its prompt's (:func:`accepted_id`) is
+    written with ``"v": 4``, which says ``accepted``, and without ``turn``,
+    which its id says, nor a ``policy`` of ``queue``, the policy such a line
+    leaves unsaid.
     """
 
     TYPE: ClassVar[str] = "receipt"
     VERSION: ClassVar[int] = 3
-    READS: ClassVar[int] = 3
+    READS: ClassVar[int] = 4
 
     status: str
     receipt: str = ""
@@ -222,6 +264,10 @@ class ReceiptEntry(Entry):
     unanswered: bool = False
     policy: str = ""
     wake: Mapping[str, JSON] = field(default_factory=dict)
+
+    def wire_version(self) -> int:
+        accepted = self.status == RECEIPT_ACCEPTED
+        return 4 if accepted and self.turn and self.id == accepted_id(self.turn) else 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

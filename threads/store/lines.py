@@ -28,7 +28,7 @@ from threads.errors import CorruptError, NewerFormatError
 from threads.ids import valid_id
 from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
-from threads.store.codec import Referrals, decode_entry, decode_header, encode_entry
+from threads.store.codec import Referrals, decode_entry, decode_header, encode_entry, referred
 from threads.store.entries import Entry, Header, MessageEntry
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def whole_entry(referrals: Referrals, entry: Entry) -> Entry:
     """``entry`` with what its line left to an earlier receipt; WireError when none is."""
     taken = referrals.take(entry)
     if taken is None:
-        receipt = entry.receipt if isinstance(entry, MessageEntry) else ""
+        receipt = referred(entry) if isinstance(entry, MessageEntry) else ""
         raise WireError(f"message entry {entry.id}: its receipt {receipt} is not an earlier entry")
     return taken
 

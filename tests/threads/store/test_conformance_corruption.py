@@ -39,8 +39,8 @@ async def test_a_higher_version_fails_with_newer_format_even_under_salvage(
         h = header()
         await store.create(h)
         await store.append(h.id, [msg("fine")])
-        await store.inject(h.id, entry_line(type="receipt", v=4, status="queued"))
-        with pytest.raises(NewerFormatError, match="v=4"):
+        await store.inject(h.id, entry_line(type="receipt", v=5, status="queued"))
+        with pytest.raises(NewerFormatError, match="v=5"):
             await store.load(h.id)
 
 

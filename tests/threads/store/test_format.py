@@ -314,8 +314,8 @@ def test_a_whole_golden_session_decodes_in_order() -> None:
 
 def test_a_newer_version_of_a_known_kind_fails_loudly() -> None:
     line = orjson.loads((GOLDEN / "receipt.jsonl").read_bytes())
-    with pytest.raises(NewerFormatError, match="v=4"):
-        decode_entry(orjson.dumps({**line, "v": 4}))
+    with pytest.raises(NewerFormatError, match="v=5"):
+        decode_entry(orjson.dumps({**line, "v": 5}))
     with pytest.raises(NewerFormatError, match="hologram"):
         decode_entry(orjson.dumps({**line, "type": "hologram"}))
 
