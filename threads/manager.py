@@ -265,7 +265,8 @@ class ThreadManager:
         """As :meth:`wake`, also returning the turn handle (to wait for the answer)."""
         session_key, wake = self.admit(key, wake)
         try:
-            thread = await self._thread(session_key, create=True, agent=wake.agent)
+            # A session made here is made durable by the flush that makes the wake durable.
+            thread = await self._thread(session_key, create=True, agent=wake.agent, durable=False)
         except OwnedElsewhereError as elsewhere:
             return await self.ownership.forward(elsewhere.node, session_key, wake)
         assert thread is not None
@@ -334,11 +335,14 @@ class ThreadManager:
         agent: str | None = None,
         loaded: Loaded | None = None,
         fork_of: Session | None = None,
+        durable: bool = True,
     ) -> Thread | None:
         """The key's thread, started when it has none (one start per key at a time).
 
         Every start goes through here, so :meth:`close` can wait for the ones
         under way; a start that finishes after close began is closed and refused.
+        ``durable=False``: a session created here is written without a flush
+        (the caller's next durable write flushes it, decision perf-18).
         """
         thread = self._threads.get(key)
         if thread is not None:
@@ -360,7 +364,7 @@ class ThreadManager:
                 thread = await self._start_fork(key, fork_of, agent=agent, fence=fence)
             else:
                 thread = await self._start_thread(
-                    key, create=create, agent=agent, loaded=loaded, fence=fence
+                    key, create=create, agent=agent, loaded=loaded, fence=fence, durable=durable
                 )
             if thread is not None and self.closed:
                 # close() began while the session loaded; it has taken its list of threads.
@@ -411,6 +415,7 @@ class ThreadManager:
         agent: str | None,
         loaded: Loaded | None = None,
         fence: Fence | None = None,
+        durable: bool = True,
     ) -> Thread | None:
         options = self.session_options(key)
         session_id = loaded.header.id if loaded else await self.store.resolve(key)
@@ -433,8 +438,9 @@ class ThreadManager:
                 session_id=session_id,
                 meta={"key": str(key), "agent": name},
                 options=options,
+                durable=durable,
             )
-            await self.store.point(key, session.id)
+            await self.store.point(key, session.id, durable=durable)
             created = True
         else:
             return None

@@ -203,11 +203,13 @@ class Session:
         lineage: Lineage | None = None,
         options: SessionOptions | None = None,
         public_id: str | None = None,
+        durable: bool = True,
     ) -> Session:
         """Create a new session; it holds its writer lease from the start.
 
         ``public_id`` is its public handle (``weft.public_id`` in the header):
-        a fresh one when not given, none when "".
+        a fresh one when not given, none when "". ``durable=False`` asks the
+        store for less, as :meth:`Storage.create` says.
         """
         header_meta = dict(meta or {})
         public = new_public_id() if public_id is None else public_id
@@ -220,7 +222,7 @@ class Session:
             lineage=lineage,
             meta=header_meta,
         )
-        await store.create(header)
+        await store.create(header, durable=durable)
         session = cls(store, header, agent, EntryTree(header.id), view=0, options=options)
         await session._take_lease()
         return session

@@ -245,7 +245,7 @@ async def test_a_full_session_queue_is_refused_429(tmp_path: Path) -> None:
 
 
 class FullDisk(MemoryStore):
-    async def create(self, header: Header) -> None:
+    async def create(self, header: Header, *, durable: bool = True) -> None:
         raise StoreError("no space left on device")
 
 

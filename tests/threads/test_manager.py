@@ -120,9 +120,9 @@ class HeldStore(MemoryStore):
         await self._gate("load")
         return await super().load(session)
 
-    async def point(self, key: str, session_id: str) -> None:
+    async def point(self, key: str, session_id: str, *, durable: bool = True) -> None:
         await self._gate("point")
-        await super().point(key, session_id)
+        await super().point(key, session_id, durable=durable)
 
 
 @pytest.mark.parametrize("held", ["load", "point"], ids=["loading", "creating"])

@@ -36,6 +36,25 @@ async def test_a_quick_turns_prompt_and_end_share_one_flush(
         await store.close()
 
 
+async def test_a_first_contacts_session_prompt_and_answer_share_one_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("threads.session.PROMPT_FLUSH_WITHIN", DEADLINE)  # the end comes first
+    store = JsonlStore(tmp_path / "sessions")
+    runtime = await make_runtime(store, ScriptedModel(say("one"), say("two")))
+    try:
+        _accepted, turn = await runtime.manager.wake_turn("telegram:1", runtime.user_wake("a"))
+        await turn.wait(DEADLINE)  # the store's log is open
+        syncs = Spy(monkeypatch, "fsync")
+        accepted, turn = await runtime.manager.wake_turn("telegram:2", runtime.user_wake("b"))
+        await turn.wait(DEADLINE)
+        assert accepted.created
+        assert len(syncs.calls) == 1  # the header, the key, the prompt, the answer
+    finally:
+        await runtime.manager.close()
+        await store.close()
+
+
 async def test_a_send_returns_with_its_prompt_durable_while_the_model_still_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

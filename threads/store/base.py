@@ -141,8 +141,13 @@ class Page:
 class Storage(Protocol):
     """A session backend."""
 
-    async def create(self, header: Header) -> None:
-        """Write a new session's header; :class:`ExistsError` if the id is taken."""
+    async def create(self, header: Header, *, durable: bool = True) -> None:
+        """Write a new session's header; :class:`ExistsError` if the id is taken.
+
+        ``durable=False`` asks less, as of :meth:`append`: the session exists
+        (it outlives the process) but a power loss may take it until the
+        store's next durable write or flush.
+        """
         ...
 
     async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
@@ -186,8 +191,11 @@ class KeyIndex(Protocol):
         """The current session id of ``key``, or None when the key has none."""
         ...
 
-    async def point(self, key: str, session_id: str) -> None:
-        """Make ``session_id`` the key's current session (first contact, ``/new``)."""
+    async def point(self, key: str, session_id: str, *, durable: bool = True) -> None:
+        """Make ``session_id`` the key's current session (first contact, ``/new``).
+
+        ``durable=False`` asks less, as of :meth:`Storage.append`.
+        """
         ...
 
     async def unpoint(self, key: str) -> None:

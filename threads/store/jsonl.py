@@ -142,10 +142,10 @@ class JsonlStore:
 
     # -- Storage
 
-    async def create(self, header: Header) -> None:
+    async def create(self, header: Header, *, durable: bool = True) -> None:
         check_header(header)
         line = encode_header(header)
-        await self._write(partial(self._w_create, header, line))
+        await self._write(partial(self._w_create, header, line, durable))
         self._pulse.fire()
 
     async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
@@ -186,17 +186,17 @@ class JsonlStore:
     async def resolve(self, key: str) -> str | None:
         return (await self._key_map()).get(key)
 
-    async def point(self, key: str, session_id: str) -> None:
+    async def point(self, key: str, session_id: str, *, durable: bool = True) -> None:
         check_id(session_id)
         keys = await self._key_map()
-        await self._write(partial(self._w_point, key, session_id))
+        await self._write(partial(self._w_point, key, session_id, durable))
         keys[key] = session_id
 
     async def unpoint(self, key: str) -> None:
         keys = await self._key_map()
         if key not in keys:
             return
-        await self._write(partial(self._w_point, key, None))
+        await self._write(partial(self._w_point, key, None, True))
         keys.pop(key, None)
 
     async def keys(self) -> dict[str, str]:
@@ -311,7 +311,9 @@ class JsonlStore:
 
     # -- the writer thread's operations
 
-    def _w_create(self, header: Header, line: bytes, rnd: Round, op: Op[Any]) -> None:
+    def _w_create(
+        self, header: Header, line: bytes, durable: bool, rnd: Round, op: Op[Any]
+    ) -> None:
         self._ensure_root()
         path = self._path(header.id)
         if os.path.lexists(path):
@@ -339,7 +341,7 @@ class JsonlStore:
         handle = Handle(header.id, fd, len(line), lines=0, created=header.created)
         self._handles.adopt(handle)
         if self._logged:
-            self._log(rnd, op).record(CREATE, header.id + SUFFIX, 0, line)
+            self._record(rnd, op, durable, CREATE, header.id + SUFFIX, 0, line)
         elif self._every:
             fsync_dir(self._root)
 
@@ -382,12 +384,7 @@ class JsonlStore:
         if handle.lines >= 0:
             handle.lines += count
         if self._logged:
-            if durable:
-                self._log(rnd, op).record(WRITE, session + SUFFIX, offset, data)
-                return
-            wal = self._open_log()
-            if wal.write(WRITE, session + SUFFIX, offset, data):
-                rnd.sync(wal, op)  # it joined a durable write's round: it waits for its flush
+            self._record(rnd, op, durable, WRITE, session + SUFFIX, offset, data)
             return
         handle.dirty = True
         if self._every and durable:
@@ -448,7 +445,9 @@ class JsonlStore:
         elif self._every:
             fsync_dir(self._root)
 
-    def _w_point(self, key: str, session: str | None, rnd: Round, op: Op[Any]) -> None:
+    def _w_point(
+        self, key: str, session: str | None, durable: bool, rnd: Round, op: Op[Any]
+    ) -> None:
         journal = self._journal
         if journal is None:
             self._ensure_root()
@@ -459,8 +458,8 @@ class JsonlStore:
             self._journal = journal
         line = encode_point(key, session)
         offset = journal.append(line, 1)
-        if self._logged:
-            self._log(rnd, op).record(CREATE, JOURNAL, offset, line)  # made if a power loss took it
+        if self._logged:  # CREATE: the journal is made again if a power loss took it
+            self._record(rnd, op, durable, CREATE, JOURNAL, offset, line)
         elif self._every:
             rnd.sync(journal, op)
 
@@ -481,6 +480,24 @@ class JsonlStore:
             self._wal = None
         if errors:
             raise errors[0]
+
+    def _record(
+        self,
+        rnd: Round,
+        op: Op[Any],
+        durable: bool,
+        kind: bytes,
+        name: str,
+        offset: int,
+        data: bytes,
+    ) -> None:
+        """Record a write in the log: flushed by this round, or (``durable=False``) by a later one."""
+        if durable:
+            self._log(rnd, op).record(kind, name, offset, data)
+            return
+        wal = self._open_log()
+        if wal.write(kind, name, offset, data):
+            rnd.sync(wal, op)  # it joined a durable write's round: it waits for its flush
 
     def _log(self, rnd: Round, op: Op[Any]) -> WriteAheadLog:
         """The store's log; the round flushes it before ``op`` returns."""

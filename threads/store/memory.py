@@ -42,7 +42,7 @@ class MemoryStore:
         self._keys: dict[str, str] = {}
         self._pulse = Pulse()
 
-    async def create(self, header: Header) -> None:
+    async def create(self, header: Header, *, durable: bool = True) -> None:
         check_header(header)
         line = encode_header(header)
         await self._writes.run(header.id, "create:started", partial(self._create, header, line))
@@ -110,7 +110,7 @@ class MemoryStore:
     async def resolve(self, key: str) -> str | None:
         return self._keys.get(key)
 
-    async def point(self, key: str, session_id: str) -> None:
+    async def point(self, key: str, session_id: str, *, durable: bool = True) -> None:
         check_id(session_id)
         self._keys[key] = session_id
 

@@ -293,7 +293,7 @@ class RedisStore:
         return UnavailableError(self._shown_url, detail)
 
     @_translated
-    async def create(self, header: Header) -> None:
+    async def create(self, header: Header, *, durable: bool = True) -> None:
         check_header(header)
         line = encode_header(header)[:-1]
         create = partial(self._create_raw, header.id, line, header, b"")
@@ -398,7 +398,7 @@ class RedisStore:
         return _text(found) if found is not None else None
 
     @_translated
-    async def point(self, key: str, session_id: str) -> None:
+    async def point(self, key: str, session_id: str, *, durable: bool = True) -> None:
         check_id(session_id)
         await self._redis.hset(self._prefix + "keys", key, session_id)
 

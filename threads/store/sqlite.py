@@ -178,7 +178,7 @@ class SqliteStore:
 
     # -- Storage
 
-    async def create(self, header: Header) -> None:
+    async def create(self, header: Header, *, durable: bool = True) -> None:
         check_header(header)
         line = encode_header(header)
         await self._write(partial(self._w_create, header, line))
@@ -256,7 +256,7 @@ class SqliteStore:
         rows = list(await db.execute_fetchall("SELECT session FROM keys WHERE key = ?", (key,)))
         return str(rows[0][0]) if rows else None
 
-    async def point(self, key: str, session_id: str) -> None:
+    async def point(self, key: str, session_id: str, *, durable: bool = True) -> None:
         check_id(session_id)
         await self._write(partial(self._w_point, key, session_id))
 

@@ -20,6 +20,7 @@ from threads.store.base import StoreOptions
 from threads.store.codec import encode_header
 from threads.store.entries import Header
 from threads.store.jsonl import JsonlStore
+from threads.store.keyfile import JOURNAL
 from threads.store.wal import PREFIX, WRITE, ZEROED, WriteAheadLog, records
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -110,6 +111,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, os, sys
     from threads.store.jsonl import JsonlStore
+from threads.store.keyfile import JOURNAL
     from threads.store.entries import Header, MessageEntry
     from threads.messages import Message
 
@@ -227,6 +229,25 @@ async def test_an_append_that_need_not_be_durable_is_flushed_by_the_next_durable
     await store.append(h.id, [msg("durable")])
     assert len(syncs.calls) == 1
     assert texts((await store.load(h.id)).entries) == ["mark", "mark 2", "durable"]
+    await store.close()
+
+
+async def test_a_create_and_a_point_that_need_not_be_durable_ride_with_the_next_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path)
+    await store.create(header())  # the log exists
+    syncs = Spy(monkeypatch, "fsync")
+    h = header()
+    await store.create(h, durable=False)
+    await store.point("telegram:1", h.id, durable=False)
+    assert syncs.calls == []
+    await store.append(h.id, [msg("first")])
+    assert len(syncs.calls) == 1
+    (log,) = logs(tmp_path)
+    names = [name for _, name, _, _ in records(log.read_bytes())][-3:]
+    assert names == [f"{h.id}.jsonl", JOURNAL, f"{h.id}.jsonl"]  # in the order they were made
+    assert await store.resolve("telegram:1") == h.id
     await store.close()
 
 
@@ -362,6 +383,7 @@ CHILD_MARKS = textwrap.dedent(
     """
     import asyncio, os, sys
     from threads.store.jsonl import JsonlStore
+from threads.store.keyfile import JOURNAL
     from threads.store.entries import Header, MessageEntry
     from threads.messages import Message
 
