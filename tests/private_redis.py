@@ -14,13 +14,14 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+
+from gateway.testing.ports import free_port
 
 START_WITHIN = 20.0
 
@@ -30,7 +31,7 @@ class PrivateRedis:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = _free_port()
+        self.port = free_port()
         self._proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -160,12 +161,6 @@ class LostReply:
                 return  # the reply is lost with the connection
             writer.write(chunk)
             await writer.drain()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

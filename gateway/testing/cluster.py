@@ -31,6 +31,7 @@ import orjson
 from aiohttp import web
 
 from gateway.control import ask_at
+from gateway.testing.ports import free_port
 
 READY = b"gateway running"
 SECRET = "cluster-webhook-secret"
@@ -242,11 +243,3 @@ class Cluster:
                 except TimeoutError:
                     await self.kill(name)
             self._close_log(node)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 from channels.web.history import message_ids
+from gateway.testing.ports import free_port
 from tests.channels.conftest import browser, open_chat, receive
 from tests.channels.test_web_refusals import FailingStore, assert_plain
 from tests.channels.web_rig import chat_config, chat_gateway, frames_until, kind, say
 from threads.llm.echo import split_wake
 from threads.store.entries import MessageEntry
 from threads.testing.scripted import ScriptedModel
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def prompts(model: ScriptedModel, text: str) -> int:

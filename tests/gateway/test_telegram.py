@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import aiohttp
 import pytest
 
 from channels.telegram.adapter import SECRET_HEADER
+from gateway.testing.ports import free_port
 from tests.gateway.telegram_rig import BOT, TelegramRig, telegram_gateway
 from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
 from threads.messages import FilePart
@@ -315,12 +315,6 @@ async def test_a_send_to_telegram_when_it_is_not_running_says_so(tmp_path: Path)
     ]
     assert any("the telegram channel is not running in this gateway" in e for e in errors)
     assert not any("user-facing" in e for e in errors)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def test_webhook_mode_takes_updates_posted_with_the_secret_on_the_web_server(
