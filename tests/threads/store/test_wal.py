@@ -111,7 +111,6 @@ CHILD = textwrap.dedent(
     """
     import asyncio, os, sys
     from threads.store.jsonl import JsonlStore
-from threads.store.keyfile import JOURNAL
     from threads.store.entries import Header, MessageEntry
     from threads.messages import Message
 
@@ -383,7 +382,6 @@ CHILD_MARKS = textwrap.dedent(
     """
     import asyncio, os, sys
     from threads.store.jsonl import JsonlStore
-from threads.store.keyfile import JOURNAL
     from threads.store.entries import Header, MessageEntry
     from threads.messages import Message
 
