@@ -143,6 +143,15 @@ def chat_messages(message: Message) -> list[dict[str, Any]]:
 
 def _encoded(message: Message) -> bytes:
     """A message's chat messages as JSON, comma-separated (b"" when it has none)."""
+    content = message.content
+    if (
+        len(content) == 1
+        and type(content[0]) is TextPart
+        and content[0].text
+        and message.role != "tool"
+    ):
+        # The usual message, as chat_messages makes it, without its list.
+        return orjson.dumps({"role": message.role, "content": content[0].text})
     return b",".join(orjson.dumps(m) for m in chat_messages(message))
 
 
@@ -150,11 +159,8 @@ def messages_json(
     system: str, messages: Sequence[Message], conversations: EncodedConversations
 ) -> orjson.Fragment:
     """The ``messages`` array as JSON; what the conversation sent before is not encoded again."""
-    history = conversations.encode(messages, _encoded)
-    if not system:
-        return orjson.Fragment(b"".join((b"[", history, b"]")))
-    head = orjson.dumps({"role": "system", "content": system})
-    return orjson.Fragment(b"".join((b"[", head, b"," if history else b"", history, b"]")))
+    head = orjson.dumps({"role": "system", "content": system}) if system else b""
+    return orjson.Fragment(conversations.array(head, messages, _encoded))
 
 
 def _tool_encoded(tool: ToolSpec) -> bytes:
