@@ -55,18 +55,26 @@ class EncodedConversations:
         return bytes(data) if data is not None else b""
 
     def array(
-        self, lead: bytes, messages: Sequence[Message], encode: Callable[[Message], bytes]
+        self,
+        lead: bytes,
+        messages: Sequence[Message],
+        encode: Callable[[Message], bytes],
+        *,
+        before: bytes = b"",
+        after: bytes = b"",
     ) -> bytes:
         """The JSON array ``[lead, …messages' encodings]``, in one copy of the kept bytes.
 
-        ``lead`` is an encoded element put first (a system message), or b"" for none.
+        ``lead`` is an encoded element put first (a system message), or b"" for
+        none; ``before`` and ``after`` are joined around the array in the same
+        copy (the rest of a request body).
         """
         data = self._grown(messages, encode)
         if not data:
-            return b"[" + lead + b"]"
+            return b"".join((before, b"[", lead, b"]", after))
         if not lead:
-            return b"".join((b"[", data, b"]"))
-        return b"".join((b"[", lead, b",", data, b"]"))
+            return b"".join((before, b"[", data, b"]", after))
+        return b"".join((before, b"[", lead, b",", data, b"]", after))
 
     def _grown(
         self, messages: Sequence[Message], encode: Callable[[Message], bytes]
