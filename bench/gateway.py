@@ -71,6 +71,7 @@ from bench.api import GATEWAY_CORE, LOAD_CORE, cpu_seconds, percentile_ms, pin, 
 from config import validate
 from gateway.app import Gateway
 from gateway.heap import settle_heap
+from gateway.switching import settle_switching
 
 CHATS = 16
 WARM = 2
@@ -440,6 +441,7 @@ async def bench(
                 base = gw.http.url
                 figures["rss_start_mb"] = rss_mb()
                 settle_heap()  # as `gateway run` does once it serves (decision perf-07)
+                settle_switching()  # and hands the GIL over as it does (decision perf-14)
                 for level, count in ((1, sequential), (16, turns // 4), (64, turns)):
                     fsyncs.taken()
                     size, loop_cpu, cpu = tree_bytes(sessions), time.thread_time(), cpu_seconds()

@@ -7,7 +7,8 @@ the web chat; a zero-latency OpenAI-compatible model answers every call with ``o
 The model (``bench.gateway.QuickModel``) and the web chat clients run in a second process (pinned to the
 other core when there are two), as in ``bench/gateway.py``, whose load this
 reuses. Once started, the gateway's heap is settled as ``gateway run`` settles
-it (:func:`gateway.heap.settle_heap`). The model's window is set far above any history here, so no turn
+it (:func:`gateway.heap.settle_heap`), and its threads switch as there
+(:func:`gateway.switching.settle_switching`). The model's window is set far above any history here, so no turn
 compacts: every figure is below the compaction threshold.
 
 History is made, not replayed: one real turn runs first, and its entries
@@ -18,7 +19,9 @@ turns.
 
 - ``turns_per_s_history_{0,100,1000}``: 32 sessions each, 32 clients (one
   per session, one message at a time), ``--turns`` turns per figure, in the
-  same run; ``ratio_history_1000_to_0`` is the target's (≥ 0.9).
+  same run; ``ratio_history_1000_to_0`` is the target's (≥ 0.9);
+  ``request_kb_history_{0,100,1000}`` the size of a model request at each
+  level (the whole context goes to the model on every turn).
 - ``p99_ms_fresh`` / ``p99_ms_history_100``: 32 clients over 500 sessions
   (each client its own 15–16 chats, in turn), ``--soak`` turns each, on fresh
   sessions and on sessions with 100 turns of history; their ratio (≤ 2).
@@ -74,6 +77,7 @@ from bench.gateway import (
 from config import validate
 from gateway.app import Gateway
 from gateway.heap import settle_heap
+from gateway.switching import settle_switching
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message
 from threads.store.codec import encode_header, entry_to_wire
@@ -126,7 +130,10 @@ class HistoryLoad(Load):
         # finds them unread.
         for chat in self.groups.pop(name):
             await chat.close()
-        return figures_of(times, elapsed)
+        # What the model received last: the body a turn of this group sends, for scale.
+        return figures_of(times, elapsed) | {
+            "request_kb": round(len(self.model.last_body) / 1024, 1)
+        }
 
 
 # -- the gateway, in this process
@@ -213,6 +220,7 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                 base = gw.http.url
                 store = gw.manager.store
                 settle_heap()
+                settle_switching()
                 rss_start = rss_mb()
 
                 # One real turn: what a turn writes today is the template.
@@ -255,6 +263,7 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                         print_profile(profiler)
                     figures[f"turns_per_s_history_{history}"] = result["per_s"]
                     figures[f"p99_ms_history_{history}_32_sessions"] = result["p99"]
+                    figures[f"request_kb_history_{history}"] = result["request_kb"]
                     print(
                         f"history {history}: {result['per_s']} turns/s, p50 {result['p50']} ms, "
                         f"p99 {result['p99']} ms",

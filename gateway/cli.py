@@ -41,6 +41,7 @@ from gateway.heap import settle_heap
 from gateway.heartbeat_cli import app as heartbeat_app
 from gateway.pairing_cli import app as pairing_app
 from gateway.session_edits_cli import app as sessions_app
+from gateway.switching import settle_switching
 from gateway.terminal import StopSignals, close_deadline, first_of, input_lines
 
 if TYPE_CHECKING:
@@ -137,6 +138,8 @@ async def _run(config: GatewayConfig) -> None:
         async with Gateway(config) as gw:
             # What start-up allocated lives as long as the process: out of every collection.
             settle_heap()
+            # The store's threads get the GIL back from a busy event loop sooner.
+            settle_switching()
             model = config.models.default
             print(
                 f"gateway running · sessions: {config.store.safe_url} · model: {model}", flush=True

@@ -19,6 +19,7 @@ from threads.ids import valid_id
 from threads.messages import JSON, Message, TextPart, ToolCallPart, ToolResultPart, Usage
 from threads.store.entries import (
     POOL_SETTLED,
+    ApprovalAuditEntry,
     BranchSummaryEntry,
     CompactionEntry,
     CustomMessageEntry,
@@ -495,13 +496,23 @@ def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
     approval boundary that died mid-run is one too: it reads as the prompt it
     answers, under the resume's run id.
     """
-    turns = [e for e in entries if isinstance(e, TurnEntry)]
-    finished = {t.run_id for t in turns}
-    reruns = {t.run_id: t.rerun for t in turns if t.rerun}
-    prompts = []
+    # One walk over what may be a whole session's history (an open reads every entry once).
+    finished: set[str] = set()
+    reruns: dict[str, str] = {}
+    runs: list[MessageEntry] = []
+    resumed = False
     for entry in entries:
-        if not isinstance(entry, MessageEntry) or not entry.run_id:
-            continue
+        if isinstance(entry, TurnEntry):
+            finished.add(entry.run_id)
+            if entry.rerun:
+                reruns[entry.run_id] = entry.rerun
+        elif isinstance(entry, MessageEntry):
+            if entry.run_id:
+                runs.append(entry)
+        elif isinstance(entry, ApprovalAuditEntry):
+            resumed = True
+    prompts = []
+    for entry in runs:
         run_id = entry.run_id
         while run_id in reruns and run_id in finished:
             run_id = reruns[run_id]
@@ -509,7 +520,9 @@ def unfinished_runs(entries: Sequence[Entry]) -> list[MessageEntry]:
             prompts.append(
                 entry if run_id == entry.run_id else dataclasses.replace(entry, run_id=run_id)
             )
-    return prompts + unfinished_resumes(entries, finished)
+    if resumed:
+        prompts += unfinished_resumes(entries, finished)
+    return prompts
 
 
 def chain_after(base: Sequence[Entry], entries: Sequence[Entry]) -> list[Entry]:

@@ -262,7 +262,9 @@ class Turn:
 class Run:
     """The agent's handle on one running turn.
 
-    ``messages`` is the context the run starts from (the prompt last).
+    ``messages`` is the context the run starts from (the prompt last), a
+    list of its own that the agent extends as the run goes (a context of a
+    thousand turns is not copied again per turn).
     ``stage`` holds step messages; ``flush`` makes them durable; ``drain``
     flushes, then delivers steered messages into the run (durably) and returns
     them. Messages staged and not flushed when the run ends land with the turn

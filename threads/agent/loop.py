@@ -188,7 +188,7 @@ class AgentLoop:
         system = self.system_prompt(agent_name)
         session = run.session
         metadata = run_metadata(session.header, run.run_id)
-        messages = list(run.messages)
+        messages = run.messages  # the run's own list, extended as it goes
         usage = Usage()
         last_input = 0
         stopping = False

@@ -4,11 +4,17 @@ Between compactions a session's context only grows: every request of its
 next turn repeats the one before and adds a few messages at the end. A
 client keeps, per conversation — known by its first message, the very
 object — the JSON of the messages it sent last and the object that ended
-them. A request whose list still holds those objects at those places reuses
-the bytes and encodes only the messages after them; one that differs there
-(a compaction put a summary first, a tool message was merged, images were
-fetched for a vision model) is encoded whole, and kept in turn. What is
-kept is bounded in bytes; the least recently used conversation goes first.
+them. A request whose list still holds those objects at those places
+encodes only the messages after them and appends their bytes to what is
+kept, in place; one that differs there (a compaction put a summary first, a
+tool message was merged, images were fetched for a vision model) is encoded
+whole, and kept in turn. What is kept is bounded in bytes; the least
+recently used conversation goes first.
+
+A request's array is copied out of what is kept once, framed (``[``, the
+messages that lead it, ``]``) in the same copy: the history is not joined
+again per request, so what a request costs beyond its new messages is that
+one copy of its bytes.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ class _Kept:
     first: Message
     last: Message
     count: int
-    data: bytes
+    data: bytearray
 
 
 class EncodedConversations:
@@ -45,19 +51,54 @@ class EncodedConversations:
         left out. Messages the conversation's previous request ended with are
         not encoded again.
         """
+        data = self._grown(messages, encode)
+        return bytes(data) if data is not None else b""
+
+    def array(
+        self,
+        lead: bytes,
+        messages: Sequence[Message],
+        encode: Callable[[Message], bytes],
+        *,
+        before: bytes = b"",
+        after: bytes = b"",
+    ) -> bytes:
+        """The JSON array ``[lead, …messages' encodings]``, in one copy of the kept bytes.
+
+        ``lead`` is an encoded element put first (a system message), or b"" for
+        none; ``before`` and ``after`` are joined around the array in the same
+        copy (the rest of a request body).
+        """
+        data = self._grown(messages, encode)
+        if not data:
+            return b"".join((before, b"[", lead, b"]", after))
+        if not lead:
+            return b"".join((before, b"[", data, b"]", after))
+        return b"".join((before, b"[", lead, b",", data, b"]", after))
+
+    def _grown(
+        self, messages: Sequence[Message], encode: Callable[[Message], bytes]
+    ) -> bytearray | None:
+        """What is kept for ``messages``' conversation, grown to hold all of them."""
         if not messages:
-            return b""
+            return None
         first = messages[0]
         kept = self._kept.pop(id(first), None)
-        start, data = 0, b""
+        start = 0
         if kept is not None:
             self._bytes -= len(kept.data)
             count = kept.count
             if kept.first is first and count <= len(messages) and messages[count - 1] is kept.last:
-                start, data = count, kept.data
-        pieces = [piece for piece in map(encode, messages[start:]) if piece]
-        if pieces:
-            data = b",".join([data, *pieces] if data else pieces)
+                start = count
+            else:
+                kept = None
+        data = kept.data if kept is not None else bytearray()
+        for message in messages[start:] if start else messages:
+            piece = encode(message)
+            if piece:
+                if data:
+                    data += b","
+                data += piece
         self._kept[id(first)] = _Kept(first, messages[-1], len(messages), data)
         self._bytes += len(data)
         while self._bytes > self._max_bytes and len(self._kept) > 1:

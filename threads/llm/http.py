@@ -105,6 +105,10 @@ class HTTPModelClient(ABC):
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request``."""
 
+    def _encode(self, body: dict[str, Any]) -> bytes:
+        """The bytes of ``body``: its JSON (a client may splice in what it keeps encoded)."""
+        return orjson.dumps(body)
+
     @abstractmethod
     def _parse(self, data: Any, request: ModelRequest) -> ModelResponse:
         """The answer in a non-streamed response body."""
@@ -132,7 +136,7 @@ class HTTPModelClient(ABC):
             headers = {metadata_header(k): v for k, v in request.metadata.items()}
         if request.extra:
             body.update(request.extra)
-        payload = orjson.dumps(body)
+        payload = self._encode(body)
         if request.stream:
             return await self._retrier.call(
                 lambda: self._stream_once(payload, request, on_delta, headers),

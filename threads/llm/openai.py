@@ -15,6 +15,7 @@ becomes a :class:`~threads.messages.ReasoningPart`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -143,18 +144,36 @@ def chat_messages(message: Message) -> list[dict[str, Any]]:
 
 def _encoded(message: Message) -> bytes:
     """A message's chat messages as JSON, comma-separated (b"" when it has none)."""
+    content = message.content
+    if (
+        len(content) == 1
+        and type(content[0]) is TextPart
+        and content[0].text
+        and message.role != "tool"
+    ):
+        # The usual message, as chat_messages makes it, without its list.
+        return orjson.dumps({"role": message.role, "content": content[0].text})
     return b",".join(orjson.dumps(m) for m in chat_messages(message))
 
 
-def messages_json(
-    system: str, messages: Sequence[Message], conversations: EncodedConversations
-) -> orjson.Fragment:
-    """The ``messages`` array as JSON; what the conversation sent before is not encoded again."""
-    history = conversations.encode(messages, _encoded)
-    if not system:
-        return orjson.Fragment(b"".join((b"[", history, b"]")))
-    head = orjson.dumps({"role": "system", "content": system})
-    return orjson.Fragment(b"".join((b"[", head, b"," if history else b"", history, b"]")))
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """A request's ``messages`` before they are encoded: the system text, then the history.
+
+    The client splices their encoding into the body's bytes (:meth:`OpenAIClient._encode`),
+    so the history it keeps encoded is copied once per request.
+    """
+
+    system: str
+    messages: Sequence[Message]
+
+    def json(
+        self, conversations: EncodedConversations, *, before: bytes = b"", after: bytes = b""
+    ) -> bytes:
+        """The ``messages`` array as JSON (between ``before`` and ``after``, in one copy);
+        what the conversation sent before is not encoded again."""
+        head = orjson.dumps({"role": "system", "content": self.system}) if self.system else b""
+        return conversations.array(head, self.messages, _encoded, before=before, after=after)
 
 
 def _tool_encoded(tool: ToolSpec) -> bytes:
@@ -457,7 +476,7 @@ class OpenAIClient(HTTPModelClient):
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model,
-            "messages": messages_json(request.system, request.messages, self._conversations),
+            "messages": Conversation(request.system, request.messages),
             self._max_tokens_field: request.max_output_tokens,
         }
         if request.tools:
@@ -468,6 +487,15 @@ class OpenAIClient(HTTPModelClient):
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return body
+
+    def _encode(self, body: dict[str, Any]) -> bytes:
+        """The body's bytes, the conversation's kept encoding spliced in last, copied once."""
+        conversation = body.get("messages")
+        if not isinstance(conversation, Conversation):
+            return orjson.dumps(body)  # the request's extra fields replaced the messages
+        rest = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
+        before = rest[:-1] + (b',"messages":' if len(rest) > 2 else b'"messages":')
+        return conversation.json(self._conversations, before=before, after=b"}")
 
     def _parse(self, data: Any, request: ModelRequest) -> ModelResponse:
         try:

@@ -54,3 +54,23 @@ def test_what_is_kept_is_bounded_in_bytes_oldest_first_out() -> None:
     assert kept.kept_bytes == 8
     kept.encode([*one, Message.user("z")], encode)
     assert encode.seen == ["x" * 8, "y" * 8, "x" * 8, "z"]
+
+
+def test_an_array_holds_its_lead_then_the_messages() -> None:
+    kept, encode = EncodedConversations(), Counting()
+    history = [Message.user("a"), Message.assistant("b")]
+    assert kept.array(b"S", history, encode) == b"[S,a,b]"
+    assert kept.array(b"", [*history, Message.user("c")], encode) == b"[a,b,c]"
+    assert kept.array(b"S", [], encode) == b"[S]"
+    assert kept.array(b"", [Message.assistant("")], encode) == b"[]"
+    assert encode.seen == ["a", "b", "c", ""]
+
+
+def test_what_a_request_was_given_stays_as_it_was_when_the_conversation_grows() -> None:
+    kept, encode = EncodedConversations(), Counting()
+    history = [Message.user("a"), Message.assistant("b")]
+    sent = kept.encode(history, encode)
+    framed = kept.array(b"S", history, encode)
+    kept.encode([*history, Message.user("c")], encode)
+    assert (sent, framed) == (b"a,b", b"[S,a,b]")
+    assert encode.seen == ["a", "b", "c"]

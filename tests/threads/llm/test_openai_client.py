@@ -463,3 +463,35 @@ async def test_sequential_requests_reuse_one_connection(
         await client.complete(ask(str(i)), None)
     await client.complete(ask("streamed", stream=True))
     assert len({r.peer for r in openai_server.requests}) == 1
+
+
+async def test_the_messages_go_into_the_body_beside_its_metadata_and_extra_fields(
+    openai_server: FakeOpenAIServer,
+) -> None:
+    openai_server.script(Reply(text="one"), Reply(text="two"))
+    history = [Message.user("first")]
+    async with OpenAIClient(
+        base_url=openai_server.base_url, api_key=OPENAI_KEY, run_metadata="body"
+    ) as client:
+        await client.complete(
+            ModelRequest(
+                model="fake-model",
+                system="Be brief.",
+                messages=history,
+                metadata={"weft.turn": "t1"},
+                extra={"reasoning_effort": "low"},
+            )
+        )
+        # Fields given as extra win, the messages too.
+        replaced = [{"role": "user", "content": "instead"}]
+        await client.complete(
+            ModelRequest(model="fake-model", messages=history, extra={"messages": replaced})
+        )
+    spliced, overridden = openai_server.requests
+    assert spliced.body["metadata"] == {"weft.turn": "t1"}
+    assert spliced.body["reasoning_effort"] == "low"
+    assert spliced.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "first"},
+    ]
+    assert overridden.messages == replaced
