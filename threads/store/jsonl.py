@@ -549,13 +549,16 @@ class JsonlStore:
         if self._recovered:
             return
         self._recovered = True
-        if self._options.no_lock or not self._root_exists():
+        if self._options.no_lock:
             return  # a store that takes no locks (a reader) leaves the logs to a writer
-        replayed = replay_dead_logs(self._root)
-        if replayed:
-            log.warning(
-                "%s: replayed %d write-ahead log(s) a stopped writer left", self._root, replayed
-            )
+        if self._root_exists():
+            replayed = replay_dead_logs(self._root)
+            if replayed:
+                log.warning(
+                    "%s: replayed %d write-ahead log(s) a stopped writer left", self._root, replayed
+                )
+        if self._logged:
+            self._open_log()  # its own flushes now, not in the first write's round
 
     # -- reads (executor threads)
 

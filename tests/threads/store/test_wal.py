@@ -153,12 +153,12 @@ async def test_acknowledged_writes_a_power_loss_took_come_back_from_the_log(
     kept.write_bytes(encode_header(Header(id="s_kept")))
     (root / "s_new.jsonl").unlink()
     (root / ".keys.jsonl").unlink()
-    assert len(logs(root)) == 1  # ... and the dead writer's log is there.
+    (dead,) = logs(root)  # ... and the dead writer's log is there.
     store = JsonlStore(root)
     assert texts((await store.load("s_kept")).entries) == ["b0", "b1", "b2"]
     assert (await store.load("s_new")).entries == []
     assert await store.resolve("telegram:1") == "s_new"
-    assert logs(root) == []
+    assert dead not in logs(root)  # replayed and gone; the store's own log is open
     await store.append("s_kept", [msg("after")])
     assert texts((await store.load("s_kept")).entries) == ["b0", "b1", "b2", "after"]
     await store.close()
@@ -418,9 +418,10 @@ async def test_written_appends_outlive_a_kill_and_a_power_loss_keeps_the_durable
     # holds the written appends too, so the acknowledged "turn 2" after "mark 1"
     # is not a record past the file's end: it comes back.
     (root / "s_marks.jsonl").write_bytes(encode_header(Header(id="s_marks")))
+    (dead,) = logs(root)
     store = JsonlStore(root)
     assert texts((await store.load("s_marks")).entries)[:3] == every[:3]
-    assert logs(root) == []
+    assert dead not in logs(root)
     await store.close()
 
 
@@ -439,3 +440,16 @@ async def test_records_are_written_over_zeros_laid_ahead_so_the_log_does_not_gro
     assert log.stat().st_size == size
     assert sum(1 for _ in records(log.read_bytes())) == 22  # the zeros end the reading
     await store.close()
+
+
+async def test_the_log_is_opened_before_the_first_write_whose_round_then_flushes_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path / "sessions")
+    assert await store.resolve("telegram:1") is None  # the store's first call: the log opens
+    assert len(logs(tmp_path / "sessions")) == 1
+    syncs = Spy(monkeypatch, "fsync")
+    await store.create(header())
+    assert len(syncs.calls) == 1
+    await store.close()
+    assert logs(tmp_path / "sessions") == []
