@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cron.base import BatchWaker, HeldWake, Waker
+from cron.base import BatchWaker, HeldWake, ThreadOpener, Waker
 from threads.keys import SessionKey
 from threads.wake import Accepted, Wake
+from threads.wake_batch import Ahead
 
 if TYPE_CHECKING:
     from threads.turns import Turn
@@ -65,6 +66,12 @@ class BatchingWaker:
             # Its first step runs after the fire tasks already due in this loop pass.
             self._sender = loop.create_task(self._send(self._waker), name="cron batch wake")
         return await waiting.answer
+
+    async def open_ahead(self, keys: Sequence[Ahead]) -> int:
+        """Open the sessions of fires about to come, when the waker can (else nothing)."""
+        if not isinstance(self._waker, ThreadOpener):
+            return 0
+        return await self._waker.open_ahead(keys)
 
     async def session_exists(self, key: SessionKey) -> bool:
         return await self._waker.session_exists(key)
