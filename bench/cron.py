@@ -1,7 +1,7 @@
 """Cron benchmark: the lateness of 200 fires due at once, and 10 000 jobs loaded.
 
     .venv/bin/python bench/cron.py [--mode manager|fake] [--jobs 10000] [--burst 200]
-                                   [--store sqlite|redis] [--repeats 2]
+                                   [--store sqlite|redis] [--repeats 2] [--open-ahead 1.0]
 
 Both modes first store ``--jobs`` jobs (cron expressions, intervals, far
 ``at`` times) in a SQLite state store, or in the Redis at 127.0.0.1:6379 db 5
@@ -22,7 +22,12 @@ session. Each burst runs twice, interleaved: through the manager's batch
 wake (``wake_many``, as the service hands a burst over: the plain figure
 names), and with each fire's wake handed over alone, as before the batch
 wake existed (``single_…``: the turns the first wakes start run while the
-rest of the burst is still being accepted). ``manager_alone`` is the
+rest of the burst is still being accepted). The batch way's service opens
+the burst's sessions ``--open-ahead`` seconds before it is due, as the
+gateway's does (decision perf-11: evicted sessions loaded, new ones
+created; ``--open-ahead 0`` measures them opened by the burst itself); the
+single way's waker cannot open ahead, so its sessions are opened by their
+wakes. ``manager_alone`` is the
 manager's own floor, 200 wakes with no cron in between, the same two ways.
 Each figure is the median over ``--repeats`` rounds of all of these, the two
 ways taking turns to go first (the machine's load drifts).
@@ -322,7 +327,7 @@ class OneByOne:
 
 
 async def manager_mode(
-    opener: Callable[[], Any], tmp: Path, count: int, repeats: int
+    opener: Callable[[], Any], tmp: Path, count: int, repeats: int, open_ahead: float
 ) -> dict[str, Any]:
     ways = ("single", "batch")
     taken: dict[str, list[dict[str, float]]] = {}
@@ -336,7 +341,10 @@ async def manager_mode(
 
         async def fire(way: str, name: str, **fields: Any) -> None:
             async with running(
-                store, wakers[way], session_sink=sessions.manager.session_sink
+                store,
+                wakers[way],
+                session_sink=sessions.manager.session_sink,
+                open_ahead_seconds=open_ahead,
             ) as service:
                 # Due a few seconds after the start (which loads every stored job).
                 jobs, due = at_jobs(f"{way}-{name}-{rep}", count, **fields)
@@ -361,7 +369,7 @@ async def manager_mode(
                     taken.setdefault(named(way, "manager_alone"), []).append(floor)
         finally:
             await store.close()
-    figures: dict[str, Any] = {"repeats": repeats}
+    figures: dict[str, Any] = {"repeats": repeats, "open_ahead_seconds": open_ahead}
     for prefix, runs in taken.items():
         medians = {name: statistics.median(run[name] for run in runs) for name in runs[0]}
         figures |= rounded(prefix, medians)
@@ -453,7 +461,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await store.close()
             print(f"stored {args.jobs} jobs in {populate_s:.1f} s", file=sys.stderr)
             if args.mode == "manager":
-                figures = await manager_mode(opener, tmp, args.burst, args.repeats)
+                figures = await manager_mode(opener, tmp, args.burst, args.repeats, args.open_ahead)
                 bursts: tuple[str, ...] = BURSTS
             else:
                 figures = await fake_mode(opener, args.jobs, args.burst)
@@ -485,5 +493,6 @@ if __name__ == "__main__":
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--open-ahead", type=float, default=1.0)
     figures = asyncio.run(main(parser.parse_args()))
     print(json.dumps(figures))

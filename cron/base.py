@@ -5,7 +5,8 @@
   the ledger can record what became of its output), ask whether a session
   exists, and which cron wakes a session already holds (``cron.manager_waker``
   adapts the thread manager to it); a :class:`BatchWaker` also takes many
-  wakes at once, as a burst of fires hands them over (``cron.batching``).
+  wakes at once, as a burst of fires hands them over (``cron.batching``), and
+  a :class:`ThreadOpener` opens the sessions of fires about to come.
 * :class:`JobStore` — jobs, their schedule state, the run ledger, run-now
   requests and the running service's heartbeat, kept in the gateway's state
   store (``cron.sqlite_store`` by default, ``cron.redis_store`` on Redis).
@@ -28,7 +29,7 @@ from cron.models import Job, JobState, RunRecord
 from threads.keys import SessionKey
 from threads.sinks import Sink
 from threads.wake import Accepted, Wake
-from threads.wake_batch import WakeResult
+from threads.wake_batch import Ahead, WakeResult
 
 if TYPE_CHECKING:
     from threads.turns import Turn
@@ -138,6 +139,19 @@ class BatchWaker(Protocol):
     """
 
     async def wake_many(self, wakes: Sequence[tuple[SessionKey, Wake]]) -> list[WakeResult]: ...
+
+
+@runtime_checkable
+class ThreadOpener(Protocol):
+    """A :class:`Waker` that opens sessions ahead of their wakes (the thread manager does).
+
+    The service calls it a moment before jobs are due (``open_ahead_seconds``)
+    with their keys: evicted sessions are loaded, new ones created, so the
+    burst's wakes find live threads. Nothing is accepted ahead; a key that
+    cannot be opened is left for its wake to report.
+    """
+
+    async def open_ahead(self, keys: Sequence[Ahead]) -> int: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -45,6 +45,7 @@ from cron.ledger import LedgerWriter
 from cron.misfire import MisfirePolicy, Planned
 from cron.models import Job, RunRecord, RunVia
 from cron.wakes import Outcome, Sent, send_wake
+from threads.wake_batch import Ahead
 
 RECOVERED = (
     "the session already held this wake when the gateway restarted (accepted before a crash, "
@@ -245,6 +246,27 @@ class Firer:
             accepted=sent.accepted,
             sent=sent,
         )
+
+    async def open_ahead(self, jobs: Sequence[Job]) -> None:
+        """Open the sessions ``jobs`` wake, a moment before they are due (see ThreadOpener).
+
+        A direct wake's session is opened only when it exists; an independent
+        job's ``cron:<id>`` session is created when it has none, with the job's
+        agent, as its first fire would.
+        """
+        keys = [
+            Ahead(key=str(job.session_key))
+            if job.direct_wake
+            else Ahead(key=str(job.session_key), create=True, agent=job.agent)
+            for job in jobs
+        ]
+        try:
+            await self._require_waker().open_ahead(keys)
+        except Exception as exc:
+            # Their fires open the sessions themselves, later; nothing is lost.
+            log.warning(
+                "cron: opening %d session(s) ahead of their fires failed: %s", len(keys), exc
+            )
 
     async def _wake(
         self, job: Job, scheduled: datetime, via: RunVia, handed_over: datetime

@@ -22,13 +22,13 @@ from threads.store.entries import Entry
 from threads.tree import accepted_wake
 from threads.turns import Turn
 from threads.wake import Accepted, Wake, WakeSource
-from threads.wake_batch import WakeResult
+from threads.wake_batch import Ahead, WakeResult
 
 
 class ManagerWaker:
     """Wakes sessions through a :class:`ThreadManager`, one or a burst at a time.
 
-    It also answers cron's held-wake question.
+    It opens the sessions of a burst ahead of it, and answers cron's held-wake question.
     """
 
     def __init__(self, manager: ThreadManager) -> None:
@@ -42,6 +42,9 @@ class ManagerWaker:
 
     async def wake_many(self, wakes: Sequence[tuple[SessionKey, Wake]]) -> list[WakeResult]:
         return await self.manager.wake_many(wakes)
+
+    async def open_ahead(self, keys: Sequence[Ahead]) -> int:
+        return await self.manager.open_ahead(keys)
 
     async def session_exists(self, key: SessionKey) -> bool:
         return await self.manager.session_exists(key)

@@ -18,7 +18,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.events import (
@@ -37,13 +37,28 @@ log = logging.getLogger(__name__)
 Due = Callable[[str, list[datetime]], "asyncio.Task[None]"]
 """The service's side of a fire: ``(job id, due times)`` → the task handling them."""
 
+Soon = Callable[[list[str]], None]
+"""The service's side of what comes next: the ids of jobs due within the look-ahead."""
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
 
 class CronScheduler(AsyncIOScheduler):  # type: ignore[misc]
-    """``AsyncIOScheduler`` reading "now" from ``clock`` and waking up on its timers."""
+    """``AsyncIOScheduler`` reading "now" from ``clock`` and waking up on its timers.
 
-    def __init__(self, clock: Clock) -> None:
+    With ``soon`` and ``ahead_seconds`` > 0 it also wakes up ``ahead_seconds``
+    before each due time and tells ``soon`` which jobs come due by then, once
+    per job and due time (the service opens their sessions ahead).
+    """
+
+    def __init__(
+        self, clock: Clock, *, soon: Soon | None = None, ahead_seconds: float = 0.0
+    ) -> None:
         super().__init__(timezone=UTC)
         self._clock = clock
+        self._soon = soon
+        self._ahead = timedelta(seconds=ahead_seconds if soon is not None else 0.0)
+        self._told_until = _NEVER  # jobs due up to here were told to ``soon``
 
     def _start_timer(self, wait_seconds: float | None) -> None:
         self._stop_timer()
@@ -92,7 +107,27 @@ class CronScheduler(AsyncIOScheduler):  # type: ignore[misc]
             self._dispatch_event(event)
         if next_wakeup is None:
             return None
-        return max((next_wakeup - self._clock.now()).total_seconds(), 0.0)
+        now = self._clock.now()
+        if self._ahead and next_wakeup > self._told_until:
+            if next_wakeup - self._ahead > now:
+                return (next_wakeup - self._ahead - now).total_seconds()  # wake up to tell
+            self._tell_soon(now + self._ahead)
+        return max((next_wakeup - now).total_seconds(), 0.0)
+
+    def _tell_soon(self, horizon: datetime) -> None:
+        """Tell ``soon`` the jobs due by ``horizon`` it has not heard of yet."""
+        assert self._soon is not None
+        told = self._told_until
+        with self._jobstores_lock:
+            soon = [
+                job.id
+                for jobstore in self._jobstores.values()
+                for job in jobstore.get_due_jobs(horizon)
+                if job.next_run_time is not None and job.next_run_time > told
+            ]
+        self._told_until = horizon
+        if soon:
+            self._soon(soon)
 
 
 class CronExecutor(BaseExecutor):  # type: ignore[misc]

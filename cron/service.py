@@ -103,6 +103,9 @@ class CronService(JobEditor):
     ``session_sink`` the one through which an older report-to-session job's
     reply reaches its ``wake_session`` (without it, that reply is dropped and
     ``report_to`` in the wake's meta names the session).
+    ``open_ahead_seconds`` before jobs come due, a waker that can
+    (:class:`~cron.base.ThreadOpener`) is asked to open their sessions, so a
+    burst's wakes find them loaded or created (decision perf-11); 0 turns it off.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class CronService(JobEditor):
         misfire_grace_seconds: float = 60.0,
         coalesce: bool = True,
         poll_seconds: float = 0.5,
+        open_ahead_seconds: float = 1.0,
         clock: Clock | None = None,
         session_sink: SessionSinkFactory | None = None,
         chat_sink: ChatSinkFactory | None = None,
@@ -124,6 +128,7 @@ class CronService(JobEditor):
         super().__init__(store, timezone=timezone, clock=clock, known_agents=known_agents)
         self.policy = MisfirePolicy.of(misfire_grace_seconds, coalesce)
         self.poll_seconds = poll_seconds
+        self.open_ahead_seconds = open_ahead_seconds
         self.owner = owner or f"cron-{secrets.token_hex(4)}"
         self._waker = waker
         self._firer = Firer(
@@ -198,7 +203,9 @@ class CronService(JobEditor):
         # Read before this service beats: a beat left behind is a previous service that died.
         beat = await self.store.last_beat()
         self._catch_up = CatchUp.after(beat, self._clock.now(), self.policy.grace, BEAT_SECONDS)
-        scheduler = CronScheduler(self._clock)
+        scheduler = CronScheduler(
+            self._clock, soon=self._open_ahead, ahead_seconds=self.open_ahead_seconds
+        )
         scheduler.add_executor(CronExecutor(self._due), alias=EXECUTOR)
         scheduler.add_listener(self._on_max_instances, EVENT_JOB_MAX_INSTANCES)
         self._scheduler = scheduler
@@ -415,6 +422,12 @@ class CronService(JobEditor):
         self._spawn(self._firer.record(job.id, runs, None))
 
     # --- internals: firing ---------------------------------------------------------------
+
+    def _open_ahead(self, job_ids: list[str]) -> None:
+        """Called inside APScheduler's pass with jobs due within ``open_ahead_seconds``."""
+        jobs = [job for job in map(self._jobs.get, job_ids) if job is not None and job.enabled]
+        if jobs:
+            self._spawn(self._firer.open_ahead(jobs))
 
     def _due(self, job_id: str, run_times: list[datetime]) -> asyncio.Task[None]:
         """Called by the executor, inside APScheduler's loop pass: snapshot and hand off."""

@@ -276,6 +276,10 @@ class ThreadManager:
         """Accept many wakes in shared store rounds: see :func:`threads.wake_batch.wake_many`."""
         return await wake_batch.wake_many(self, wakes)
 
+    async def open_ahead(self, keys: Sequence[wake_batch.Ahead]) -> int:
+        """Open threads for wakes about to come: see :func:`threads.wake_batch.open_ahead`."""
+        return await wake_batch.open_ahead(self, keys)
+
     def admit(self, key: str, wake: Wake) -> tuple[SessionKey, Wake]:
         """Check a wake may be taken (open manager, key not quarantined, chain in bounds)."""
         if self._closed:

@@ -20,11 +20,18 @@ write-ahead log for the lot, see decision perf-01):
 
 Each wake gets its own :class:`WakeResult`: one that is refused (quarantined,
 busy, its session unreadable) fails alone, and the others are accepted.
+
+A caller that knows a burst is coming (cron, a second before its jobs are
+due) can do step 2 ahead of time with :func:`open_ahead`: the keys' threads
+are opened — evicted sessions loaded and leased, new ones created and
+pointed — and the burst then finds them live. Nothing is accepted ahead:
+each wake is still made durable when it comes, as above.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -37,6 +44,8 @@ from threads.wake import Accepted, Wake
 
 if TYPE_CHECKING:
     from threads.manager import ThreadManager
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +64,19 @@ class WakeResult:
         assert self.accepted is not None
         assert self.turn is not None
         return self.accepted, self.turn
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ahead:
+    """A key about to be woken, whose thread is opened ahead of the wake.
+
+    ``create`` makes the key's session when it has none (with ``agent``, as
+    the wake would); without it a key with no session is left alone.
+    """
+
+    key: str
+    create: bool = False
+    agent: str | None = None
 
 
 Admitted = list[tuple[int, Wake]]
@@ -121,3 +143,29 @@ async def _forwarded(manager: ThreadManager, node: str, key: SessionKey, wake: W
     except Exception as exc:
         return WakeResult(key=str(key), error=exc)
     return WakeResult(key=str(key), accepted=accepted, turn=turn)
+
+
+async def open_ahead(manager: ThreadManager, keys: Sequence[Ahead]) -> int:
+    """Open the threads of ``keys`` (loaded, leased or created) before their wakes come.
+
+    Returns how many are open. A key that cannot be opened now (quarantined,
+    owned by another node, its session locked, the manager closing) is logged
+    and left: its wake meets the same refusal when it comes, and reports it.
+    """
+
+    async def one(ahead: Ahead) -> bool:
+        try:
+            thread = await manager.open_thread(ahead.key, create=ahead.create, agent=ahead.agent)
+            if thread is None:
+                return False
+            # Its writer lease too, as a batch takes it (see wake_many).
+            await thread.session.hold()
+        except Exception as exc:
+            log.info("opening %s ahead of its wake: %s", ahead.key, exc)
+            return False
+        return True
+
+    if manager.closed:
+        return 0
+    opened = await asyncio.gather(*(one(ahead) for ahead in keys))
+    return sum(opened)

@@ -27,6 +27,7 @@ from threads.errors import BusyError, QuarantinedError
 from threads.ids import new_session_id
 from threads.store import open_store
 from threads.testing.scripted import ScriptedModel, call
+from threads.wake_batch import Ahead
 
 COUNT = 6
 
@@ -224,3 +225,65 @@ async def test_a_crash_mid_batch_loses_no_wake_it_accepted_and_runs_each_once(
         assert accepted.session_id
     await idle(alive)
     await alive.manager.close()
+
+
+async def test_opening_ahead_loads_evicted_and_creates_new_sessions_and_accepts_nothing(
+    counted: CountingStore,
+) -> None:
+    runtime = await make_runtime(counted, ScriptedModel())
+    cold = [f"telegram:cold-{i}" for i in range(COUNT)]
+    new = [f"cron:new-{i}" for i in range(COUNT)]
+    await with_sessions(runtime, cold)
+    await runtime.manager.evict_idle(0)
+    counted.reset()
+
+    ahead = [Ahead(key=key) for key in [*cold, "telegram:nobody"]]
+    ahead += [Ahead(key=key, create=True, agent="default") for key in new]
+    opened = await runtime.manager.open_ahead(ahead)
+
+    assert opened == 2 * COUNT
+    assert runtime.manager.thread("telegram:nobody") is None  # no session, none made
+    assert counted.calls["load"] == COUNT
+    assert counted.calls["create"] == COUNT
+    assert counted.calls["point"] == COUNT
+    assert counted.calls["append"] == 0  # nothing accepted ahead of its wake
+    for key in cold + new:
+        thread = runtime.manager.thread(key)
+        assert thread is not None
+        assert thread.state == "idle"
+
+    counted.reset()
+    keys = cold + new
+    results = await runtime.manager.wake_many([(key, system_wake(f"tick {key}")) for key in keys])
+
+    assert counted.calls["load"] == counted.calls["create"] == counted.calls["point"] == 0
+    for key, result in zip(keys, results, strict=True):
+        accepted, _turn = result.unwrap()
+        assert accepted.created == (key in new)  # the first wake of a session made ahead
+    await idle(runtime)
+    for key, result in zip(keys, results, strict=True):
+        entries = await stored(counted, result.unwrap()[0].session_id)
+        ticks = [p for p in prompts(entries) if p.message.text().endswith(f"tick {key}")]
+        assert len(ticks) == 1, key
+    await runtime.manager.close()
+
+
+async def test_a_key_that_cannot_be_opened_ahead_is_left_for_its_wake_to_refuse(
+    counted: CountingStore,
+) -> None:
+    runtime = await make_runtime(counted, ScriptedModel())
+    broken = new_session_id()
+    await counted.inner.plant(broken, b"not a session\n")
+    await counted.inner.point("telegram:broken", broken)
+
+    opened = await runtime.manager.open_ahead(
+        [Ahead(key="telegram:broken"), Ahead(key="cron:fine", create=True)]
+    )
+
+    assert opened == 1
+    assert runtime.manager.thread("telegram:broken") is None
+    (refused,) = await runtime.manager.wake_many([("telegram:broken", system_wake("tick"))])
+    assert isinstance(refused.error, QuarantinedError)
+    await runtime.manager.close()
+    assert await runtime.manager.open_ahead([Ahead(key="cron:late", create=True)]) == 0
+    assert await counted.resolve("cron:late") is None  # a closed manager opens nothing
