@@ -183,7 +183,8 @@ async def test_new_typed_in_a_direct_message_starts_a_clean_conversation(tmp_pat
         assert (await fake.wait_for_sent(ann, 3))[-1].content == "two"
         first, second = script.requests[key]
         assert "remember the number 41" in first.messages[-1].text()
-        assert not any("41" in m.text() for m in second.messages)
+        # Not "41" alone: a message id or a time in a wake's header may hold those digits.
+        assert not any("the number 41" in m.text() for m in second.messages)
 
 
 async def test_a_dropped_gateway_socket_resumes_without_losing_or_doubling_a_message(
