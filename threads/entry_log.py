@@ -9,7 +9,9 @@ from it is one ``bytes`` object the collector never looks at, about the size
 it has on disk. So once a session has read its history, the entries it
 loaded are kept as their lines (:meth:`EntryLog.keep_lines`) and decoded
 again, on demand, by whatever reads them: an equal value, never the same
-object. Entries the session writes afterwards are kept as written.
+object. Entries the session writes are kept the same way, as the lines the
+store wrote (``Storage.append`` hands them back), so a session that grew
+live weighs what one loaded does.
 
 :class:`EntryLog` is the sequence (append order) and :class:`EntryIndex` the
 mapping by id over it; :meth:`EntryLog.of_kind` reads the entries of one kind
@@ -57,11 +59,11 @@ class EntryLog(Sequence[Entry]):
         for item in reversed(self._items):
             yield self._read(item)
 
-    def append(self, entry: Entry) -> int:
-        """Add an entry as written; its position."""
+    def append(self, entry: Entry, line: bytes | None = None) -> int:
+        """Add an entry, kept as ``line`` (the line it was stored as) when given; its position."""
         at = len(self._items)
         self._index[entry.id] = at
-        self._items.append(entry)
+        self._items.append(entry if line is None else line)
         self._kinds.append(entry.TYPE)
         return at
 

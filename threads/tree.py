@@ -42,7 +42,8 @@ class EntryTree:
     """Every entry of a session in append order, indexed, with the current leaf.
 
     The entries a session loaded may be kept as their stored lines
-    (:meth:`keep_lines`, :mod:`threads.entry_log`): reading one decodes it.
+    (:meth:`keep_lines`, :mod:`threads.entry_log`), and so may those it wrote
+    (:meth:`add` with the store's line): reading one decodes it.
     The leaf's path is kept as positions, and the context as the messages it
     holds, so a turn decodes nothing it did not write.
     """
@@ -99,9 +100,13 @@ class EntryTree:
                 continue
             self._add(entry)
 
-    def add(self, entry: Entry) -> None:
-        """Add an entry this session just wrote (already validated by construction)."""
-        self._add(entry)
+    def add(self, entry: Entry, line: bytes | None = None) -> None:
+        """Add an entry this session just wrote (already validated by construction).
+
+        Given ``line``, the line the store wrote it as, the entry is kept as
+        that line, like a loaded one; else as the value.
+        """
+        self._add(entry, line=line)
 
     def keep_lines(self, lines: Sequence[bytes]) -> None:
         """Keep the loaded entries as ``lines``, the lines they were read from, one each.
@@ -111,8 +116,8 @@ class EntryTree:
         """
         self.entries.keep_lines(lines)
 
-    def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
-        at = self.entries.append(entry)
+    def _add(self, entry: Entry, *, move_leaf: bool = True, line: bytes | None = None) -> None:
+        at = self.entries.append(entry, line)
         self._count_turn(entry)
         if isinstance(entry, MessageEntry | ReceiptEntry):
             origin = entry.wake.get("origin") if entry.wake else None

@@ -76,8 +76,24 @@ async def test_a_turn_on_an_opened_session_decodes_none_of_its_history(
     (run,) = agent.runs
     assert [m.text() for m in run.messages][-3:] == ["question 30", "answer 30", "one more"]
     log = session._tree.entries
-    assert log.lines_kept == 90  # what was loaded; the turn's entries are kept as written
     assert len(log) > 90
+    assert log.lines_kept == len(log)  # the turn's entries too, as the store wrote them
+    await session.close()
+
+
+async def test_a_session_that_grew_live_keeps_what_it_wrote_as_the_stored_lines(
+    session_store: SessionStore,
+) -> None:
+    agent = HandAgent()
+    session = await Session.create(session_store, agent)
+    for n in range(3):
+        turn = await session.send(Message.user(f"question {n}"))
+        await turn.wait()
+    log = session._tree.entries
+    assert log.lines_kept == len(log) > 0
+    assert not any(gc.is_tracked(item) for item in log._items)
+    assert session.entries() == await stored(session_store, session.id)
+    assert [m.text() for m in session.context()][-2:] == ["question 2", "ok"]
     await session.close()
 
 
