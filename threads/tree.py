@@ -159,14 +159,15 @@ class EntryTree:
         target = self.leaf if entry_id is None else entry_id
         entries = self.entries
         if entry_id is None and self._path_cache is not None:
-            return [entries[at] for at in self._path_cache]
+            return list(entries.at(self._path_cache))
         out: list[Entry] = []
         positions: list[int] = []
         at = entries.position(target) if target else None
         if target and at is None:
             raise NoEntryError(self.session, target)
+        read = entries.reader()
         while at is not None:
-            current = entries[at]
+            current = read(at)
             if not isinstance(current, LeafEntry):
                 out.append(current)
                 positions.append(at)
@@ -182,8 +183,7 @@ class EntryTree:
         if self._path_cache is None:
             self.path()
         assert self._path_cache is not None
-        entries = self.entries
-        return (entries[at] for at in reversed(self._path_cache))
+        return self.entries.at(reversed(self._path_cache))
 
     def title(self) -> str:
         for entry in self.entries.of_kind(InfoEntry.TYPE, newest_first=True):

@@ -30,6 +30,7 @@ from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
 from threads.store.codec import Referrals, decode_entry, decode_header, encode_entry, referred
 from threads.store.entries import Entry, Header, MessageEntry
+from threads.store.packed import PackedLines
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
         if skipped:
             gone = set(skipped)
             stored = [line for number, line in enumerate(stored, start=2) if number not in gone]
-    return Loaded(header=header, entries=entries, report=report, lines=stored)
+    return Loaded(header=header, entries=entries, report=report, lines=PackedLines(stored))
 
 
 def whole_entry(referrals: Referrals, entry: Entry) -> Entry:
