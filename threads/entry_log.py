@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
+from threads.id_index import IdIndex
 from threads.store.codec import UNRESOLVED, decode_entry, referred, whole
 from threads.store.entries import Entry, MessageEntry, ReceiptEntry
 from threads.store.packed import PackedLines
@@ -44,7 +45,7 @@ class EntryLog(Sequence[Entry]):
         self._lines = PackedLines()
         self._values: dict[int, Entry] = {}
         self._kinds: list[str] = []
-        self._index: dict[str, int] = {}
+        self._index = IdIndex()
 
     def __len__(self) -> int:
         return len(self._kinds)
@@ -95,7 +96,7 @@ class EntryLog(Sequence[Entry]):
     def append(self, entry: Entry, line: bytes | None = None) -> int:
         """Add an entry, kept as ``line`` (the line it was stored as) when given; its position."""
         at = len(self._kinds)
-        self._index[entry.id] = at
+        self._index.add(entry.id, at)
         self._kinds.append(entry.TYPE)
         if line is None:
             self._values[at] = entry
@@ -116,12 +117,17 @@ class EntryLog(Sequence[Entry]):
 
     def ids(self) -> Iterator[str]:
         """Every entry's id, in append order, decoding nothing."""
-        return iter(self._index)
+        return self._index.ids()
 
     @property
     def positions(self) -> Mapping[str, int]:
-        """Every entry's position by id (a view: a load's checks read it without a call each)."""
-        return self._index
+        """Every entry's position by id, until the first :meth:`settle_ids` (a load's checks
+        read it without a call each; a load runs on a fresh log)."""
+        return self._index.recent
+
+    def settle_ids(self) -> None:
+        """Let the index move older ids to its compact part (see :mod:`threads.id_index`)."""
+        self._index.settle_if_grown(len(self) - 1)
 
     def position(self, entry_id: str) -> int | None:
         """Where the entry sits in append order, or None when there is none."""

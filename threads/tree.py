@@ -99,6 +99,7 @@ class EntryTree:
                 self._add(entry, move_leaf=False)
                 continue
             self._add(entry)
+        self.entries.settle_ids()
 
     def add(self, entry: Entry, line: bytes | None = None) -> None:
         """Add an entry this session just wrote (already validated by construction).
@@ -107,6 +108,7 @@ class EntryTree:
         that line, like a loaded one; else as the value.
         """
         self._add(entry, line=line)
+        self.entries.settle_ids()
 
     def keep_lines(self, lines: Sequence[bytes]) -> None:
         """Keep the loaded entries as ``lines``, the lines they were read from, one each.
