@@ -14,14 +14,19 @@ number are one-to-one, and nothing else is numbered.
 
 from __future__ import annotations
 
-import re
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_DIGITS = str.maketrans(CROCKFORD, "0123456789abcdefghijklmnopqrstuv")
-_ULID_ID = re.compile(r"e_[0-7][0-9A-HJKMNP-TV-Z]{25}")
+# Crockford's digits to int()'s base-32 ones; every other ASCII character to one
+# int() refuses (it would take a sign, spaces, an underscore or a lower-case digit).
+_DIGITS = bytes(
+    ord("0123456789abcdefghijklmnopqrstuv"[CROCKFORD.index(chr(code))])
+    if chr(code) in CROCKFORD
+    else ord("!")
+    for code in range(256)
+)
 _LOW = (1 << 64) - 1
 
 SETTLE_AT = 128
@@ -33,9 +38,13 @@ KEEP = 64
 
 def number_of(entry_id: str) -> int | None:
     """The 128-bit number of an ``e_`` ULID id; None for any other id."""
-    if _ULID_ID.fullmatch(entry_id) is None:
+    if len(entry_id) != 28 or not entry_id.startswith("e_") or not entry_id.isascii():
         return None
-    return int(entry_id[2:].translate(_DIGITS), 32)
+    try:
+        number = int(entry_id[2:].encode().translate(_DIGITS), 32)
+    except ValueError:
+        return None
+    return number if number >> 128 == 0 else None
 
 
 def id_of(number: int) -> str:
@@ -54,13 +63,10 @@ class _Run:
 
     def __init__(self, pairs: Iterable[tuple[int, int]]) -> None:
         """``pairs`` of (number, position), sorted by number."""
-        self.highs = array("Q")
-        self.lows = array("Q")
-        self.places = array("I")
-        for number, at in pairs:
-            self.highs.append(number >> 64)
-            self.lows.append(number & _LOW)
-            self.places.append(at)
+        pairs = list(pairs)
+        self.highs = array("Q", [number >> 64 for number, _ in pairs])
+        self.lows = array("Q", [number & _LOW for number, _ in pairs])
+        self.places = array("I", [at for _, at in pairs])
 
     def __len__(self) -> int:
         return len(self.places)

@@ -12,8 +12,17 @@ def test_a_minted_id_and_its_number_are_one_to_one_and_nothing_else_is_numbered(
     minted = [new_entry_id() for _ in range(100)]
     assert [id_of(n) for n in map(number_of, minted) if n is not None] == minted
     assert number_of(minted[0].lower()) is None
-    for other in ("e_1", "s_01M967WM3B2QEV6TKJA10XENDP-t1-s1-1", "e_8" + "0" * 25, "e_" + "I" * 26):
-        assert number_of(other) is None
+    others = [
+        "e_1",
+        "s_01M967WM3B2QEV6TKJA10XENDP-t1-s1-1",
+        "e_8" + "0" * 25,  # past 128 bits
+        "e_" + "I" * 26,  # not a Crockford digit
+        "e_+" + "0" * 24 + "1",  # what int() would take but a ULID is not
+        "e_ " + "0" * 24 + "A",
+        "e_" + "0" * 23 + "_01",
+        "e_\u0663" + "0" * 25,  # a digit to int(), not ASCII
+    ]
+    assert [number_of(other) for other in others] == [None] * len(others)
 
 
 def test_every_id_is_found_at_its_place_after_settles_and_strangers_are_not() -> None:
