@@ -4,11 +4,11 @@ An entry id this build mints is ``e_`` and a ULID: 26 Crockford base-32
 characters, 128 bits. As a dict key an id costs some 150 bytes (the string,
 its slot, the position's ``int``); as two 64-bit halves and a 32-bit
 position in sorted arrays, 20. So the ids of the newest entries — the ones
-a turn names — stay in a dict; once :data:`SETTLE_AT` of them gather, the older ULIDs move into a
-sorted run (:meth:`IdIndex.settle`), and older ids of other shapes (an
-outbound record's, a test's) into a second dict. Runs merge
-as they grow, each kept larger than the next, so a lookup that misses the
-dict bisects a handful of arrays. The mapping is exact: a ULID and its
+a turn names — stay in a dict; once :data:`SETTLE_AT` of them gather, the
+older ULIDs move into a sorted run (:meth:`IdIndex.settle`), and older ids
+of other shapes (an outbound record's, a test's) into a second dict. Runs
+merge as they grow, each kept larger than the next, so a lookup that misses
+the dicts bisects a handful of arrays. The mapping is exact: a ULID and its
 number are one-to-one, and nothing else is numbered.
 """
 
