@@ -174,19 +174,25 @@ def template_of(entries: list[Entry]) -> list[dict[str, Any]]:
 async def seed(store: Any, key: str, turns: int, template: list[dict[str, Any]]) -> None:
     """A session for ``key`` holding ``turns`` clones of the template turn, planted whole.
 
-    The clones are the template's lines with fresh ids and run ids; every field
-    that named an entry of the template (a parent, a receipt, an outbound
-    record) names the clone of that entry, and the first entry of each turn
-    follows the last of the turn before (the format is the store's own: the
-    template was written by a real turn).
+    The clones are the template's lines with fresh ids and run ids, of the
+    shapes a gateway gives them (a minted entry id; an outbound record's id
+    made from its run id); every field that named an entry of the template
+    (a parent, a receipt, an outbound record) names the clone of that entry,
+    and the first entry of each turn follows the last of the turn before
+    (the format is the store's own: the template was written by a real turn).
     """
     header = Header(id=new_session_id(), meta={"key": key, "agent": "default"})
     lines = [encode_header(header)]
-    stem = new_entry_id()
+    template_run = str(template[0]["run_id"])
     last = ""
     for turn in range(1, turns + 1):
         run_id = f"{header.id}-t{turn}"
-        ids = {wire["id"]: f"{stem}{turn}x{index}" for index, wire in enumerate(template)}
+        ids = {
+            wire["id"]: run_id + wire["id"][len(template_run) :]
+            if wire["id"].startswith(template_run)
+            else new_entry_id()
+            for wire in template
+        }
         for index, wire in enumerate(template):
             line = {k: ids.get(v, v) if isinstance(v, str) else v for k, v in wire.items()}
             if index == 0:

@@ -5,11 +5,15 @@ messages after the latest compaction, which the tree's context builder keeps
 decoded — and the last few entries of its path. As decoded values a stored
 entry is a dozen Python objects the garbage collector walks on every full
 pass (a prompt's wake alone is four dictionaries); as the line it was read
-from it is one ``bytes`` object the collector never looks at, about the size
-it has on disk. So once a session has read its history, the entries it
-loaded are kept as their lines (:meth:`EntryLog.keep_lines`) and decoded
-again, on demand, by whatever reads them: an equal value, never the same
-object. Entries the session writes afterwards are kept as written.
+from it is bytes the collector never looks at. So once a session has read
+its history, the entries it loaded are kept as their lines
+(:meth:`EntryLog.keep_lines`) and decoded again, on demand, by whatever
+reads them: an equal value, never the same object. Entries the session
+writes are kept the same way, as the lines the store wrote
+(``Storage.append`` hands them back), so a session that grew live weighs
+what one loaded does. The lines are held packed
+(:class:`~threads.store.packed.PackedLines`): all but the newest few
+compressed by the block, about a ninth of their size on disk.
 
 :class:`EntryLog` is the sequence (append order) and :class:`EntryIndex` the
 mapping by id over it; :meth:`EntryLog.of_kind` reads the entries of one kind
@@ -18,25 +22,33 @@ without decoding the others.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
+from threads.id_index import IdIndex
 from threads.store.codec import UNRESOLVED, decode_entry, referred, whole
 from threads.store.entries import Entry, MessageEntry, ReceiptEntry
+from threads.store.packed import PackedLines
 
 
 class EntryLog(Sequence[Entry]):
-    """A session's entries in append order, some kept as their stored lines."""
+    """A session's entries in append order, kept as their stored lines where known.
 
-    __slots__ = ("_index", "_items", "_kinds")
+    An entry whose line is not known (a load before :meth:`keep_lines`, a
+    store that does not hand its lines back) is kept as its value, with an
+    empty line in its place.
+    """
+
+    __slots__ = ("_index", "_kinds", "_lines", "_values")
 
     def __init__(self) -> None:
-        self._items: list[Entry | bytes] = []
+        self._lines = PackedLines()
+        self._values: dict[int, Entry] = {}
         self._kinds: list[str] = []
-        self._index: dict[str, int] = {}
+        self._index = IdIndex()
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._kinds)
 
     @overload
     def __getitem__(self, at: int) -> Entry: ...
@@ -46,45 +58,76 @@ class EntryLog(Sequence[Entry]):
 
     def __getitem__(self, at: int | slice) -> Entry | list[Entry]:
         if isinstance(at, slice):
-            return [self._read(item) for item in self._items[at]]
-        return self._read(self._items[at])
+            return list(self.at(range(*at.indices(len(self)))))
+        if at < 0:
+            at += len(self)
+        if not 0 <= at < len(self):
+            raise IndexError(f"entry {at} of {len(self)}")
+        return next(self.at((at,)))
 
     def __iter__(self) -> Iterator[Entry]:
-        for item in self._items:
-            yield self._read(item)
+        values = self._values
+        for at, line in enumerate(self._lines):
+            value = values.get(at)
+            yield self._read(line) if value is None else value
 
     def __reversed__(self) -> Iterator[Entry]:
-        for item in reversed(self._items):
-            yield self._read(item)
+        values = self._values
+        for at, line in zip(range(len(self) - 1, -1, -1), reversed(self._lines), strict=True):
+            value = values.get(at)
+            yield self._read(line) if value is None else value
 
-    def append(self, entry: Entry) -> int:
-        """Add an entry as written; its position."""
-        at = len(self._items)
-        self._index[entry.id] = at
-        self._items.append(entry)
+    def at(self, positions: Iterable[int]) -> Iterator[Entry]:
+        """The entries at ``positions`` (each in range), in their order, read as they are reached."""
+        return map(self.reader(), positions)
+
+    def reader(self) -> Callable[[int], Entry]:
+        """A reader of the entry at a position, for a walk: each block of lines is unpacked
+        once for a run of positions in it (see :meth:`PackedLines.reader`)."""
+        values = self._values
+        line_at = self._lines.reader()
+
+        def read(at: int) -> Entry:
+            value = values.get(at)
+            return self._read(line_at(at)) if value is None else value
+
+        return read
+
+    def append(self, entry: Entry, line: bytes | None = None) -> int:
+        """Add an entry, kept as ``line`` (the line it was stored as) when given; its position."""
+        at = len(self._kinds)
+        self._index.add(entry.id, at)
         self._kinds.append(entry.TYPE)
+        if line is None:
+            self._values[at] = entry
+            self._lines.append(b"")
+        else:
+            self._lines.append(line)
         return at
 
-    def _read(self, item: Entry | bytes) -> Entry:
-        """An entry, decoded from its line when kept as one (a prompt made whole from its receipt)."""
-        if not isinstance(item, bytes):
-            return item
-        entry = decode_entry(item)
+    def _read(self, line: bytes) -> Entry:
+        """An entry decoded from its line (a prompt made whole from its receipt)."""
+        entry = decode_entry(line)
         if isinstance(entry, MessageEntry) and entry.message is UNRESOLVED:
             at = self._index.get(referred(entry))
-            receipt = self._read(self._items[at]) if at is not None else None
+            receipt = self[at] if at is not None else None
             if isinstance(receipt, ReceiptEntry):
                 return whole(entry, receipt)
         return entry
 
     def ids(self) -> Iterator[str]:
         """Every entry's id, in append order, decoding nothing."""
-        return iter(self._index)
+        return self._index.ids()
 
     @property
     def positions(self) -> Mapping[str, int]:
-        """Every entry's position by id (a view: a load's checks read it without a call each)."""
-        return self._index
+        """Every entry's position by id, until the first :meth:`settle_ids` (a load's checks
+        read it without a call each; a load runs on a fresh log)."""
+        return self._index.recent
+
+    def settle_ids(self) -> None:
+        """Let the index move older ids to its compact part (see :mod:`threads.id_index`)."""
+        self._index.settle_if_grown(len(self) - 1)
 
     def position(self, entry_id: str) -> int | None:
         """Where the entry sits in append order, or None when there is none."""
@@ -98,20 +141,28 @@ class EntryLog(Sequence[Entry]):
         """The entries of one ``type``, decoding only them."""
         kinds = self._kinds
         order = range(len(kinds) - 1, -1, -1) if newest_first else range(len(kinds))
-        for at in order:
-            if kinds[at] == kind:
-                yield self._read(self._items[at])
+        return self.at(at for at in order if kinds[at] == kind)
 
     @property
     def lines_kept(self) -> int:
         """How many entries are kept as their stored lines (the rest as values)."""
-        return sum(1 for item in self._items if isinstance(item, bytes))
+        return len(self) - len(self._values)
+
+    @property
+    def packed_bytes(self) -> int:
+        """The bytes of the compressed blocks of lines (for figures and tests)."""
+        return self._lines.packed_bytes
 
     def keep_lines(self, lines: Sequence[bytes]) -> None:
         """Keep the first ``len(lines)`` entries as these, the lines they were loaded from."""
-        if len(lines) > len(self._items):
-            raise ValueError(f"{len(lines)} lines for {len(self._items)} entries")
-        self._items[: len(lines)] = lines
+        if len(lines) > len(self):
+            raise ValueError(f"{len(lines)} lines for {len(self)} entries")
+        kept = lines if isinstance(lines, PackedLines) else PackedLines(lines)
+        if len(self._lines) > len(lines):
+            kept = PackedLines(kept)
+            kept.extend(self._lines[len(lines) :])
+        self._lines = kept
+        self._values = {at: value for at, value in self._values.items() if at >= len(lines)}
 
 
 class EntryIndex(Mapping[str, Entry]):

@@ -14,6 +14,9 @@ from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 import orjson
 
 Role: TypeAlias = Literal["user", "assistant", "tool"]
+
+ROLES: dict[str, Role] = {"user": "user", "assistant": "assistant", "tool": "tool"}
+"""Each role's one string: a decoded message takes it rather than a copy of its own."""
 JSON: TypeAlias = Any
 
 
@@ -208,13 +211,13 @@ def message_from_wire(obj: JSON, where: str = "message") -> Message:
     if not isinstance(obj, dict):
         raise WireError(f"{where} must be an object")
     role = obj.get("role")
-    if role not in ("user", "assistant", "tool"):
+    if role not in ROLES:
         raise WireError(f"{where}.role must be user, assistant or tool, got {role!r}")
     content = obj.get("content")
     if not isinstance(content, list):
         raise WireError(f"{where}.content must be a list of parts")
     parts = tuple(part_from_wire(p, f"{where}.content[{i}]") for i, p in enumerate(content))
-    return Message(role=role, content=parts)
+    return Message(role=ROLES[role], content=parts)
 
 
 def usage_to_wire(usage: Usage) -> dict[str, int]:

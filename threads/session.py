@@ -399,7 +399,7 @@ class Session:
         # interrupt mid-step): the tree must stay equal to what the store holds.
         append = asyncio.ensure_future(self._store.append(self.id, entries, durable=durable))
         try:
-            await asyncio.shield(append)
+            lines = await asyncio.shield(append)
         except UnavailableError as exc:
             self._unsure = list(entries)
             self._options.outage.failed(exc)
@@ -410,7 +410,7 @@ class Session:
                 raise
             failure = append.exception()
             if failure is None:
-                self._record(entries)
+                self._record(entries, append.result())
             else:
                 # Nobody is left to see it: the caller was cancelled meanwhile.
                 log.warning(
@@ -418,7 +418,7 @@ class Session:
                 )
             raise
         self._options.outage.succeeded()
-        self._record(entries)
+        self._record(entries, lines)
 
     async def _sync(self) -> None:
         """Make what was appended durable, when the store only does so on a flush."""
@@ -460,9 +460,14 @@ class Session:
         self._options.outage.succeeded()
         return [e.id for e in entries] == [e.id for e in unsure]
 
-    def _record(self, entries: Sequence[Entry]) -> None:
-        for entry in entries:
-            self._tree.add(entry)
+    def _record(self, entries: Sequence[Entry], lines: Sequence[bytes] | None = None) -> None:
+        """Add what landed to the tree: kept as ``lines``, the store's, when it handed them back."""
+        if lines is not None and len(lines) == len(entries):
+            for entry, line in zip(entries, lines, strict=True):
+                self._tree.add(entry, line)
+        else:
+            for entry in entries:
+                self._tree.add(entry)
         self._view += len(entries)
 
     async def hold(self) -> None:

@@ -42,7 +42,8 @@ class EntryTree:
     """Every entry of a session in append order, indexed, with the current leaf.
 
     The entries a session loaded may be kept as their stored lines
-    (:meth:`keep_lines`, :mod:`threads.entry_log`): reading one decodes it.
+    (:meth:`keep_lines`, :mod:`threads.entry_log`), and so may those it wrote
+    (:meth:`add` with the store's line): reading one decodes it.
     The leaf's path is kept as positions, and the context as the messages it
     holds, so a turn decodes nothing it did not write.
     """
@@ -98,10 +99,16 @@ class EntryTree:
                 self._add(entry, move_leaf=False)
                 continue
             self._add(entry)
+        self.entries.settle_ids()
 
-    def add(self, entry: Entry) -> None:
-        """Add an entry this session just wrote (already validated by construction)."""
-        self._add(entry)
+    def add(self, entry: Entry, line: bytes | None = None) -> None:
+        """Add an entry this session just wrote (already validated by construction).
+
+        Given ``line``, the line the store wrote it as, the entry is kept as
+        that line, like a loaded one; else as the value.
+        """
+        self._add(entry, line=line)
+        self.entries.settle_ids()
 
     def keep_lines(self, lines: Sequence[bytes]) -> None:
         """Keep the loaded entries as ``lines``, the lines they were read from, one each.
@@ -111,8 +118,8 @@ class EntryTree:
         """
         self.entries.keep_lines(lines)
 
-    def _add(self, entry: Entry, *, move_leaf: bool = True) -> None:
-        at = self.entries.append(entry)
+    def _add(self, entry: Entry, *, move_leaf: bool = True, line: bytes | None = None) -> None:
+        at = self.entries.append(entry, line)
         self._count_turn(entry)
         if isinstance(entry, MessageEntry | ReceiptEntry):
             origin = entry.wake.get("origin") if entry.wake else None
@@ -154,14 +161,15 @@ class EntryTree:
         target = self.leaf if entry_id is None else entry_id
         entries = self.entries
         if entry_id is None and self._path_cache is not None:
-            return [entries[at] for at in self._path_cache]
+            return list(entries.at(self._path_cache))
         out: list[Entry] = []
         positions: list[int] = []
         at = entries.position(target) if target else None
         if target and at is None:
             raise NoEntryError(self.session, target)
+        read = entries.reader()
         while at is not None:
-            current = entries[at]
+            current = read(at)
             if not isinstance(current, LeafEntry):
                 out.append(current)
                 positions.append(at)
@@ -177,8 +185,7 @@ class EntryTree:
         if self._path_cache is None:
             self.path()
         assert self._path_cache is not None
-        entries = self.entries
-        return (entries[at] for at in reversed(self._path_cache))
+        return self.entries.at(reversed(self._path_cache))
 
     def title(self) -> str:
         for entry in self.entries.of_kind(InfoEntry.TYPE, newest_first=True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tracemalloc
 
 import pytest
 
@@ -53,6 +54,21 @@ def test_meters_are_bounded_and_the_one_charged_least_recently_goes_first() -> N
     assert budget.spent(chain="c_busy") == (1 + MAX_METERS // 1000, 1 + MAX_METERS // 1000)
     assert budget.spent(chain=f"c_{MAX_METERS - 1}") == (1, 1)
     assert budget.spent(key="k")[0] == 2 + MAX_METERS + MAX_METERS // 1000
+
+
+def test_a_full_set_of_chain_meters_costs_under_300_bytes_each() -> None:
+    # An hour of user messages fills MAX_METERS chain meters: each must stay small.
+    budget = Budget(BudgetConfig(), clock=Clock())
+    chains = [f"c_{i:026d}" for i in range(MAX_METERS)]
+    tracemalloc.start()
+    try:
+        for chain in chains:
+            budget.charge("k", chain, 2_512)
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert budget.spent(chain=chains[-1]) == (1, 2_512)
+    assert held / MAX_METERS < 300
 
 
 def test_a_limit_of_zero_is_no_limit_and_tokens_count_too() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import gc
 from datetime import UTC, datetime
 
 from tests.threads.conftest import HandAgent, plant, stored
@@ -21,6 +20,7 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
+from threads.store.packed import BLOCK
 
 
 def history(turns: int) -> list[Entry]:
@@ -76,21 +76,43 @@ async def test_a_turn_on_an_opened_session_decodes_none_of_its_history(
     (run,) = agent.runs
     assert [m.text() for m in run.messages][-3:] == ["question 30", "answer 30", "one more"]
     log = session._tree.entries
-    assert log.lines_kept == 90  # what was loaded; the turn's entries are kept as written
     assert len(log) > 90
+    assert log.lines_kept == len(log)  # the turn's entries too, as the store wrote them
     await session.close()
 
 
-def test_lines_are_not_tracked_by_the_collector_and_kinds_are_read_alone() -> None:
-    entries = history(20)
+async def test_a_session_that_grew_live_keeps_what_it_wrote_as_the_stored_lines(
+    session_store: SessionStore,
+) -> None:
+    agent = HandAgent()
+    session = await Session.create(session_store, agent)
+    for n in range(30):
+        turn = await session.send(Message.user(f"question {n}"))
+        await turn.wait()
+    log = session._tree.entries
+    assert log.lines_kept == len(log) > BLOCK
+    assert log.packed_bytes > 0
+    assert session.entries() == await stored(session_store, session.id)
+    assert session.path() == list(reversed(list(session.path_reversed())))
+    assert [m.text() for m in session.context()][-2:] == ["question 29", "ok"]
+    await session.close()
+
+
+def test_kept_lines_are_packed_and_read_back_equal_and_kinds_are_read_alone() -> None:
+    entries = history(100)
     log = EntryLog()
     for entry in entries:
         log.append(entry)
-    log.keep_lines([encode_entry(e)[:-1] for e in entries])
-    assert not any(gc.is_tracked(item) for item in log._items)
+    lines = [encode_entry(e)[:-1] for e in entries]
+    log.keep_lines(lines)
+    assert log.lines_kept == len(entries)
+    assert log.packed_bytes * 4 < sum(len(line) for line in lines)
     assert log.has_kind(TurnEntry.TYPE)
     assert not log.has_kind(ReceiptEntry.TYPE)
     turns = list(log.of_kind(TurnEntry.TYPE, newest_first=True))
-    assert [t.run_id for t in turns][:2] == ["s_x-t20", "s_x-t19"]
+    assert [t.run_id for t in turns][:2] == ["s_x-t100", "s_x-t99"]
     assert list(log) == entries
+    assert list(reversed(log)) == entries[::-1]
     assert log[3:5] == entries[3:5]
+    assert log[-1] == entries[-1]
+    assert list(log.at([200, 3, 299, 64, 63])) == [entries[i] for i in (200, 3, 299, 64, 63)]

@@ -150,8 +150,15 @@ class Storage(Protocol):
         """
         ...
 
-    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
-        """Append a batch, atomically against the writer's death.
+    async def append(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> Sequence[bytes] | None:
+        """Append a batch, atomically against the writer's death; the lines it was stored as.
+
+        The lines are one per entry, in order, each with its newline: what a
+        load reads back as :attr:`Loaded.lines`. A session keeps them rather
+        than the values (:mod:`threads.entry_log`); a backend that does not
+        encode lines itself returns None, and the session keeps the values.
 
         ``durable=False`` asks less of an ``every_append`` store: the batch
         has reached the operating system when the call returns (it outlives

@@ -21,6 +21,7 @@ import orjson
 from threads.errors import NewerFormatError
 from threads.ids import valid_id
 from threads.messages import (
+    ROLES,
     Message,
     TextPart,
     ToolCallPart,
@@ -288,7 +289,7 @@ def _fast_message(value: JSON) -> Message:
         return message_from_wire(value)
     role = value.get("role")
     content = value.get("content")
-    if role not in ("user", "assistant", "tool") or type(content) is not list:
+    if role not in ROLES or type(content) is not list:
         return message_from_wire(value)
     parts: list[Any] = []
     for index, part in enumerate(content):
@@ -299,7 +300,7 @@ def _fast_message(value: JSON) -> Message:
         else:
             parts.append(part_from_wire(part, f"message.content[{index}]"))
     message = _new(Message)
-    _set_role(message, role)
+    _set_role(message, ROLES[role])
     _set_content(message, tuple(parts))
     _set_wire(message, None)
     _set_size(message, -1)

@@ -65,7 +65,7 @@ from threads.store.handles import (
 )
 from threads.store.keyfile import JOURNAL, KeyJournal, encode_point, read_journal
 from threads.store.leases import Leases
-from threads.store.lines import decode_session, encode_batch
+from threads.store.lines import decode_session, encode_lines
 from threads.store.listing import DirectoryListing
 from threads.store.private import fsync_dir, make_private_dir, open_private
 from threads.store.rules import ZERO_TIME, check_header, check_id
@@ -148,11 +148,15 @@ class JsonlStore:
         await self._write(partial(self._w_create, header, line, durable))
         self._pulse.fire()
 
-    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
+    async def append(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> list[bytes]:
         check_id(session)
-        data = encode_batch(entries)
+        lines = encode_lines(entries)
+        data = b"".join(lines)
         await self._write(partial(self._w_append, session, data, len(entries), durable))
         self._pulse.fire()
+        return lines
 
     async def load(self, session: str) -> Loaded:
         check_id(session)

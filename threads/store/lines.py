@@ -30,6 +30,7 @@ from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
 from threads.store.codec import Referrals, decode_entry, decode_header, encode_entry, referred
 from threads.store.entries import Entry, Header, MessageEntry
+from threads.store.packed import PackedLines
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,16 @@ _MORE = re.compile(rb',"more":[0-9]+\}$')
 
 
 def encode_batch(entries: Sequence[Entry]) -> bytes:
-    """Encode a whole batch before anything is written.
+    """Encode a whole batch before anything is written: :func:`encode_lines`, joined."""
+    return b"".join(encode_lines(entries))
 
-    An entry the format could not read back (see
+
+def encode_lines(entries: Sequence[Entry]) -> list[bytes]:
+    """A batch's lines, one per entry and each with its newline, before anything is written.
+
+    These are the bytes a backend stores (joined), and what it hands back
+    from ``append``: a session keeps them in place of the values. An entry
+    the format could not read back (see
     :func:`~threads.store.codec.encode_entry`) fails the whole batch with
     :class:`ValueError` (:class:`TypeError` for a value JSON cannot hold)
     naming its place in the batch, the entry and the field.
@@ -58,7 +66,7 @@ def encode_batch(entries: Sequence[Entry]) -> bytes:
         if index < last:
             line = line[:-2] + b',"more":%d}\n' % (last - index)
         lines.append(line)
-    return lines[0] if len(lines) == 1 else b"".join(lines)
+    return lines
 
 
 def complete_end(data: bytes) -> int:
@@ -113,7 +121,7 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
         if skipped:
             gone = set(skipped)
             stored = [line for number, line in enumerate(stored, start=2) if number not in gone]
-    return Loaded(header=header, entries=entries, report=report, lines=stored)
+    return Loaded(header=header, entries=entries, report=report, lines=PackedLines(stored))
 
 
 def whole_entry(referrals: Referrals, entry: Entry) -> Entry:

@@ -22,7 +22,7 @@ from threads.store.codec import encode_header
 from threads.store.entries import Entry, Header, InfoEntry
 from threads.store.inflight import InFlight
 from threads.store.leases import Leases
-from threads.store.lines import count_lines, decode_session, encode_batch, header_of, split_torn
+from threads.store.lines import count_lines, decode_session, encode_lines, header_of, split_torn
 from threads.store.rules import ZERO_TIME, check_header, check_id, select_page
 from threads.store.watching import Pulse, tail
 
@@ -47,16 +47,20 @@ class MemoryStore:
         line = encode_header(header)
         await self._writes.run(header.id, "create:started", partial(self._create, header, line))
 
-    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
+    async def append(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> list[bytes]:
         # Nothing here outlives the process: ``durable`` changes nothing.
         check_id(session)
-        batch = encode_batch(entries)
+        lines = encode_lines(entries)
+        batch = b"".join(lines)
         title = next(
             (e.title for e in reversed(entries) if isinstance(e, InfoEntry) and e.title), ""
         )
         await self._writes.run(
             session, "append:started", partial(self._append, session, batch, title)
         )
+        return lines
 
     async def load(self, session: str) -> Loaded:
         await asyncio.sleep(0)

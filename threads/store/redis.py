@@ -71,7 +71,7 @@ from threads.store.codec import decode_header, encode_header
 from threads.store.entries import Entry, Header, InfoEntry
 from threads.store.inflight import InFlight
 from threads.store.leases import Leases
-from threads.store.lines import complete_end, decode_session, encode_batch
+from threads.store.lines import complete_end, decode_session, encode_lines
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us, page_of
 from threads.store.watching import Pulse, advance, tail
 
@@ -300,16 +300,20 @@ class RedisStore:
         await self._writes.run(header.id, "create:started", create)
 
     @_translated
-    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
+    async def append(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> list[bytes]:
         # The server's persistence decides: ``durable`` changes nothing.
         check_id(session)
-        data = encode_batch(entries)
+        lines = encode_lines(entries)
+        data = b"".join(lines)
         title = next(
             (e.title for e in reversed(entries) if isinstance(e, InfoEntry) and e.title), ""
         )
         await self._writes.run(
             session, "append:started", partial(self._append_now, session, data, title)
         )
+        return lines
 
     @_translated
     async def load(self, session: str) -> Loaded:

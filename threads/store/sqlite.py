@@ -55,7 +55,7 @@ from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header, InfoEntry
 from threads.store.leases import Leases
-from threads.store.lines import complete_end, decode_session, encode_batch
+from threads.store.lines import complete_end, decode_session, encode_lines
 from threads.store.private import create_private_database, make_private_dir
 from threads.store.rules import ZERO_TIME, check_header, check_id, created_us
 from threads.store.sqlite_wal import use_wal_blocking
@@ -184,15 +184,19 @@ class SqliteStore:
         await self._write(partial(self._w_create, header, line))
         self._pulse.fire()
 
-    async def append(self, session: str, entries: Sequence[Entry], *, durable: bool = True) -> None:
+    async def append(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> list[bytes]:
         # A commit is as durable as the fsync policy makes it; ``durable=False`` keeps that.
         check_id(session)
-        data = encode_batch(entries)
+        lines = encode_lines(entries)
+        data = b"".join(lines)
         title = next(
             (e.title for e in reversed(entries) if isinstance(e, InfoEntry) and e.title), ""
         )
         await self._write(partial(self._w_append, session, data, title))
         self._pulse.fire()
+        return lines
 
     async def load(self, session: str) -> Loaded:
         check_id(session)

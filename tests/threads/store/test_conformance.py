@@ -22,7 +22,7 @@ from tests.threads.store.helpers import Gate, at, header, info, msg, next_entry,
 from threads.errors import ExistsError, InvalidIdError, NotFoundError
 from threads.messages import Message, ToolCallPart
 from threads.store.base import Flusher, Leaser, Page, Query, Releaser, StoreOptions, Watcher
-from threads.store.codec import encode_header
+from threads.store.codec import decode_entry, encode_header
 from threads.store.entries import CustomEntry, Entry, LabelEntry, MessageEntry
 
 BULK = StoreOptions(fsync="on_flush")  # many creates; durability is not what these test
@@ -133,6 +133,16 @@ async def test_entries_load_in_arrival_order_across_and_within_batches(store: An
     await store.append(h.id, [])
     await store.append(h.id, [msg("4"), msg("5"), msg("6")])
     assert texts((await store.load(h.id)).entries) == ["1", "2", "3", "4", "5", "6"]
+
+
+async def test_an_append_hands_back_the_lines_a_load_reads_back(store: Any) -> None:
+    h = header()
+    await store.create(h)
+    batch = [msg("1"), msg("2"), msg("3")]
+    written = [*await store.append(h.id, batch), *await store.append(h.id, [msg("4")])]
+    loaded = await store.load(h.id)
+    assert written == [line + b"\n" for line in loaded.lines]
+    assert [decode_entry(line) for line in written] == loaded.entries == [*batch, loaded.entries[3]]
 
 
 async def test_an_append_that_need_not_be_durable_keeps_its_place_and_outlives_its_store(

@@ -8,6 +8,7 @@ Regenerate them only for a deliberate format change, with
 
 from __future__ import annotations
 
+import dataclasses
 import string
 import sys
 from dataclasses import fields
@@ -310,6 +311,22 @@ def test_a_whole_golden_session_decodes_in_order() -> None:
     loaded = decode_session("s_01JNA0000000000000000000S1", data)
     assert loaded.report is None
     assert loaded.entries == [golden_entries()[name] for name in sorted(golden_entries())]
+
+
+def test_decoded_messages_share_one_string_per_role() -> None:
+    # A live session decodes its history's messages: a role is not a string of its own each.
+    answer = Message(
+        role="tool", content=(ToolResultPart(call_id="call_1", name="read_file", content="x"),)
+    )
+    messages = (Message.user("a"), Message.user("b"), answer, dataclasses.replace(answer))
+    roles = []
+    for n, message in enumerate(messages):
+        entry = decode_entry(encode_entry(MessageEntry(id=f"e_{n}", created=T, message=message)))
+        assert isinstance(entry, MessageEntry)
+        roles.append(entry.message.role)
+    assert roles == ["user", "user", "tool", "tool"]
+    assert roles[0] is roles[1]
+    assert roles[2] is roles[3]
 
 
 def test_a_newer_version_of_a_known_kind_fails_loudly() -> None:

@@ -1,0 +1,165 @@
+"""Where each entry of a live session sits, by id, in some 20 bytes an entry rather than 150.
+
+An entry id this build mints is ``e_`` and a ULID: 26 Crockford base-32
+characters, 128 bits. As a dict key an id costs some 150 bytes (the string,
+its slot, the position's ``int``); as two 64-bit halves and a 32-bit
+position in sorted arrays, 20. So the ids of the newest entries — the ones
+a turn names — stay in a dict; once :data:`SETTLE_AT` of them gather, the
+older ULIDs move into a sorted run (:meth:`IdIndex.settle`), and older ids
+of other shapes (an outbound record's, a test's) into a second dict. Runs
+merge as they grow, each kept larger than the next, so a lookup that misses
+the dicts bisects a handful of arrays. The mapping is exact: a ULID and its
+number are one-to-one, and nothing else is numbered.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# Crockford's digits to int()'s base-32 ones; every other ASCII character to one
+# int() refuses (it would take a sign, spaces, an underscore or a lower-case digit).
+_DIGITS = bytes(
+    ord("0123456789abcdefghijklmnopqrstuv"[CROCKFORD.index(chr(code))])
+    if chr(code) in CROCKFORD
+    else ord("!")
+    for code in range(256)
+)
+_LOW = (1 << 64) - 1
+
+SETTLE_AT = 128
+"""Newest ids the dict holds before the older ones move out."""
+
+KEEP = 64
+"""Ids of the newest entries a settle leaves in the dict."""
+
+
+def number_of(entry_id: str) -> int | None:
+    """The 128-bit number of an ``e_`` ULID id; None for any other id."""
+    if len(entry_id) != 28 or not entry_id.startswith("e_") or not entry_id.isascii():
+        return None
+    try:
+        number = int(entry_id[2:].encode().translate(_DIGITS), 32)
+    except ValueError:
+        return None
+    return number if number >> 128 == 0 else None
+
+
+def id_of(number: int) -> str:
+    """The ``e_`` ULID id whose number is ``number`` (:func:`number_of` undone)."""
+    chars = []
+    for _ in range(26):
+        number, digit = divmod(number, 32)
+        chars.append(CROCKFORD[digit])
+    return "e_" + "".join(reversed(chars))
+
+
+class _Run:
+    """Ids as numbers in sorted arrays: high halves, low halves and positions."""
+
+    __slots__ = ("highs", "lows", "places")
+
+    def __init__(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """``pairs`` of (number, position), sorted by number."""
+        pairs = list(pairs)
+        self.highs = array("Q", [number >> 64 for number, _ in pairs])
+        self.lows = array("Q", [number & _LOW for number, _ in pairs])
+        self.places = array("I", [at for _, at in pairs])
+
+    def __len__(self) -> int:
+        return len(self.places)
+
+    def find(self, number: int) -> int | None:
+        high, low = number >> 64, number & _LOW
+        highs = self.highs
+        at = bisect_left(highs, high)
+        while at < len(highs) and highs[at] == high:
+            if self.lows[at] == low:
+                return self.places[at]
+            at += 1
+        return None
+
+    def pairs(self) -> Iterator[tuple[int, int]]:
+        for high, low, at in zip(self.highs, self.lows, self.places, strict=True):
+            yield (high << 64) | low, at
+
+
+class IdIndex:
+    """Entry id → position in append order, for every entry of a session.
+
+    Three parts: the newest ids (any kind) in a dict, older ids that are not
+    ULIDs in another, older ULIDs in sorted runs. :meth:`add` only adds;
+    the owner calls :meth:`settle_if_grown` where a settle may run (never in
+    the middle of a load that reads :attr:`recent`).
+    """
+
+    __slots__ = ("_others", "_recent", "_runs")
+
+    def __init__(self) -> None:
+        self._recent: dict[str, int] = {}
+        self._others: dict[str, int] = {}
+        self._runs: list[_Run] = []
+
+    @property
+    def recent(self) -> dict[str, int]:
+        """The newest ids: every id until the first settle (a load's checks read it directly)."""
+        return self._recent
+
+    def __len__(self) -> int:
+        return len(self._recent) + len(self._others) + sum(len(run) for run in self._runs)
+
+    def add(self, entry_id: str, at: int) -> None:
+        """Record the entry at position ``at``, the newest."""
+        self._recent[entry_id] = at
+
+    def get(self, entry_id: str) -> int | None:
+        at = self._recent.get(entry_id)
+        if at is not None:
+            return at
+        at = self._others.get(entry_id)
+        if at is not None or not self._runs:
+            return at
+        number = number_of(entry_id)
+        if number is None:
+            return None
+        for run in self._runs:
+            at = run.find(number)
+            if at is not None:
+                return at
+        return None
+
+    def ids(self) -> Iterator[str]:
+        """Every id, in append order."""
+        placed = [(at, id_of(number)) for run in self._runs for number, at in run.pairs()]
+        for part in (self._others, self._recent):
+            placed += [(at, entry_id) for entry_id, at in part.items()]
+        placed.sort()
+        return (entry_id for _, entry_id in placed)
+
+    def settle_if_grown(self, newest: int) -> None:
+        """Settle all but the :data:`KEEP` newest ids once the dict holds :data:`SETTLE_AT`."""
+        if len(self._recent) >= SETTLE_AT:
+            self.settle(newest + 1 - KEEP)
+
+    def settle(self, below: int) -> None:
+        """Move the ids of the entries before position ``below`` out of the newest ones."""
+        moved: list[tuple[int, int]] = []
+        kept: dict[str, int] = {}
+        for entry_id, at in self._recent.items():
+            if at >= below:
+                kept[entry_id] = at
+            elif (number := number_of(entry_id)) is not None:
+                moved.append((number, at))
+            else:
+                self._others[entry_id] = at
+        self._recent = kept  # a new dict: a dict never gives back the room of deleted keys
+        if not moved:
+            return
+        moved.sort()  # minted ids grow with time: nearly in order already
+        runs = self._runs
+        runs.append(_Run(moved))
+        while len(runs) > 1 and len(runs[-2]) <= len(runs[-1]):
+            newer, older = runs.pop(), runs.pop()
+            runs.append(_Run(sorted([*older.pairs(), *newer.pairs()])))
