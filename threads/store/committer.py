@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 SIBLINGS = 4
 """A round that made this many callers durable makes the next one linger."""
-GAP = 0.002
+GAP = 0.0005
 """A lingering round stops when the event loop handed over nothing for this long."""
 
 

@@ -77,7 +77,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 SUFFIX = ".jsonl"
-LINGER = 0.005
+LINGER = 0.003
 """How long a busy round of the write-ahead log waits for more writers (decision perf-15)."""
 _STALE_TEMP_SECONDS = 600.0
 
