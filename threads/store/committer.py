@@ -14,7 +14,8 @@ keeps taking what the event loop hands over until nothing came for ``GAP``
 seconds, or ``linger`` seconds have passed (decision perf-15). Writers that
 are not waiting on this round add their writes to its one flush instead of
 each starting the next; a lone writer, whose rounds hold one caller, never
-waits.
+waits. A linger that gathered nothing (every writer was waiting on the
+round: a closed loop) is not tried again for ``RETRY`` rounds.
 
 An operation still queued when its caller is cancelled is skipped: a
 cancelled call writes nothing unless the thread had already started it.
@@ -38,6 +39,8 @@ SIBLINGS = 4
 """A round that made this many callers durable makes the next one linger."""
 GAP = 0.0005
 """A lingering round stops when the event loop handed over nothing for this long."""
+RETRY = 2
+"""After a linger that gathered nothing, the rounds that pass before the next one lingers."""
 
 
 class Syncable(Protocol):
@@ -201,11 +204,13 @@ class Committer:
 
     def _rounds(self, pool: ThreadPoolExecutor | None) -> None:
         running = True
-        busy = False
+        lingering = False
+        skip = 0  # rounds left before lingering again, after a linger that gathered nothing
         while running:
             current = Round()
             ops: list[Op[Any]] = []
-            deadline = time.monotonic() + (self._linger if busy else 0.0)
+            deadline = time.monotonic() + (self._linger if lingering else 0.0)
+            gathered = False
             batch, running = self._take(self._queue.get())
             while batch:
                 for op in batch:
@@ -222,8 +227,13 @@ class Committer:
                     batch, running = self._take(self._more(ops, deadline))
                 except queue.Empty:
                     break
+                gathered = True
             current.finish(pool)
-            busy = current.callers >= SIBLINGS
+            if lingering and not gathered:
+                skip = RETRY  # its writers were all waiting on it: a closed loop
+            elif skip:
+                skip -= 1
+            lingering = current.callers >= SIBLINGS and not skip
             by_loop: dict[asyncio.AbstractEventLoop, list[Op[Any]]] = {}
             for op in ops:
                 by_loop.setdefault(op.loop, []).append(op)

@@ -53,3 +53,20 @@ async def test_after_a_busy_round_a_writer_that_comes_late_shares_the_next_round
     await committer.stop()  # ends the lingering round
     await asyncio.wait_for(asyncio.gather(first, second), HANG)
     assert file.syncs == 2
+
+
+async def test_after_a_linger_that_gathered_nothing_the_next_busy_round_does_not_linger() -> None:
+    file = File()
+    committer = Committer("test", linger=0.2, gap=0.2)
+    await asyncio.gather(*(committer.run(write(file)) for _ in range(SIBLINGS)))
+    # Busy, so this round lingers; all its writers wait on it, so nothing comes.
+    await asyncio.gather(*(committer.run(write(file)) for _ in range(SIBLINGS)))
+    assert file.syncs == 2
+
+    ran = threading.Event()
+    first = asyncio.ensure_future(committer.run(write(file, ran)))
+    assert await asyncio.to_thread(ran.wait, HANG)
+    second = asyncio.ensure_future(committer.run(write(file)))
+    await asyncio.wait_for(asyncio.gather(first, second), HANG)
+    assert file.syncs == 4  # the round after a fruitless linger ended without the second
+    await committer.stop()
