@@ -94,8 +94,8 @@ def _tool_content(result: ToolResultPart) -> str:
     return f"Error: {result.content}" if result.is_error else result.content
 
 
-def chat_messages(message: Message) -> list[dict[str, Any]]:
-    """One of our messages as chat messages: none, one, or several (a tool result each)."""
+def _plain_text(message: Message) -> str | None:
+    """The text of the usual message, one text part and no tool role: none of its parts to sort."""
     content = message.content
     if (
         len(content) == 1
@@ -103,8 +103,16 @@ def chat_messages(message: Message) -> list[dict[str, Any]]:
         and content[0].text
         and message.role != "tool"
     ):
-        # The usual message, one text part: no need to sort its parts.
-        return [{"role": message.role, "content": content[0].text}]
+        return content[0].text
+    return None
+
+
+def chat_messages(message: Message) -> list[dict[str, Any]]:
+    """One of our messages as chat messages: none, one, or several (a tool result each)."""
+    text = _plain_text(message)
+    if text is not None:
+        return [{"role": message.role, "content": text}]
+    content = message.content
     out: list[dict[str, Any]] = []
     rest: list[Part] = []
     calls: list[ToolCallPart] = []
@@ -144,15 +152,9 @@ def chat_messages(message: Message) -> list[dict[str, Any]]:
 
 def _encoded(message: Message) -> bytes:
     """A message's chat messages as JSON, comma-separated (b"" when it has none)."""
-    content = message.content
-    if (
-        len(content) == 1
-        and type(content[0]) is TextPart
-        and content[0].text
-        and message.role != "tool"
-    ):
-        # The usual message, as chat_messages makes it, without its list.
-        return orjson.dumps({"role": message.role, "content": content[0].text})
+    text = _plain_text(message)
+    if text is not None:  # as chat_messages makes it, without its list
+        return orjson.dumps({"role": message.role, "content": text})
     return b",".join(orjson.dumps(m) for m in chat_messages(message))
 
 
