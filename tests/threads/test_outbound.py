@@ -54,7 +54,7 @@ async def records_of(rt: Runtime, key: str = KEY) -> list[OutboundEntry]:
 async def test_a_turn_with_a_reply_flushes_its_prompt_and_its_end_and_not_its_mark(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("threads.session.PROMPT_FLUSH_WITHIN", 0.0)  # the prompt's own flush
+    monkeypatch.setattr("threads.session.PROMPT_FLUSH_WITHIN", 0.0)  # its flush asked at once
     store = JsonlStore(tmp_path / "sessions")  # the default: every append durable
     runtime = await make_runtime(store, ScriptedModel(say("one"), say("two")))
     try:
@@ -63,9 +63,10 @@ async def test_a_turn_with_a_reply_flushes_its_prompt_and_its_end_and_not_its_ma
         syncs = Spy(monkeypatch, "fsync")
         _accepted, turn = await runtime.manager.wake_turn(KEY, runtime.user_wake("b"))
         await turn.wait(DEADLINE)
-        # The prompt and the turn's end (with the reply's record) are flushed; the
-        # reply's mark is written with no flush of its own (the next prompt's covers it).
-        assert len(syncs.calls) == 2
+        # The prompt and the turn's end (with the reply's record) are flushed, in one
+        # round or two as the writer thread takes them; the reply's mark is written
+        # with no flush of its own (the next prompt's covers it).
+        assert len(syncs.calls) in (1, 2)
         assert [r.status for r in await records_of(runtime) if r.record] == ["delivered"] * 2
     finally:
         await runtime.manager.close()
