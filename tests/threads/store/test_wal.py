@@ -30,30 +30,40 @@ def logs(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith(PREFIX))
 
 
+class HeldWriter:
+    """A store's ``pause``: its writer thread waits in its first append until released."""
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, point: str) -> None:
+        if point == "append:started" and not self.release.is_set():
+            self.entered.set()
+            self.release.wait(30)
+
+    async def reached(self) -> None:
+        """Once the writer thread is held (the appends after it queue behind)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.entered.wait, 30)
+
+
 async def test_a_round_of_appends_to_many_sessions_is_flushed_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def pause(point: str) -> None:
-        if point == "append:started" and not release.is_set():
-            entered.set()
-            release.wait(30)
-
-    store = JsonlStore(tmp_path, pause=pause)
+    held = HeldWriter()
+    store = JsonlStore(tmp_path, pause=held)
     sessions = [header() for _ in range(16)]
     for h in sessions:
         await store.create(h)
     syncs = Spy(monkeypatch, "fsync")
     # The first append holds the writer thread; the other 63 queue behind it: one round.
     first = asyncio.ensure_future(store.append(sessions[0].id, [msg("first")]))
-    await asyncio.get_running_loop().run_in_executor(None, entered.wait, 30)
+    await held.reached()
     rest = [
         asyncio.ensure_future(store.append(sessions[i % 16].id, [msg(str(i))]))
         for i in range(1, 64)
     ]
     await asyncio.sleep(0)  # let each append hand its write to the writer thread
-    release.set()
+    held.release.set()
     await asyncio.gather(first, *rest)
     # Two rounds (the held one and the other 63 over 16 files): two flushes of the log.
     assert len(syncs.calls) == 2
@@ -309,14 +319,8 @@ async def test_a_round_whose_flush_fails_leaves_an_earlier_written_append_in_pla
 async def test_an_append_that_need_not_be_durable_keeps_its_place_in_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    def pause(point: str) -> None:
-        if point == "append:started" and not release.is_set():
-            entered.set()
-            release.wait(30)
-
-    store = JsonlStore(tmp_path, pause=pause)
+    held = HeldWriter()
+    store = JsonlStore(tmp_path, pause=held)
     h, other = header(), header()
     await store.create(h)
     await store.create(other)
@@ -324,14 +328,14 @@ async def test_an_append_that_need_not_be_durable_keeps_its_place_in_the_log(
     # The first append holds the writer thread; the rest queue behind it: one round,
     # in which a durable append comes before the one that need not be durable.
     first = asyncio.ensure_future(store.append(other.id, [msg("held")]))
-    await asyncio.get_running_loop().run_in_executor(None, entered.wait, 30)
+    await held.reached()
     rest = [
         asyncio.ensure_future(store.append(h.id, [msg("turn end")])),
         asyncio.ensure_future(store.append(h.id, [msg("mark")], durable=False)),
         asyncio.ensure_future(store.append(h.id, [msg("next prompt")])),
     ]
     await asyncio.sleep(0)  # let each append hand its write to the writer thread
-    release.set()
+    held.release.set()
     await asyncio.gather(first, *rest)
     assert len(syncs.calls) == 2  # the held round's flush and the round of the rest
     (log,) = logs(tmp_path)
