@@ -214,8 +214,7 @@ class JsonlStore:
 
     async def flush_soon(self, session: str, within: float) -> None:
         check_id(session)
-        await self._ready()
-        await self._run(partial(self._w_flush, session), within=within)
+        await self._write(partial(self._w_flush, session), within=within)
 
     async def release(self, session: str) -> None:
         check_id(session)
@@ -291,7 +290,7 @@ class JsonlStore:
         """Where the session is kept: its file."""
         return self._path(session)
 
-    async def _write(self, fn: Callable[[Round, Op[T]], T]) -> T:
+    async def _write(self, fn: Callable[[Round, Op[T]], T], *, within: float = 0.0) -> T:
         """Run a write on the writer thread; a file system refusal is the store's.
 
         A write, an fsync or an open the file system refuses (disk full, a
@@ -301,7 +300,7 @@ class JsonlStore:
         stays the ``OSError`` that names the limit and what to do.
         """
         await self._ready()
-        return await self._run(fn)
+        return await self._run(fn, within=within)
 
     async def _run(
         self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True, within: float = 0.0
