@@ -8,12 +8,15 @@ under the session's lock.
 
 Turns follow seed 003: ``send`` makes the prompt durable before it returns
 (an idle session's run may start first, perf-16; while a turn runs, it
-writes a receipt under the busy policy instead), the run's step messages
+writes a receipt under the busy policy instead, which may share the flush of
+the running turn's next write, perf-22), the run's step messages
 are appended as they join it, and a ``turn`` entry closes the ledger
 whatever the outcome. The driver task runs the queue: one turn at
 a time, through the gate the session's owner gives it (the manager's cap on
 concurrent turns). When input waits, the next turn's prompt is written in the
 same append as the end of the turn before it: one durable write, not two.
+A queued input's prompt refers to its receipt, durable since acceptance, so
+it takes no flush of its own: the turn's next durable write carries it.
 
 A run that stops at calls waiting for a person ends ``parked``: the turn
 entry, the approval requests and their audit land in one append, and input
@@ -238,23 +241,34 @@ class TurnDriver:
                 return repeated
             parked = self.approvals.awaiting
             idle = self._running is None and self._inbox.head is None and not parked
-            if not idle or policy is Policy.COLLECT:
-                return await self._accept_busy(message, policy, payload, wake, injected, parked)
             # A held turn cannot end soon: its prompt takes its own flush.
             flush_soon = self._flush_soon if self._hold() is None else None
-            turn = await self._inbox.start_now(
-                message, policy, payload, wake, durable=flush_soon is None
-            )
-            self._kick()
+            durable = flush_soon is None
+            if not idle or policy is Policy.COLLECT:
+                turn = await self._accept_busy(
+                    message, policy, payload, wake, injected, parked, durable=durable
+                )
+            else:
+                turn = await self._inbox.start_now(message, policy, payload, wake, durable=durable)
+                self._kick()
         if flush_soon is not None:
             try:
-                await flush_soon()  # the prompt, durable before the send returns
+                await flush_soon()  # the prompt or receipt, durable before the send returns
             except Exception:
-                # Not accepted after all: its turn, started meanwhile, ends canceled.
-                if self._steer_target() == turn.run_id:
-                    self._cancel_running("its message could not be stored")
+                self._withdraw(turn)
                 raise
         return turn
+
+    def _withdraw(self, turn: Turn) -> None:
+        """Take back input whose flush was refused: the send raises, so it must not run.
+
+        Still waiting, it leaves the inbox; already running (an idle session's
+        prompt, a steer drained, a queued send started), its turn ends canceled.
+        """
+        if self._inbox.withdraw(turn):
+            return
+        if self._steer_target() == turn.run_id:
+            self._cancel_running("its message could not be stored")
 
     async def _accept_busy(
         self,
@@ -264,8 +278,15 @@ class TurnDriver:
         wake: dict[str, JSON],
         injected: Injected | None,
         parked: bool,
+        *,
+        durable: bool,
     ) -> Turn:
-        """Accept input while a turn runs, waits or is parked, or under ``collect`` (lock held)."""
+        """Accept input while a turn runs, waits or is parked, or under ``collect`` (lock held).
+
+        ``durable=False`` writes its receipt without a flush: the caller makes
+        it durable before the send returns (``flush_soon``), sharing the flush
+        of the running turn's next write or another session's (perf-22).
+        """
         if policy is Policy.REJECT:
             raise BusyError(self._session.id, "send (an approval is pending)" if parked else "send")
         if self._inbox.pending_count() >= self._options.max_queue:
@@ -275,10 +296,14 @@ class TurnDriver:
             )
         target = self._steer_target()
         if policy is Policy.STEER and target is not None:
-            return await self._inbox.accept_steer(message, payload, wake, injected, target)
+            return await self._inbox.accept_steer(
+                message, payload, wake, injected, target, durable=durable
+            )
         interrupting = policy in (Policy.INTERRUPT, Policy.ROLLBACK)
         interrupts = interrupting and target is not None
-        turn = await self._inbox.accept_send(message, policy, payload, wake, ahead=interrupts)
+        turn = await self._inbox.accept_send(
+            message, policy, payload, wake, ahead=interrupts, durable=durable
+        )
         if interrupts:
             self._cancel_running(
                 "interrupted by a newer message", rollback=policy is Policy.ROLLBACK
@@ -498,7 +523,9 @@ class TurnDriver:
             prompts.append(prompt)
             leaf = prompt.id
         try:
-            await self._write(prompts)
+            # Each prompt refers to its receipt, made durable when it was accepted:
+            # the prompt rides with the turn's next durable write (perf-22).
+            await self._write(prompts, durable=False)
         except UnavailableError as exc:
             self._inbox.hold_back(batch, exc)
             raise

@@ -269,8 +269,13 @@ class Inbox:
         wake: Mapping[str, JSON],
         injected: Injected | None,
         run_id: str,
+        *,
+        durable: bool = True,
     ) -> Turn:
-        """A steer for run ``run_id``: a ``queued`` receipt, delivered when the run drains."""
+        """A steer for run ``run_id``: a ``queued`` receipt, delivered when the run drains.
+
+        ``durable=False`` as for :meth:`start_now`.
+        """
         receipt = ReceiptEntry(
             id=new_entry_id(),
             parent=self._tree.leaf,
@@ -280,7 +285,7 @@ class Inbox:
             policy=Policy.STEER.value,
             wake=wake,
         )
-        await self._write([receipt])
+        await self._write([receipt], durable=durable)
         turn = Turn(receipt.id, run_id, Policy.STEER)
         self._steers.append(
             Pending(
@@ -303,11 +308,12 @@ class Inbox:
         wake: Mapping[str, JSON],
         *,
         ahead: bool,
+        durable: bool = True,
     ) -> Turn:
         """A send for a turn of its own: an ``accepted`` receipt, then a place in the queue.
 
         ``ahead`` puts it next in line (behind a started head), for a send that
-        interrupts the turn in flight.
+        interrupts the turn in flight; ``durable=False`` as for :meth:`start_now`.
         """
         prompt_id = new_entry_id()
         run_id = self.mint_run_id()
@@ -321,7 +327,7 @@ class Inbox:
             policy=policy.value,
             wake=wake,
         )
-        await self._write([receipt])
+        await self._write([receipt], durable=durable)
         turn = Turn(prompt_id, run_id, policy)
         pending = Pending(
             turn=turn,
@@ -340,6 +346,19 @@ class Inbox:
         else:
             self._queue.append(pending)
         return turn
+
+    def withdraw(self, turn: Turn) -> bool:
+        """Forget a waiting input whose receipt never became durable; False if none waits.
+
+        Nothing is written: the send that made it raised, and its receipt, if
+        the file kept it after all, is settled as any receipt at the next open.
+        """
+        for waiting in (self._steers, self._queue):
+            for pending in waiting:
+                if pending.turn is turn and not pending.started:
+                    waiting.remove(pending)
+                    return True
+        return False
 
     def waiting(self) -> list[Pending]:
         """Every input not yet given to a model: steers, then sends whose prompt is unwritten."""

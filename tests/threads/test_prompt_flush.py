@@ -1,4 +1,9 @@
-"""An idle session's prompt is made durable with its turn's end when that comes soon (perf-16)."""
+"""What a send writes is made durable with the next write that comes soon.
+
+An idle session's prompt shares its turn's end (perf-16); a busy session's
+receipt shares the running turn's next write, and a queued input's prompt
+rides with its own turn's end (perf-22).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,12 @@ import pytest
 
 from tests.threads.conftest import DEADLINE, Runtime, make_runtime, system_wake
 from tests.threads.store.test_jsonl import Spy
+from tests.threads.test_wake_batch import until
 from threads.errors import UnavailableError
 from threads.store.jsonl import JsonlStore
 from threads.testing.scripted import ScriptedModel, say
+from threads.turns import Turn
+from threads.wake import WakeSource
 
 KEY = "telegram:42"
 
@@ -31,6 +39,20 @@ class Rig:
     async def answered(self, key: str, text: str) -> None:
         _accepted, turn = await self.runtime.manager.wake_turn(key, self.runtime.user_wake(text))
         await turn.wait(DEADLINE)
+
+    async def held_in_its_model_call(self, source: WakeSource) -> Turn:
+        """A turn on ``KEY`` that waits in its model call until ``model.gate`` is set."""
+        self.model.gate = asyncio.Event()
+        self.model.called.clear()
+        wake = self.runtime.user_wake("think hard", source=source)
+        _accepted, turn = await self.runtime.manager.wake_turn(KEY, wake)
+        await asyncio.wait_for(self.model.called.wait(), DEADLINE)
+        return turn
+
+    def waiting(self) -> int:
+        thread = self.runtime.manager.thread(KEY)
+        assert thread is not None
+        return thread.session.pending_count()
 
 
 @pytest.fixture
@@ -124,3 +146,71 @@ async def test_a_batch_of_wakes_whose_turns_are_held_does_not_wait_for_a_turns_e
         rig.runtime.manager.wake_many([(key, system_wake("tick")) for key in keys]), DEADLINE
     )
     assert all(result.error is None for result in results)
+
+
+async def test_a_queued_sends_receipt_and_prompt_ride_with_the_turns_ends(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window(monkeypatch, 0.001)  # the first turn's prompt is flushed alone
+    await rig.answered(KEY, "hello")
+    first = await rig.held_in_its_model_call(WakeSource.API)  # the api queues what comes
+    window(monkeypatch, DEADLINE)  # the receipt waits for the running turn's end
+    syncs = Spy(monkeypatch, "fsync")
+    wake = rig.runtime.user_wake("and then?", source=WakeSource.API)
+    queued = asyncio.create_task(rig.runtime.manager.wake_turn(KEY, wake))
+    await until(lambda: rig.waiting() == 1, "the send is queued")
+    assert not queued.done()  # its receipt is written, not yet durable
+    assert syncs.calls == []
+    rig.model.gate.set()
+    _accepted, second = await asyncio.wait_for(queued, DEADLINE)
+    await first.wait(DEADLINE)
+    await second.wait(DEADLINE)
+    # The first turn's end took the receipt; the second's end took its prompt.
+    assert len(syncs.calls) == 2
+
+
+async def test_a_steers_receipt_rides_with_the_running_turns_next_write(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window(monkeypatch, 0.001)
+    await rig.answered(KEY, "hello")
+    first = await rig.held_in_its_model_call(WakeSource.TELEGRAM)  # telegram steers
+    window(monkeypatch, DEADLINE)
+    syncs = Spy(monkeypatch, "fsync")
+    wake = rig.runtime.user_wake("also this", source=WakeSource.TELEGRAM)
+    steer = asyncio.create_task(rig.runtime.manager.wake_turn(KEY, wake))
+    await until(lambda: rig.waiting() == 1, "the steer waits")
+    assert not steer.done()
+    assert syncs.calls == []
+    rig.model.gate.set()
+    _accepted, turn = await asyncio.wait_for(steer, DEADLINE)
+    assert turn.run_id == first.run_id  # delivered into the running turn
+    await first.wait(DEADLINE)
+    assert rig.model.requests[-1].messages[-1].text().endswith("also this")
+
+
+async def test_a_receipt_whose_flush_is_refused_is_withdrawn_and_never_runs(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window(monkeypatch, 0.001)
+    await rig.answered(KEY, "hello")
+    first = await rig.held_in_its_model_call(WakeSource.API)
+    rig.model.add(say("the first answer"), say("never taken"))
+    real = os.fsync
+
+    def refused(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(UnavailableError):
+        await rig.runtime.manager.wake_turn(
+            KEY, rig.runtime.user_wake("lost?", source=WakeSource.API)
+        )
+    assert rig.waiting() == 0  # not accepted, so not queued
+    monkeypatch.setattr(os, "fsync", real)
+    rig.model.gate.set()
+    await first.wait(DEADLINE)
+    thread = rig.runtime.manager.thread(KEY)
+    assert thread is not None
+    await asyncio.wait_for(thread.session.wait_idle(), DEADLINE)
+    assert rig.model.remaining == 1  # no turn ran for the refused send
