@@ -13,8 +13,12 @@ recently used conversation goes first.
 
 A request's array is copied out of what is kept once, framed (``[``, the
 messages that lead it, ``]``) in the same copy: the history is not joined
-again per request, so what a request costs beyond its new messages is that
-one copy of its bytes.
+again per request. A long one is not copied at all: the request gets a
+:class:`Spliced` body, its frame in two small pieces around a view of the
+kept bytes, which the HTTP client writes to the socket as they are. While a
+view is out the kept bytes cannot grow in place (Python forbids resizing an
+exported buffer), so a request that comes meanwhile grows a copy: what was
+sent is never changed under the sender.
 """
 
 from __future__ import annotations
@@ -26,6 +30,23 @@ from dataclasses import dataclass
 from threads.messages import Message
 
 DEFAULT_MAX_BYTES = 64 * 2**20
+# A conversation this long goes out as a view of its kept bytes, not a copy.
+SPLICE_AT = 64 * 2**10
+
+
+@dataclass(frozen=True, slots=True)
+class Spliced:
+    """A body in three pieces, the middle one a view of a conversation's kept bytes."""
+
+    head: bytes
+    kept: memoryview
+    tail: bytes
+
+    def __len__(self) -> int:
+        return len(self.head) + self.kept.nbytes + len(self.tail)
+
+    def __bytes__(self) -> bytes:
+        return b"".join((self.head, self.kept, self.tail))
 
 
 @dataclass(slots=True)
@@ -62,19 +83,21 @@ class EncodedConversations:
         *,
         before: bytes = b"",
         after: bytes = b"",
-    ) -> bytes:
+    ) -> bytes | Spliced:
         """The JSON array ``[lead, …messages' encodings]``, in one copy of the kept bytes.
 
         ``lead`` is an encoded element put first (a system message), or b"" for
         none; ``before`` and ``after`` are joined around the array in the same
-        copy (the rest of a request body).
+        copy (the rest of a request body). From :data:`SPLICE_AT` kept bytes
+        on, the array is not copied: it comes back :class:`Spliced`.
         """
         data = self._grown(messages, encode)
         if not data:
             return b"".join((before, b"[", lead, b"]", after))
-        if not lead:
-            return b"".join((before, b"[", data, b"]", after))
-        return b"".join((before, b"[", lead, b",", data, b"]", after))
+        head = b"".join((before, b"[", lead, b",")) if lead else before + b"["
+        if len(data) < SPLICE_AT:
+            return b"".join((head, data, b"]", after))
+        return Spliced(head, memoryview(data), b"]" + after)
 
     def _grown(
         self, messages: Sequence[Message], encode: Callable[[Message], bytes]
@@ -93,12 +116,14 @@ class EncodedConversations:
             else:
                 kept = None
         data = kept.data if kept is not None else bytearray()
-        for message in messages[start:] if start else messages:
-            piece = encode(message)
-            if piece:
-                if data:
-                    data += b","
-                data += piece
+        new = [piece for m in (messages[start:] if start else messages) if (piece := encode(m))]
+        if new:
+            more = b",".join(new)
+            try:
+                data += b"," + more if data else more
+            except BufferError:  # a request still sends a view of them: grow a copy
+                data = bytearray(data)
+                data += b"," + more if data else more
         self._kept[id(first)] = _Kept(first, messages[-1], len(messages), data)
         self._bytes += len(data)
         while self._bytes > self._max_bytes and len(self._kept) > 1:

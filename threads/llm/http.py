@@ -23,6 +23,7 @@ import orjson
 
 from config.redaction import redact_text, redact_url
 from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse, RunMetadata
+from threads.llm.conversations import Spliced
 from threads.llm.errors import (
     ModelConnectionError,
     ModelError,
@@ -105,7 +106,7 @@ class HTTPModelClient(ABC):
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request``."""
 
-    def _encode(self, body: dict[str, Any]) -> bytes:
+    def _encode(self, body: dict[str, Any]) -> bytes | Spliced:
         """The bytes of ``body``: its JSON (a client may splice in what it keeps encoded)."""
         return orjson.dumps(body)
 
@@ -188,11 +189,14 @@ class HTTPModelClient(ABC):
         return {"metadata": dict(metadata)}
 
     async def _post_once(
-        self, payload: bytes, request: ModelRequest, headers: Mapping[str, str] | None = None
+        self,
+        payload: bytes | Spliced,
+        request: ModelRequest,
+        headers: Mapping[str, str] | None = None,
     ) -> ModelResponse:
         session = self._session or self._open()
         try:
-            async with session.post(self.url, data=payload, headers=headers) as resp:
+            async with session.post(self.url, data=_data(payload), headers=headers) as resp:
                 raw = await resp.read()
                 if resp.status >= 300:
                     raise self._status_error(resp, raw, request.model)
@@ -204,7 +208,7 @@ class HTTPModelClient(ABC):
 
     async def _stream_once(
         self,
-        payload: bytes,
+        payload: bytes | Spliced,
         request: ModelRequest,
         on_delta: DeltaCallback | None,
         headers: Mapping[str, str] | None = None,
@@ -212,7 +216,7 @@ class HTTPModelClient(ABC):
         session = self._session or self._open()
         state = self._stream_state(request, on_delta)
         try:
-            async with session.post(self.url, data=payload, headers=headers) as resp:
+            async with session.post(self.url, data=_data(payload), headers=headers) as resp:
                 if resp.status >= 300:
                     raise self._status_error(resp, await resp.read(), request.model)
                 if resp.content_type != "text/event-stream":
@@ -280,3 +284,37 @@ class HTTPModelClient(ABC):
             f"{self.name}: {what} {self._shown_url} for model {request.model}: {detail}",
             partial=partial,
         )
+
+
+def _data(payload: bytes | Spliced) -> bytes | aiohttp.payload.Payload:
+    """What a post sends: the bytes, or a fresh writer of a spliced body for each attempt."""
+    return payload if isinstance(payload, bytes) else SplicedPayload(payload)
+
+
+class SplicedPayload(aiohttp.payload.Payload):
+    """A :class:`Spliced` body written piece by piece: its long middle, a view of a
+    conversation's kept bytes, goes to the socket without being copied into one body."""
+
+    _autoclose = True  # nothing to close
+
+    def __init__(self, body: Spliced) -> None:
+        super().__init__(body, content_type="application/json")
+        self._size = len(body)
+        self._body = body
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return bytes(self._body).decode(encoding, errors)
+
+    async def write(self, writer: aiohttp.abc.AbstractStreamWriter) -> None:
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(
+        self, writer: aiohttp.abc.AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        body = self._body
+        if content_length is not None and content_length < len(body):
+            await writer.write(bytes(body)[:content_length])
+            return
+        # The small head first: the client sends it with the headers in one write.
+        for piece in (body.head, body.kept, body.tail):
+            await writer.write(piece)

@@ -29,7 +29,7 @@ from threads.llm.base import (
     StopReason,
     ToolSpec,
 )
-from threads.llm.conversations import EncodedConversations
+from threads.llm.conversations import EncodedConversations, Spliced
 from threads.llm.errors import ModelConnectionError, ModelHTTPError, ModelResponseError
 from threads.llm.http import HTTPModelClient
 from threads.llm.retry import Clock, RetryPolicy, Sleep, error_text
@@ -171,7 +171,7 @@ class Conversation:
 
     def json(
         self, conversations: EncodedConversations, *, before: bytes = b"", after: bytes = b""
-    ) -> bytes:
+    ) -> bytes | Spliced:
         """The ``messages`` array as JSON (between ``before`` and ``after``, in one copy);
         what the conversation sent before is not encoded again."""
         head = orjson.dumps({"role": "system", "content": self.system}) if self.system else b""
@@ -490,8 +490,9 @@ class OpenAIClient(HTTPModelClient):
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def _encode(self, body: dict[str, Any]) -> bytes:
-        """The body's bytes, the conversation's kept encoding spliced in last, copied once."""
+    def _encode(self, body: dict[str, Any]) -> bytes | Spliced:
+        """The body's bytes, the conversation's kept encoding spliced in last (not copied
+        when long)."""
         conversation = body.get("messages")
         if not isinstance(conversation, Conversation):
             return orjson.dumps(body)  # the request's extra fields replaced the messages

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from threads.llm.conversations import EncodedConversations
+from threads.llm.conversations import SPLICE_AT, EncodedConversations, Spliced
 from threads.messages import Message
 
 
@@ -74,3 +74,23 @@ def test_what_a_request_was_given_stays_as_it_was_when_the_conversation_grows() 
     kept.encode([*history, Message.user("c")], encode)
     assert (sent, framed) == (b"a,b", b"[S,a,b]")
     assert encode.seen == ["a", "b", "c"]
+
+
+def test_a_long_array_is_spliced_around_the_kept_bytes_not_copied() -> None:
+    kept, encode = EncodedConversations(), Counting()
+    long = "x" * SPLICE_AT
+    spliced = kept.array(b"S", [Message.user(long)], encode, before=b"{", after=b"}")
+    assert isinstance(spliced, Spliced)
+    assert bytes(spliced) == b"{[S," + long.encode() + b"]}"
+    assert len(spliced) == len(bytes(spliced))
+
+
+def test_a_conversation_grown_while_its_last_request_is_out_leaves_that_request_as_it_was() -> None:
+    kept, encode = EncodedConversations(), Counting()
+    history = [Message.user("x" * SPLICE_AT)]
+    out = kept.array(b"", history, encode)
+    assert isinstance(out, Spliced)
+    grown = kept.array(b"", [*history, Message.user("y")], encode)  # grows a copy
+    assert bytes(out) == b"[" + b"x" * SPLICE_AT + b"]"
+    assert bytes(grown) == b"[" + b"x" * SPLICE_AT + b",y]"
+    assert encode.seen == ["x" * SPLICE_AT, "y"]  # still only what is new

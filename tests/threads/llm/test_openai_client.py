@@ -201,6 +201,26 @@ async def test_a_later_request_of_a_conversation_says_what_a_fresh_encoding_says
     )
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_long_conversation_goes_out_whole_and_again_on_a_retry(
+    client: OpenAIClient, openai_server: FakeOpenAIServer, fake_time: FakeTime, stream: bool
+) -> None:
+    # Past SPLICE_AT its kept bytes go to the socket as a view, not copied into one body.
+    history = [Message.user(f"{n} " + "words " * 100) for n in range(200)]
+    openai_server.script(Failure.rate_limited(retry_after=1), Reply(text="one"), Reply(text="two"))
+    first = await client.complete(ModelRequest(model="fake-model", messages=history, stream=stream))
+    grown = [*history, first.message, Message.user("and?")]
+    await client.complete(ModelRequest(model="fake-model", messages=grown, stream=stream))
+    refused, retried, later = openai_server.requests
+    assert refused.messages == retried.messages
+    assert [m["content"] for m in retried.messages] == [m.text() for m in history]
+    assert later.messages == [
+        *retried.messages,
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "and?"},
+    ]
+
+
 async def test_arguments_that_are_not_json_are_kept_raw_and_sent_back_as_they_came(
     client: OpenAIClient, openai_server: FakeOpenAIServer
 ) -> None:
