@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from threads.messages import Message
 
 DEFAULT_MAX_BYTES = 64 * 2**20
+Encoder = Callable[[Sequence[Message]], bytes]
+"""Messages' encodings, comma-separated; a message the protocol has no place for adds none."""
+
 # A conversation this long goes out as a view of its kept bytes, not a copy.
 SPLICE_AT = 64 * 2**10
 
@@ -65,12 +68,11 @@ class EncodedConversations:
         self._bytes = 0
         self._max_bytes = max_bytes
 
-    def encode(self, messages: Sequence[Message], encode: Callable[[Message], bytes]) -> bytes:
-        """The encodings of ``messages``, comma-separated, each ``encode(message)``.
+    def encode(self, messages: Sequence[Message], encode: Encoder) -> bytes:
+        """The encodings of ``messages``, comma-separated, as ``encode`` makes them.
 
-        An encoding that is empty (a message the protocol has no place for) is
-        left out. Messages the conversation's previous request ended with are
-        not encoded again.
+        Messages the conversation's previous request ended with are not
+        encoded again: ``encode`` is given only the messages after them.
         """
         data = self._grown(messages, encode)
         return bytes(data) if data is not None else b""
@@ -79,7 +81,7 @@ class EncodedConversations:
         self,
         lead: bytes,
         messages: Sequence[Message],
-        encode: Callable[[Message], bytes],
+        encode: Encoder,
         *,
         before: bytes = b"",
         after: bytes = b"",
@@ -99,9 +101,7 @@ class EncodedConversations:
             return b"".join((head, data, b"]", after))
         return Spliced(head, memoryview(data), b"]" + after)
 
-    def _grown(
-        self, messages: Sequence[Message], encode: Callable[[Message], bytes]
-    ) -> bytearray | None:
+    def _grown(self, messages: Sequence[Message], encode: Encoder) -> bytearray | None:
         """What is kept for ``messages``' conversation, grown to hold all of them."""
         if not messages:
             return None
@@ -116,9 +116,8 @@ class EncodedConversations:
             else:
                 kept = None
         data = kept.data if kept is not None else bytearray()
-        new = [piece for m in (messages[start:] if start else messages) if (piece := encode(m))]
-        if new:
-            more = b",".join(new)
+        more = encode(messages[start:] if start else messages)
+        if more:
             try:
                 data += b"," + more if data else more
             except BufferError:  # a request still sends a view of them: grow a copy

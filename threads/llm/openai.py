@@ -150,12 +150,20 @@ def chat_messages(message: Message) -> list[dict[str, Any]]:
     return out
 
 
-def _encoded(message: Message) -> bytes:
-    """A message's chat messages as JSON, comma-separated (b"" when it has none)."""
-    text = _plain_text(message)
-    if text is not None:  # as chat_messages makes it, without its list
-        return orjson.dumps({"role": message.role, "content": text})
-    return b",".join(orjson.dumps(m) for m in chat_messages(message))
+def _encoded(messages: Sequence[Message]) -> bytes:
+    """The messages' chat messages as JSON, comma-separated (b"" when they have none).
+
+    One ``orjson`` call for them all: a session opened with a long history
+    encodes it at its first request.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        text = _plain_text(message)
+        if text is not None:  # as chat_messages makes it, without its list
+            out.append({"role": message.role, "content": text})
+        else:
+            out.extend(chat_messages(message))
+    return orjson.dumps(out)[1:-1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from threads.llm.conversations import SPLICE_AT, EncodedConversations, Spliced
 from threads.messages import Message
 
 
 class Counting:
-    """An encoder that notes every message it encodes."""
+    """An encoder that notes every message it encodes (a message with no text adds none)."""
 
     def __init__(self) -> None:
         self.seen: list[str] = []
 
-    def __call__(self, message: Message) -> bytes:
-        self.seen.append(message.text())
-        return message.text().encode() if message.text() else b""
+    def __call__(self, messages: Sequence[Message]) -> bytes:
+        self.seen.extend(m.text() for m in messages)
+        return b",".join(m.text().encode() for m in messages if m.text())
 
 
 def test_a_grown_conversation_encodes_only_its_new_messages() -> None:
