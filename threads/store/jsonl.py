@@ -397,6 +397,8 @@ class JsonlStore:
         handle = self._handles.hold(session)
         handle.pinned = True
         if handle.lines < 0:
+            if handle.size < 0:  # a failed write or flush: count what the file holds now
+                handle.size = repair_tail(session, handle.fd, os.fstat(handle.fd).st_size)
             data = pread_all(handle.fd, handle.size)
             handle.lines = max(data.count(b"\n") - 1, 0)
             end = data.find(b"\n")

@@ -218,6 +218,31 @@ async def test_a_round_whose_log_flush_fails_leaves_nothing_of_its_batches(
     await again.close()
 
 
+async def test_after_a_refused_flush_a_lease_counts_what_the_file_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session's write path compares this count with its view to learn
+    # whether a failed write landed: counted wrong, the session stopped writing.
+    store = JsonlStore(tmp_path)
+    h = header()
+    await store.create(h)
+    holder = object()
+    await store.acquire(h.id, holder)
+    await store.append(h.id, [msg("one"), msg("two")])
+    real = os.fsync
+
+    def refused(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(UnavailableError):
+        await store.append(h.id, [msg("refused")])
+    monkeypatch.setattr(os, "fsync", real)
+    count, _created = await store.acquire(h.id, holder)
+    assert count == 2
+    await store.close()
+
+
 # -- an append that need not be durable (a send's mark): written, not flushed
 
 
