@@ -243,32 +243,37 @@ class TurnDriver:
             idle = self._running is None and self._inbox.head is None and not parked
             # A held turn cannot end soon: its prompt takes its own flush.
             flush_soon = self._flush_soon if self._hold() is None else None
-            durable = flush_soon is None
             if not idle or policy is Policy.COLLECT:
+                if policy in (Policy.INTERRUPT, Policy.ROLLBACK):
+                    flush_soon = None  # what cancels the turn in flight is durable first
                 turn = await self._accept_busy(
-                    message, policy, payload, wake, injected, parked, durable=durable
+                    message, policy, payload, wake, injected, parked, durable=flush_soon is None
                 )
             else:
-                turn = await self._inbox.start_now(message, policy, payload, wake, durable=durable)
+                turn = await self._inbox.start_now(
+                    message, policy, payload, wake, durable=flush_soon is None
+                )
                 self._kick()
         if flush_soon is not None:
             try:
                 await flush_soon()  # the prompt or receipt, durable before the send returns
             except Exception:
-                self._withdraw(turn)
+                await asyncio.shield(self._withdraw(turn))
                 raise
         return turn
 
-    def _withdraw(self, turn: Turn) -> None:
+    async def _withdraw(self, turn: Turn) -> None:
         """Take back input whose flush was refused: the send raises, so it must not run.
 
-        Still waiting, it leaves the inbox; already running (an idle session's
-        prompt, a steer drained, a queued send started), its turn ends canceled.
+        Still waiting, it leaves the inbox with a ``dropped`` fate; already
+        running (an idle session's prompt, a steer drained, a queued send
+        started), its turn ends canceled.
         """
-        if self._inbox.withdraw(turn):
-            return
-        if self._steer_target() == turn.run_id:
-            self._cancel_running("its message could not be stored")
+        async with self._lock:
+            if await self._inbox.withdraw(turn):
+                return
+            if self._steer_target() == turn.run_id:
+                self._cancel_running("its message could not be stored")
 
     async def _accept_busy(
         self,

@@ -347,18 +347,31 @@ class Inbox:
             self._queue.append(pending)
         return turn
 
-    def withdraw(self, turn: Turn) -> bool:
-        """Forget a waiting input whose receipt never became durable; False if none waits.
+    async def withdraw(self, turn: Turn) -> bool:
+        """Drop a waiting input whose receipt never became durable; False if none waits.
 
-        Nothing is written: the send that made it raised, and its receipt, if
-        the file kept it after all, is settled as any receipt at the next open.
+        The send that made it raised, so it must not run, now or after a
+        restart: its ``dropped`` fate is written without a flush (the store
+        has just refused one), for the next flush to make durable. Should that
+        write fail too, the input is still dropped here.
         """
-        for waiting in (self._steers, self._queue):
-            for pending in waiting:
-                if pending.turn is turn and not pending.started:
-                    waiting.remove(pending)
-                    return True
-        return False
+        pending = next((p for p in self.waiting() if p.turn is turn), None)
+        if pending is None:
+            return False
+        self._steers = deque(p for p in self._steers if p is not pending)
+        self._queue = deque(p for p in self._queue if p is not pending)
+        if pending.receipt_id:
+            fate = ReceiptEntry(id=new_entry_id(), status="dropped", receipt=pending.receipt_id)
+            try:
+                await self._write(self._chain(fate), durable=False)
+            except Exception as exc:
+                log.warning(
+                    "session %s: the refused input %s was dropped, its fate not written: %s",
+                    self._session.id,
+                    pending.receipt_id,
+                    exc,
+                )
+        return True
 
     def waiting(self) -> list[Pending]:
         """Every input not yet given to a model: steers, then sends whose prompt is unwritten."""

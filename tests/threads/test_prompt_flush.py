@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.threads.conftest import DEADLINE, Runtime, make_runtime, system_wake
+from tests.threads.conftest import DEADLINE, Runtime, gateway_config, make_runtime, system_wake
 from tests.threads.store.test_jsonl import Spy
 from tests.threads.test_wake_batch import until
 from threads.errors import UnavailableError
 from threads.store.jsonl import JsonlStore
 from threads.testing.scripted import ScriptedModel, say
-from threads.turns import Turn
+from threads.turns import Outcome, Turn
 from threads.wake import WakeSource
 
 KEY = "telegram:42"
@@ -190,7 +190,7 @@ async def test_a_steers_receipt_rides_with_the_running_turns_next_write(
 
 
 async def test_a_receipt_whose_flush_is_refused_is_withdrawn_and_never_runs(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     window(monkeypatch, 0.001)
     await rig.answered(KEY, "hello")
@@ -214,3 +214,50 @@ async def test_a_receipt_whose_flush_is_refused_is_withdrawn_and_never_runs(
     assert thread is not None
     await asyncio.wait_for(thread.session.wait_idle(), DEADLINE)
     assert rig.model.remaining == 1  # no turn ran for the refused send
+    # Nor after a restart: its receipt is in the file, and so is its fate.
+    await rig.runtime.manager.close()
+    await rig.store.close()
+    store = JsonlStore(tmp_path / "sessions")
+    model = ScriptedModel(default=say("ran after all"))
+    runtime = await make_runtime(store, model)
+    try:
+        again = await runtime.manager.open_thread(KEY)
+        await asyncio.wait_for(again.session.wait_idle(), DEADLINE)
+        assert again.session.pending_count() == 0
+        assert model.requests == []
+    finally:
+        await runtime.manager.close()
+        await store.close()
+
+
+async def test_an_interrupting_send_is_durable_before_it_cancels_the_turn_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JsonlStore(tmp_path / "sessions")
+    model = ScriptedModel(default=say("ok"))
+    config = gateway_config(busy_policy={"telegram": "interrupt"})
+    runtime = await make_runtime(store, model, config=config)
+    rig = Rig(runtime, store, model)
+    try:
+        window(monkeypatch, 0.001)
+        await rig.answered(KEY, "hello")
+        first = await rig.held_in_its_model_call(WakeSource.TELEGRAM)
+        model.add(say("the first answer"))
+        window(monkeypatch, DEADLINE)
+        real = os.fsync
+
+        def refused(fd: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", refused)
+        wake = runtime.user_wake("stop that", source=WakeSource.TELEGRAM)
+        with pytest.raises(UnavailableError):
+            await runtime.manager.wake_turn(KEY, wake)
+        monkeypatch.setattr(os, "fsync", real)
+        model.gate.set()
+        await first.wait(DEADLINE)
+        # The send was refused before it could cancel anything: the turn answered.
+        assert first.outcome is Outcome.ANSWERED
+    finally:
+        await runtime.manager.close()
+        await store.close()
