@@ -13,10 +13,9 @@ from contextlib import asynccontextmanager
 
 from cron.base import JobStore
 from cron.errors import StoreError
-from cron.redis_store import RedisJobStore
 from cron.sqlite_store import SqliteJobStore
 
-__all__ = ["JobStore", "RedisJobStore", "SqliteJobStore", "connect_store", "open_store"]
+__all__ = ["JobStore", "SqliteJobStore", "connect_store", "open_store"]
 
 
 async def connect_store(
@@ -30,6 +29,9 @@ async def connect_store(
     if url.startswith("sqlite:///"):
         return await SqliteJobStore.open(url, keep_runs=keep_runs)
     if url.startswith(("redis://", "rediss://", "unix://")):
+        # Imported here: the Redis client costs some 8 MB a gateway on SQLite never uses.
+        from cron.redis_store import RedisJobStore
+
         return await RedisJobStore.open(url, prefix=redis_prefix, keep_runs=keep_runs)
     raise StoreError(url, "has no known scheme for cron state: use sqlite:///FILE or redis://HOST")
 

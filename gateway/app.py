@@ -62,8 +62,7 @@ from threads.approvals.gate import DurableApprovals
 from threads.approvals.grants import GrantBook
 from threads.approvals.service import ApprovalService
 from threads.clock import MonotonicClock, WallClock
-from threads.cluster.leases import LeaseClock, server_time
-from threads.cluster.member import Member
+from threads.cluster.clock import LeaseClock, server_time
 from threads.cluster.owner import ManagerOwner
 from threads.cluster.relay import RelaySink
 from threads.dispatch import dispatch_tool
@@ -91,6 +90,7 @@ from threads.tools.images import ORIGIN as TOOL_MEDIA
 from threads.tools.images import ImageStore
 
 if TYPE_CHECKING:
+    from threads.cluster.member import Member
     from threads.mcp import McpHub
 
 log = logging.getLogger(__name__)

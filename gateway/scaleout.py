@@ -13,16 +13,19 @@ admin pages are served by every node.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.base import Channel, Standby
 from config.models import GatewayConfig
-from threads.cluster.leases import LeaseClock, server_time
-from threads.cluster.member import Member
+from threads.cluster.clock import LeaseClock, server_time
 from threads.node import NodeIdentity
 from threads.store.base import SessionStore
-from threads.store.redis import RedisStore
+
+if TYPE_CHECKING:
+    from threads.cluster.member import Member
+    from threads.store.redis import RedisStore
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +42,33 @@ def member_for(
     info: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Member | None:
     """A cluster member when sessions live in Redis (leases and inboxes beside them); else None."""
-    if not isinstance(store, RedisStore):
+    sessions = redis_store(store)
+    if sessions is None:
         return None
+    from threads.cluster.member import Member  # with Redis only: the client is loaded by now
+
     return Member(
-        store.client,
-        f"{store.prefix}cluster:",
+        sessions.client,
+        f"{sessions.prefix}cluster:",
         identity,
         ttl=config.cluster.lease_seconds,
         clock=clock,
         info=info,
     )
+
+
+def redis_store(store: SessionStore) -> RedisStore | None:
+    """``store`` when it is a :class:`~threads.store.redis.RedisStore`, else None.
+
+    Asked without importing the Redis client (some 8 MB a gateway on files
+    never uses): when :mod:`threads.store.redis` was never imported, no store
+    of this process can be one.
+    """
+    module = sys.modules.get("threads.store.redis")
+    if module is None:
+        return None
+    redis_class: type[RedisStore] = module.RedisStore
+    return store if isinstance(store, redis_class) else None
 
 
 def stand_by(channels: Mapping[str, Channel]) -> list[Standby]:

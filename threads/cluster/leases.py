@@ -24,22 +24,14 @@ depends on how fast the machine runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 
+from threads.cluster.clock import LeaseClock, server_time
 from threads.store.redis import LUA_NOW
-
-LeaseClock = Callable[[], int | None]
-"""Milliseconds for lease scripts to take as now; None: the Redis server's ``TIME``."""
-
-
-def server_time() -> int | None:
-    """The default :data:`LeaseClock`: every script reads the server's clock."""
-    return None
-
 
 # KEYS: lease hash, index, fence counter. ARGV: name, node, ttl_ms, now.
 # Returns {won, node, fence, expires, since}.

@@ -37,9 +37,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from threads.cluster.clock import LeaseClock, server_time
 from threads.cluster.inbox import Inbox, Owner
 from threads.cluster.leaders import Action, Leadership
-from threads.cluster.leases import LeaseClock, LeaseTable, server_time
+from threads.cluster.leases import LeaseTable
 from threads.cluster.nodes import KEY, LEADER, NODE, NodeBook, cluster_view, thread_rows
 from threads.cluster.relay import Deliver, Relay
 from threads.cluster.wakes import Forward, WakeStreams, wake_wire

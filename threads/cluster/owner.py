@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from threads.cluster.member import Member
 from threads.cluster.wakes import MARKER, Forward, wake_of
 from threads.errors import (
     ExchangeRefusedError,
@@ -33,6 +32,7 @@ from threads.turns import Outcome, Policy, Turn
 from threads.wake import Accepted, Wake
 
 if TYPE_CHECKING:
+    from threads.cluster.member import Member
     from threads.manager import ThreadManager
 
 log = logging.getLogger(__name__)

@@ -24,15 +24,17 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import redis.asyncio as aioredis
 
 from threads.errors import ClosedError, DroppedError, NotRunError, ThreadsError, TurnError
 from threads.messages import usage_from_wire, usage_to_wire
 from threads.sinks import Delivery, OutboundMessage
 from threads.turns import Outcome, RunResult, Turn
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 log = logging.getLogger(__name__)
 

@@ -19,15 +19,16 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
 
 from threads.messages import JSON, FilePart, part_from_wire, part_to_wire
 from threads.sinks import SinkResolver
 from threads.wake import Wake, wake_from_wire, wake_to_wire
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,8 @@ class WakeStreams:
 
     async def join(self, node: str) -> None:
         """Make sure ``node``'s inbox and its group exist (every entry in it still unread)."""
+        from redis.exceptions import ResponseError  # the client is loaded by now (self.redis)
+
         stream = self.stream(node)
         if stream in self._groups:
             return
