@@ -196,7 +196,7 @@ class ChannelSink:
         return dedups(self.channel)
 
     def describe(self) -> str:
-        return f"Caller is the {self.channel.name} user — reply with dispatch(to=caller:user)"
+        return f"Caller is the {self.channel.name} user - reply with dispatch(to=caller:user)"
 
     @property
     def attached(self) -> bool:

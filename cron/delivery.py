@@ -38,7 +38,7 @@ _PERSON_SENDS = frozenset({"user", "caller:user", "caller:session"})
 def deliver_words(chat: SessionKey) -> str:
     """The wake header's ``delivery`` for a job whose output goes to ``chat``."""
     return (
-        f"Caller is cron — this job's output goes to the {chat} user: answer in plain text, "
+        f"Caller is cron - this job's output goes to the {chat} user: answer in plain text, "
         "or with dispatch(to=user); dispatch({}) sends nothing"
     )
 
@@ -47,17 +47,17 @@ def direct_words(session: SessionKey) -> str:
     """The wake header's ``delivery`` for a direct wake of ``session``: how to reach its user."""
     if session.is_user_facing:
         return (
-            f"Caller is cron — output to caller is dropped. To reach your user ({session}), "
+            f"Caller is cron - output to caller is dropped. To reach your user ({session}), "
             "end with dispatch(to=user); a plain-text answer reaches nobody"
         )
     return (
-        "Caller is cron — output to caller is dropped. This session has no chat user: "
+        "Caller is cron - output to caller is dropped. This session has no chat user: "
         "a plain-text answer reaches nobody; to tell another session, dispatch(to=session)"
     )
 
 
 SILENT_WORDS = (
-    "Caller is cron — output to caller is dropped. This job delivers to nobody (it has no "
+    "Caller is cron - output to caller is dropped. This job delivers to nobody (it has no "
     "--deliver-to): do the task; dispatch({}) ends the turn"
 )
 

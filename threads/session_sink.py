@@ -52,7 +52,7 @@ class SessionSink:
         return True  # the target accepts one wake per origin
 
     def describe(self) -> str:
-        return f"Caller is session {self.target} — reply with dispatch(to=caller:session)"
+        return f"Caller is session {self.target} - reply with dispatch(to=caller:session)"
 
     def to_wire(self) -> dict[str, str]:
         wire = {"kind": "session", "target": str(self.target), "origin": str(self.origin)}
@@ -110,7 +110,7 @@ class CaptureSink:
 
     def describe(self) -> str:
         return (
-            f"Caller is session {self.caller} — reply with dispatch(to=caller:session); "
+            f"Caller is session {self.caller} - reply with dispatch(to=caller:session); "
             "the reply is handed back to that agent"
         )
 

@@ -107,7 +107,7 @@ class DropSink:
         return True  # nothing is shown, however often
 
     def describe(self) -> str:
-        return f"Caller is {self.reason} — output to caller is dropped"
+        return f"Caller is {self.reason} - output to caller is dropped"
 
     def to_wire(self) -> dict[str, str]:
         return {"kind": "drop", "reason": self.reason}

@@ -282,10 +282,10 @@ def _delivery_words(wake: Wake) -> str:
                 "end with dispatch({}), or message your user with dispatch(to=user)"
             )
         return (
-            f"Caller is session {wake.caller.session_key} — reply with dispatch(to=caller:session)"
+            f"Caller is session {wake.caller.session_key} - reply with dispatch(to=caller:session)"
         )
     if isinstance(wake.caller, UserCaller):
-        return f"Caller is the {wake.caller.channel} user — reply with dispatch(to=caller:user)"
+        return f"Caller is the {wake.caller.channel} user - reply with dispatch(to=caller:user)"
     return wake.sink.describe()
 
 

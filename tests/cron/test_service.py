@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from cron.base import JobStore, WallClock
+from cron.delivery import SILENT_WORDS, deliver_words, direct_words
 from cron.errors import JobConflictError, NoGatewayError, ServiceStateError
 from cron.service import CronService
 from tests.clock import FixedClock, ManualClock
@@ -141,7 +142,7 @@ async def test_a_direct_wake_is_a_cron_wake_with_a_drop_sink_keeping_the_session
     assert wake.caller == SystemCaller(name="cron")
     assert wake.sink.drops
     assert wake.sink.to_wire() == {"kind": "drop", "reason": "cron"}
-    assert wake.sink.describe().startswith("Caller is cron — output to caller is dropped")
+    assert wake.sink.describe().startswith("Caller is cron - output to caller is dropped")
     assert wake.agent is None
     assert wake.body == "check in"
     assert wake.meta["cron_job"] == "direct"
@@ -509,3 +510,10 @@ async def test_a_stop_before_the_turn_ends_records_the_delivery_as_unknown(
     await service.stop()
     (run,) = await service.runs("tick")
     assert run.delivery == "unknown: the gateway stopped before the turn ended"
+
+
+def test_the_delivery_words_of_a_cron_wake_are_ascii() -> None:
+    # One non-ASCII character doubles the memory of every prompt a session holds.
+    words = [SILENT_WORDS, deliver_words(SessionKey("telegram:1"))]
+    words += [direct_words(SessionKey("telegram:1")), direct_words(SessionKey("cron:job"))]
+    assert all(w.isascii() for w in words)

@@ -83,7 +83,7 @@ async def test_a_deliver_to_jobs_text_answer_reaches_the_chat_and_is_recorded_de
     assert (record.status, record.delivery) == ("fired", "delivered")
     header = script.requests["cron:hello"][0].messages[-1].text()
     assert "delivery:" in header
-    assert "Caller is cron — this job's output goes to the cli user" in header
+    assert "Caller is cron - this job's output goes to the cli user" in header
 
 
 async def test_a_deliver_to_jobs_dispatch_to_user_reaches_the_chat(

@@ -98,7 +98,7 @@ async def test_a_check_in_an_agent_schedules_fires_a_second_later_into_its_sessi
     await replies.wait(2)
     wake = script.requests["cli"][2].messages[-1].text()
     assert "source: cron" in wake
-    assert "Caller is cron — output to caller is dropped" in wake
+    assert "Caller is cron - output to caller is dropped" in wake
     assert "Check if the user responded" in wake
     assert replies.items[-1] == "Checking in, as promised."
     assert gateway.cron is not None

@@ -285,7 +285,7 @@ class Inbox:
         return False
 
     def describe(self) -> str:
-        return f"Caller is the {self.name} — reply with dispatch(to=caller:user)"
+        return f"Caller is the {self.name} - reply with dispatch(to=caller:user)"
 
     def to_wire(self) -> dict[str, str]:
         return {"kind": "channel", "channel": "test", "chat": self.name}

@@ -43,7 +43,7 @@ class Endpoint:
         return False
 
     def describe(self) -> str:
-        return f"Caller is {self.chat} — reply with dispatch(to=caller:user)"
+        return f"Caller is {self.chat} - reply with dispatch(to=caller:user)"
 
     def to_wire(self) -> dict[str, str]:
         return {"kind": "channel", "channel": "test", "chat": self.chat}

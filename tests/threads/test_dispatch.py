@@ -342,7 +342,7 @@ async def test_a_subagent_gets_its_key_and_its_answer_comes_back_as_child_comple
     assert "source: child_completed" in completion
     assert f"child: {child}" in completion
     assert "It rained." in completion
-    assert "Caller is child_completed — output to caller is dropped" in completion
+    assert "Caller is child_completed - output to caller is dropped" in completion
     assert "You search." in script.requests[child][0].system
     assert rt.inbox(USER).messages == ["News: it rained."]
 

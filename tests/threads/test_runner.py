@@ -81,7 +81,7 @@ async def test_a_wake_becomes_the_prompt_seed_000_describes_header_then_body(
     assert "caller_session_key" not in fields
     assert "injected" not in fields
     assert fields["delivery"] == (
-        "Caller is the telegram user — reply with dispatch(to=caller:user)"
+        "Caller is the telegram user - reply with dispatch(to=caller:user)"
     )
     await rt.manager.close()
 
@@ -96,7 +96,7 @@ async def test_only_a_cross_session_wake_names_the_caller_session_key(
     fields, _ = await _prompt_of(rt, "cli", system_wake("tick"))
     assert fields["sender"] == "system"
     assert "caller_session_key" not in fields
-    assert fields["delivery"] == "Caller is cron — output to caller is dropped"
+    assert fields["delivery"] == "Caller is cron - output to caller is dropped"
     await rt.manager.close()
 
 

@@ -76,7 +76,26 @@ def test_a_drop_sink_wake_says_its_output_is_dropped() -> None:
     )
     text = render_prompt(wake, thread="cli", session_id="s_1")
     assert "sender: system" in text
-    assert "Caller is cron — output to caller is dropped" in text
+    assert "Caller is cron - output to caller is dropped" in text
+
+
+@pytest.mark.parametrize(
+    "caller",
+    [
+        UserCaller(channel="telegram", user_id="7", name="Ann"),
+        SessionCaller(session_key=SessionKey("cli:threads:r")),
+        SystemCaller(name="cron"),
+    ],
+)
+def test_a_wake_header_is_ascii_so_an_ascii_prompt_is_held_at_a_byte_a_character(
+    caller: UserCaller | SessionCaller | SystemCaller,
+) -> None:
+    # Python keeps a str at the width of its widest character: one em dash
+    # doubles the memory of every prompt a live session holds.
+    wake = Wake(source=WakeSource.CRON, body="check in", caller=caller, created=WHEN)
+    assert render_prompt(wake, thread="cli", session_id="s_1").isascii()
+    dropped = dataclasses.replace(wake, sink=DropSink(reason="cron"))
+    assert render_prompt(dropped, thread="cli", session_id="s_1").isascii()
 
 
 def test_an_injected_wake_is_marked() -> None:

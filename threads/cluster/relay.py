@@ -237,7 +237,7 @@ class RelaySink:
 
     def describe(self) -> str:
         channel = self.wire.get("channel", "?")
-        return f"Caller is the {channel} user — reply with dispatch(to=caller:user)"
+        return f"Caller is the {channel} user - reply with dispatch(to=caller:user)"
 
     def to_wire(self) -> dict[str, str]:
         return dict(self.wire)
