@@ -284,7 +284,7 @@ class AgentLoop:
                 # The calls are durable before they run: a crash in a tool leaves a
                 # record of what was asked (the restart closes it as interrupted).
                 await run.flush()
-            results, outputs = await self._call_tools(tools, calls, ctx, run)
+            results, outputs, staged = await self._call_tools(tools, calls, ctx, run)
             parked = tuple(o.parked for o in outputs if o.parked is not None)
             if parked:
                 # Calls wait for a person; the others' results are durable already.
@@ -296,8 +296,7 @@ class AgentLoop:
                     last_input=last_input,
                     parked=parked,
                 )
-            files = tuple(f for o in outputs for f in o.files)  # images tools returned
-            messages.append(Message(role="tool", content=(*results, *files)))
+            messages.append(_tool_message(results, outputs, staged))
             ended = next((o for o in outputs if o.ends_turn), None)
             if ended is not None:
                 return RunResult(
@@ -326,14 +325,19 @@ class AgentLoop:
         run: Run,
         *,
         approved: bool = False,
-    ) -> tuple[list[ToolResultPart], list[ToolOutput]]:
+    ) -> tuple[list[ToolResultPart], list[ToolOutput], list[Message]]:
         """Run a step's calls side by side; each result is durable as soon as its tool ends.
+
+        Returns the results and outputs in the calls' order, and the tool
+        messages staged, in the order their tools ended.
 
         A restart in the middle of a batch keeps the finished results and
         closes only the calls still running as interrupted. The result of a
         call that ends the turn (``dispatch``) lands with the turn's end; a
         call parked for approval gets none until it is decided.
         """
+
+        staged: list[Message] = []
 
         async def one(call: ToolCallPart) -> tuple[ToolResultPart, ToolOutput]:
             run.current_tool = call.name
@@ -342,7 +346,9 @@ class AgentLoop:
             result, output = await self.tools.call(tools, call, ctx, approved=approved)
             if output.parked is None:
                 # Durable now; a parked call stays open for its decision.
-                run.stage(Message(role="tool", content=(result, *output.files)))
+                message = Message(role="tool", content=(result, *output.files))
+                staged.append(message)
+                run.stage(message)
                 if not output.ends_turn:
                     await run.flush()
             if len(calls) > 1:
@@ -364,7 +370,7 @@ class AgentLoop:
                 pairs = list(await asyncio.gather(*(one(c) for c in calls)))
         finally:
             run.current_tool = ""
-        return [p[0] for p in pairs], [p[1] for p in pairs]
+        return [p[0] for p in pairs], [p[1] for p in pairs], staged
 
     async def _compact_if_due(self, run: Run, settings: ModelSettings) -> bool:
         """Before a turn's first model call: trim or compact when the context nears the window."""
@@ -387,7 +393,7 @@ class AgentLoop:
         approved = [r.call for r in run.resumption if r.outcome == APPROVE]
         ran: dict[str, ToolResultPart] = {}
         if approved:
-            results, _ = await self._call_tools(tools, approved, ctx, run, approved=True)
+            results, _, _ = await self._call_tools(tools, approved, ctx, run, approved=True)
             ran = {r.call_id: r for r in results}
         parts = [
             ran.get(r.call.id)
@@ -474,6 +480,22 @@ class AgentLoop:
                 run_id=run.run_id,
             )
         )
+
+
+def _tool_message(
+    results: Sequence[ToolResultPart], outputs: Sequence[ToolOutput], staged: Sequence[Message]
+) -> Message:
+    """The tool message a step adds to the run's context: its results, then the files they carry.
+
+    For one call it is the very message staged, the one the session's context
+    will hold: the model client keeps a conversation's encoding up to the
+    object its last request ended with, and finds that object again next turn
+    only if it is the same one (``threads/llm/conversations.py``).
+    """
+    if len(results) == 1 and len(staged) == 1:
+        return staged[0]
+    files = tuple(f for o in outputs for f in o.files)  # images tools returned
+    return Message(role="tool", content=(*results, *files))
 
 
 def _user_wake(run: Run) -> Wake | None:

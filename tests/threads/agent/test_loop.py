@@ -145,3 +145,22 @@ async def test_a_steer_at_the_final_answer_redirects_into_one_more_step(runtime:
     assert result.steps == 2
     assert steer.outcome is Outcome.DELIVERED
     assert runtime.inbox("telegram:1").messages == ["answer with the steer"]
+
+
+async def test_the_next_turn_sends_the_very_tool_message_the_last_request_ended_with(
+    runtime: Runtime,
+) -> None:
+    # The client keeps a conversation's encoding up to the object its last request ended
+    # with; the next turn reuses it only if the session's context holds that same object.
+    @tool("noop", "Does nothing.", Nothing)
+    async def noop(args: Nothing, ctx: ToolContext) -> str:
+        return "ok"
+
+    runtime.loop.tools.register(noop)
+    runtime.model.add(call("noop"), say("done"), say("again"))
+    await runtime.result(await runtime.say("telegram:1", "first"))
+    await runtime.result(await runtime.say("telegram:1", "second"))
+    ended_with = runtime.model.requests[1].messages
+    next_turn = runtime.model.requests[2].messages
+    assert ended_with[-1].role == "tool"
+    assert next_turn[len(ended_with) - 1] is ended_with[-1]
