@@ -72,6 +72,21 @@ class InFlight:
             task.add_done_callback(self._orphaned)
             raise
 
+    async def run_now(self, session: str, point: str, write: Callable[[], T]) -> T:
+        """Run ``write``, which never waits, after the session's earlier writes.
+
+        With none started or waiting and no pause to take, it runs here and
+        now: nothing is ahead of it, and it cannot be cut short. Otherwise it
+        takes its place in line like any other write (:meth:`run`).
+        """
+        if self._pause is None and session not in self._turns:
+            return write()
+
+        async def queued() -> T:
+            return write()
+
+        return await self.run(session, point, queued)
+
     async def drain(self) -> None:
         """Wait for every started write to end (their failures are their callers')."""
         while self._started:
