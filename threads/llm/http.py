@@ -13,6 +13,7 @@ beyond the request itself.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from types import TracebackType
@@ -34,8 +35,12 @@ from threads.llm.retry import Clock, Retrier, RetryPolicy, Sleep, error_for_stat
 from threads.llm.sse import SSEDecoder, SSEEvent
 
 
+@functools.lru_cache(maxsize=256)
 def metadata_header(key: str) -> str:
-    """The HTTP header a run metadata key travels in: ``weft.session.id`` → ``X-Weft-Session-Id``."""
+    """The HTTP header a run metadata key travels in: ``weft.session.id`` → ``X-Weft-Session-Id``.
+
+    Cached: the keys are the few the gateway names, and every request sends them.
+    """
     words = key.removeprefix("weft.").replace("_", ".").split(".")
     return "X-Weft-" + "-".join(w.capitalize() for w in words if w)
 

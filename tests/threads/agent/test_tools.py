@@ -183,3 +183,25 @@ async def test_a_tool_requiring_approval_is_refused_when_no_one_can_approve() ->
     _, output = await registry.call(tools, ToolCallPart(id="c1", name="risky", args={}), None)  # type: ignore[arg-type]
     assert output.is_error
     assert "risky requires a person's approval" in output.content
+
+
+async def test_a_tool_sees_its_own_call_id_in_a_context_of_the_callers_type() -> None:
+    class GatewayContext(ToolContext):
+        __slots__ = ("extra",)
+
+    seen: list[tuple[str, str]] = []
+
+    @tool("whoami", "Says which call it is.", Nothing)
+    async def whoami(args: Nothing, ctx: ToolContext) -> str:
+        seen.append((type(ctx).__name__, ctx.call_id))
+        return "ok"
+
+    registry = ToolRegistry([whoami])
+    plain = ToolContext(run=None, key="k", agent="a")  # type: ignore[arg-type]
+    special = GatewayContext(run=None, key="k", agent="a")  # type: ignore[arg-type]
+    for ctx, call_id in ((plain, "c1"), (special, "c2")):
+        await registry.call(
+            registry.select(["*"])[0], ToolCallPart(id=call_id, name="whoami", args={}), ctx
+        )
+    assert seen == [("ToolContext", "c1"), ("GatewayContext", "c2")]
+    assert plain.call_id == special.call_id == ""  # the caller's context is left as it was
