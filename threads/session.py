@@ -40,6 +40,7 @@ from threads.outage import StoreOutage
 from threads.outbound import Outgoing
 from threads.pool.ledger import resolution
 from threads.store.base import (
+    AtOnce,
     Flusher,
     Leaser,
     Loaded,
@@ -175,6 +176,8 @@ class Session:
         self._soon = (
             store if isinstance(store, SoonFlusher) and not self._options.flush_store else None
         )
+        # A store that can append without waiting (memory) spares each write a task.
+        self._at_once = store if isinstance(store, AtOnce) else None
         self._leased = False
         self._sealed = False
         self._unsure: list[Entry] | None = None  # a write the store failed, that may have landed
@@ -395,6 +398,12 @@ class Session:
         if self._unsure is not None and await self._reconcile(entries):
             return
         await self._take_lease()
+        if self._at_once is not None:
+            landed = self._at_once.append_at_once(self.id, entries)
+            if landed is not None:  # with nothing to wait for
+                self._options.outage.succeeded()
+                self._record(entries, landed)
+                return
         # Once submitted, the write finishes even if the caller is cancelled (an
         # interrupt mid-step): the tree must stay equal to what the store holds.
         append = asyncio.ensure_future(self._store.append(self.id, entries, durable=durable))

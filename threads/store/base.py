@@ -242,6 +242,21 @@ class Flusher(Protocol):
 
 
 @runtime_checkable
+class AtOnce(Protocol):
+    """Appends that land without waiting when nothing is ahead of them (an in-memory store).
+
+    ``append_at_once`` is :meth:`Storage.append` done here and now, returning
+    the lines; or None, having done nothing, when the write would have to wait
+    its turn (another write of the session started or waiting, a test pause):
+    then the caller awaits ``append``. A caller saves the task it would run
+    the append in. Only a backend for which ``durable`` changes nothing
+    offers it.
+    """
+
+    def append_at_once(self, session: str, entries: Sequence[Entry]) -> list[bytes] | None: ...
+
+
+@runtime_checkable
 class SoonFlusher(Protocol):
     """Makes a session's appends made with ``durable=False`` durable, sharing a later flush.
 

@@ -72,6 +72,10 @@ class InFlight:
             task.add_done_callback(self._orphaned)
             raise
 
+    def free(self, session: str) -> bool:
+        """Whether a write to ``session`` may run here and now: none ahead of it, no pause."""
+        return self._pause is None and session not in self._turns
+
     async def run_now(self, session: str, point: str, write: Callable[[], T]) -> T:
         """Run ``write``, which never waits, after the session's earlier writes.
 
@@ -79,7 +83,7 @@ class InFlight:
         now: nothing is ahead of it, and it cannot be cut short. Otherwise it
         takes its place in line like any other write (:meth:`run`).
         """
-        if self._pause is None and session not in self._turns:
+        if self.free(session):
             return write()
 
         async def queued() -> T:

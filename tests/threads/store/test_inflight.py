@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from tests.threads.store.helpers import header, msg
+from threads.store.entries import Entry
 from threads.store.inflight import InFlight
 from threads.store.memory import MemoryStore
 
@@ -58,3 +60,31 @@ async def test_a_pause_seam_sees_every_write_that_never_waits() -> None:
     writes = InFlight("test", points.append)
     assert await writes.run_now("s", "append:started", lambda: 1) == 1
     assert points == ["append:started"]
+
+
+async def test_a_memory_store_appends_at_once_only_with_nothing_ahead_of_it() -> None:
+    seen: list[str] = []
+    store = MemoryStore(pause=seen.append)
+    h = header()
+    await store.create(h)
+    # A test pause sees every write: none lands at once.
+    assert store.append_at_once(h.id, [msg("held")]) is None
+    assert seen == ["create:started"]
+    plain = MemoryStore()
+    await plain.create(h)
+    first, second = msg("one"), msg("two")
+    assert plain.append_at_once(h.id, [first, second]) is not None
+    assert [e.id for e in (await plain.load(h.id)).entries] == [first.id, second.id]
+
+
+async def test_a_memory_store_whose_append_is_wrapped_is_always_asked_through_it() -> None:
+    class Counting(MemoryStore):
+        async def append(
+            self, session: str, entries: Sequence[Entry], *, durable: bool = True
+        ) -> list[bytes]:
+            return await super().append(session, entries, durable=durable)
+
+    store = Counting()
+    h = header()
+    await store.create(h)
+    assert store.append_at_once(h.id, [msg("through append")]) is None
