@@ -133,6 +133,10 @@ class EntryLog(Sequence[Entry]):
         """Where the entry sits in append order, or None when there is none."""
         return self._index.get(entry_id)
 
+    def kind(self, at: int) -> str:
+        """The ``type`` of the entry at position ``at``, decoding nothing."""
+        return self._kinds[at]
+
     def has_kind(self, kind: str) -> bool:
         """Whether any entry is of this ``type``, decoding nothing."""
         return kind in self._kinds

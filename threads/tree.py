@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -226,7 +227,10 @@ class EntryTree:
 
     def _builder(self) -> ContextBuilder:
         if self._context is None:
-            self._context = context_builder(self.path())
+            if self._path_cache is None:
+                self.path()
+            assert self._path_cache is not None
+            self._context = context_at(self.entries, self._path_cache)
         return self._context
 
 
@@ -304,6 +308,66 @@ def context_builder(path: Sequence[Entry]) -> ContextBuilder:
         if message is not None:
             builder.add(_stubbed(message, stubs) if stubs else message)
     return builder
+
+
+_MESSAGE_KINDS = frozenset(
+    {MessageEntry.TYPE, CustomMessageEntry.TYPE, BranchSummaryEntry.TYPE}
+)
+
+
+def context_at(log: EntryLog, path: Sequence[int]) -> ContextBuilder:
+    """:func:`context_builder` over a path given as positions in ``log``, reading only
+    what the context holds: the path is searched back for its latest summary by the
+    entries' kinds, and only compactions and what the context shows are decoded.
+
+    Positions along a path grow (an entry's parent is an earlier entry), so where
+    an entry sits on it is a bisection.
+    """
+    read = log.reader()
+    governing = -1
+    trims: list[CompactionEntry] = []
+    for index in range(len(path) - 1, -1, -1):
+        if log.kind(path[index]) != CompactionEntry.TYPE:
+            continue
+        entry = read(path[index])
+        assert isinstance(entry, CompactionEntry)
+        if entry.summary:
+            governing = index
+            break
+        if entry.trim:
+            trims.append(entry)
+    stubs = _trim_stubs(trims[::-1])
+    builder = ContextBuilder()
+    start = 0
+    if governing >= 0:
+        compaction = read(path[governing])
+        assert isinstance(compaction, CompactionEntry)
+        builder.add(summary_message(compaction.summary))
+        kept_from = _on_path(log, path, compaction.first_kept)
+        if kept_from is None:
+            kept_from = governing + 1
+        pinned = sorted(
+            i
+            for i in (_on_path(log, path, entry_id) for entry_id in set(compaction.pinned))
+            if i is not None and i < kept_from
+        )
+        for i in pinned:
+            if (m := message_of(read(path[i]))) is not None:
+                builder.add(_stubbed(m, stubs))
+        start = kept_from
+    for at in path[start:]:
+        if log.kind(at) in _MESSAGE_KINDS and (message := message_of(read(at))) is not None:
+            builder.add(_stubbed(message, stubs) if stubs else message)
+    return builder
+
+
+def _on_path(log: EntryLog, path: Sequence[int], entry_id: str) -> int | None:
+    """Where the entry ``entry_id`` sits on ``path`` (positions, growing), or None."""
+    at = log.position(entry_id)
+    if at is None:
+        return None
+    index = bisect_left(path, at)
+    return index if index < len(path) and path[index] == at else None
 
 
 def _trim_stubs(entries: Sequence[Entry]) -> dict[str, str]:
