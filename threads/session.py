@@ -247,23 +247,29 @@ class Session:
         agent: Agent,
         *,
         options: SessionOptions | None = None,
+        tree: EntryTree | None = None,
     ) -> Session:
-        """A session over what ``store.load`` returned (validated here: ``CorruptError``)."""
-        tree = EntryTree(loaded.header.id)
+        """A session over what ``store.load`` returned (validated here: ``CorruptError``).
+
+        ``tree`` is the tree of the entries before ``loaded``'s, restored from a
+        checkpoint (:mod:`threads.checkpoint`); ``loaded`` then holds those after it.
+        """
+        tree = EntryTree(loaded.header.id) if tree is None else tree
+        before = len(tree.entries)
         skipped = loaded.report.skipped if loaded.report else ()
-        tree.load(loaded.entries, salvaged=bool(skipped))
+        tree.load(loaded.entries, salvaged=bool(skipped), first_line=before + 2)
         session = cls(
             store,
             loaded.header,
             agent,
             tree,
-            view=len(loaded.entries) + len(skipped),
+            view=len(tree.entries) + len(skipped),
             report=loaded.report,
             options=options,
         )
         if len(loaded.lines) == len(loaded.entries):
             # The queue is restored and the context built: the history costs its bytes now.
-            tree.keep_lines(loaded.lines)
+            tree.keep_lines(loaded.lines, before)
         return session
 
     # -- reads

@@ -37,8 +37,8 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -51,7 +51,14 @@ from threads.errors import (
     UnsafePathError,
 )
 from threads.messages import WireError
-from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
+from threads.store.base import Loaded, Mark, Page, Pause, Query, Resumed, StoreOptions
+from threads.store.checkpoints import (
+    encode_checkpoint,
+    read_checkpoint,
+    remove_checkpoint,
+    resume,
+    write_checkpoint,
+)
 from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header
@@ -83,7 +90,7 @@ _STALE_TEMP_SECONDS = 600.0
 
 
 class JsonlStore:
-    """A Storage, KeyIndex, Watcher, Flusher, Releaser and Leaser over a directory."""
+    """A Storage, KeyIndex, Watcher, Flusher, Releaser, Leaser and Checkpointer over a directory."""
 
     def __init__(
         self,
@@ -162,6 +169,18 @@ class JsonlStore:
         check_id(session)
         await self._ready()
         return await self._off_loop(self._load_sync, session)
+
+    async def load_resumed(self, session: str, *, due: int, whole: bool = False) -> Resumed:
+        check_id(session)
+        await self._ready()
+        return await self._off_loop(self._resume_sync, session, due, whole)
+
+    async def save_checkpoint(
+        self, session: str, mark: Mark, state: bytes, held: Sequence[bytes] = ()
+    ) -> None:
+        check_id(session)
+        data = encode_checkpoint(session, mark, state, held)
+        await self._off_loop(write_checkpoint, self._root, session, data)
 
     async def list(self, query: Query | None = None) -> Page:
         await self._ready()
@@ -445,6 +464,7 @@ class JsonlStore:
                 os.unlink(path)
             finally:
                 os.close(fd)
+        remove_checkpoint(self._root, session)
         if self._logged:
             self._log(rnd, op).record(DELETE, session + SUFFIX, 0, b"")
         elif self._every:
@@ -568,18 +588,23 @@ class JsonlStore:
     # -- reads (executor threads)
 
     def _load_sync(self, session: str) -> Loaded:
+        data = self._read_sync(session)
+        with _collector_off():
+            return decode_session(session, data, salvage=self._options.salvage)
+
+    def _resume_sync(self, session: str, due: int, whole: bool) -> Resumed:
+        salvage = self._options.salvage
+        checkpoint = None if whole or salvage else read_checkpoint(self._root, session)
+        data = self._read_sync(session)
+        with _collector_off():
+            return resume(session, data, checkpoint, salvage=salvage, due=due)
+
+    def _read_sync(self, session: str) -> bytes:
         fd = self._open_for_read(session)
         try:
-            data = pread_all(fd, os.fstat(fd).st_size)
+            return pread_all(fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)
-        enabled = gc.isenabled()
-        gc.disable()  # a load makes many young objects and no cycles
-        try:
-            return decode_session(session, data, salvage=self._options.salvage)
-        finally:
-            if enabled:
-                gc.enable()
 
     def _list_sync(self, query: Query) -> Page:
         if not self._root_exists():
@@ -682,6 +707,18 @@ class JsonlStore:
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+@contextmanager
+def _collector_off() -> Iterator[None]:
+    """A load makes many young objects and no cycles: no collection while it decodes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _write_all(fd: int, data: bytes) -> None:
