@@ -22,6 +22,7 @@ receipt for a prompt before it) reads every line instead.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import sys
@@ -64,24 +65,53 @@ async def open_session(
     *,
     options: SessionOptions | None = None,
 ) -> Session:
-    """Load a session (as :meth:`Session.open`), from its checkpoint where the store keeps one."""
+    """Load a session (as :meth:`Session.open`), from its checkpoint where the store keeps one.
+
+    The tree is built on a worker thread, as the store decodes there: an open
+    costs the event loop what the session's own setup costs, not a call per
+    entry (the tree is the open's own until the session is made of it).
+    """
+    loop = asyncio.get_running_loop()
     if not isinstance(store, Checkpointer):
-        return Session.from_loaded(store, await store.load(session_id), agent, options=options)
-    resumed = await store.load_resumed(session_id, due=CHECKPOINT_AFTER)
-    tree = restored_tree(resumed) if resumed.before else None
-    if resumed.before and tree is None:
+        resumed = Resumed(loaded=await store.load(session_id))
+    else:
+        resumed = await store.load_resumed(session_id, due=CHECKPOINT_AFTER)
+    built = await loop.run_in_executor(None, build, resumed)
+    if built is None:
+        assert isinstance(store, Checkpointer)
         resumed = await store.load_resumed(session_id, due=CHECKPOINT_AFTER, whole=True)
+        built = await loop.run_in_executor(None, build, resumed)
+        assert built is not None
+    session = Session.from_tree(store, resumed.loaded, built.tree, agent, options=options)
+    if resumed.mark is not None and built.carried is not None and worth_keeping(built.tree):
+        assert isinstance(store, Checkpointer)
+        await save(store, built.tree, resumed.mark, built.carried)
+    return session
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Built:
+    """A tree an open built, and the entries a checkpoint of it would carry (when one is due)."""
+
+    tree: EntryTree
+    carried: list[Entry] | None
+
+
+def build(resumed: Resumed) -> Built | None:
+    """The tree of a load, restored from its checkpoint first when it was read from one;
+    None when that checkpoint cannot be used (:func:`restored_tree`)."""
+    loaded = resumed.loaded
+    tree = restored_tree(resumed) if resumed.before else EntryTree(loaded.header.id)
     if tree is None:
-        tree = EntryTree(resumed.loaded.header.id)
-    carried: list[Entry] | None = None
+        return None
+    carried = None
     if resumed.mark is not None:
         # What the inbox reads, found while the entries are values (their lines are kept next).
-        view = [*tree.carried, *resumed.loaded.entries]
+        view = [*tree.carried, *loaded.entries]
         carried = [*unsettled_receipts(view), *unfinished_runs(view)]
-    session = Session.from_loaded(store, resumed.loaded, agent, options=options, tree=tree)
-    if resumed.mark is not None and carried is not None and worth_keeping(tree):
-        await save(store, tree, resumed.mark, carried)
-    return session
+    skipped = loaded.report.skipped if loaded.report else ()
+    tree.load(loaded.entries, salvaged=bool(skipped), first_line=len(tree.entries) + 2)
+    return Built(tree=tree, carried=carried)
 
 
 def worth_keeping(tree: EntryTree) -> bool:
@@ -92,20 +122,36 @@ def worth_keeping(tree: EntryTree) -> bool:
 
 
 async def save(store: Checkpointer, tree: EntryTree, mark: Mark, carried: list[Entry]) -> None:
-    """Keep the tree's state as the session's checkpoint at ``mark``; a failure is logged."""
+    """Keep the tree's state as the session's checkpoint at ``mark``; a failure is logged.
+
+    Encoded on a worker thread: the session is the open's own until it returns.
+    """
+    loop = asyncio.get_running_loop()
+    made = await loop.run_in_executor(None, checkpoint_of, tree, mark, carried)
+    if made is None:
+        return
+    state, held = made
+    try:
+        await store.save_checkpoint(tree.session, mark, state, held)
+    except OSError as exc:
+        log.warning("session %s: its checkpoint was not written: %s", tree.session, exc)
+
+
+def checkpoint_of(
+    tree: EntryTree, mark: Mark, carried: list[Entry]
+) -> tuple[bytes, list[bytes]] | None:
+    """The state and held receipts' lines of a checkpoint of ``tree`` at ``mark``; None when
+    the tree does not hold its state as plain values (:meth:`EntryTree.dump`)."""
     parts = tree.dump()
     if parts is None or len(tree.entries) != mark.entries:
-        return
+        return None
     entries = tree.entries
     places = [(entries.position(e.id), e) for e in carried]
     refs = sorted(
         (at, e.run_id if isinstance(e, MessageEntry) else "") for at, e in places if at is not None
     )
     held = [entries.line(at) for at, e in places if at is not None and isinstance(e, ReceiptEntry)]
-    try:
-        await store.save_checkpoint(tree.session, mark, encode_state(parts, refs), held)
-    except OSError as exc:
-        log.warning("session %s: its checkpoint was not written: %s", tree.session, exc)
+    return encode_state(parts, refs), held
 
 
 def restored_tree(resumed: Resumed) -> EntryTree | None:

@@ -247,17 +247,26 @@ class Session:
         agent: Agent,
         *,
         options: SessionOptions | None = None,
-        tree: EntryTree | None = None,
     ) -> Session:
-        """A session over what ``store.load`` returned (validated here: ``CorruptError``).
-
-        ``tree`` is the tree of the entries before ``loaded``'s, restored from a
-        checkpoint (:mod:`threads.checkpoint`); ``loaded`` then holds those after it.
-        """
-        tree = EntryTree(loaded.header.id) if tree is None else tree
-        before = len(tree.entries)
+        """A session over what ``store.load`` returned (validated here: ``CorruptError``)."""
+        tree = EntryTree(loaded.header.id)
         skipped = loaded.report.skipped if loaded.report else ()
-        tree.load(loaded.entries, salvaged=bool(skipped), first_line=before + 2)
+        tree.load(loaded.entries, salvaged=bool(skipped))
+        return cls.from_tree(store, loaded, tree, agent, options=options)
+
+    @classmethod
+    def from_tree(
+        cls,
+        store: SessionStore,
+        loaded: Loaded,
+        tree: EntryTree,
+        agent: Agent,
+        *,
+        options: SessionOptions | None = None,
+    ) -> Session:
+        """A session over ``tree``, which has loaded ``loaded``'s entries last (after those
+        it was restored with from a checkpoint, :mod:`threads.checkpoint`)."""
+        skipped = loaded.report.skipped if loaded.report else ()
         session = cls(
             store,
             loaded.header,
@@ -269,7 +278,7 @@ class Session:
         )
         if len(loaded.lines) == len(loaded.entries):
             # The queue is restored and the context built: the history costs its bytes now.
-            tree.keep_lines(loaded.lines, before)
+            tree.keep_lines(loaded.lines, len(tree.entries) - len(loaded.entries))
         return session
 
     # -- reads
