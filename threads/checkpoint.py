@@ -83,7 +83,7 @@ async def open_session(
         built = await loop.run_in_executor(None, build, resumed)
         assert built is not None
     session = Session.from_tree(store, resumed.loaded, built.tree, agent, options=options)
-    if resumed.mark is not None and built.carried is not None and worth_keeping(built.tree):
+    if resumed.mark is not None and built.carried is not None:
         assert isinstance(store, Checkpointer)
         await save(store, built.tree, resumed.mark, built.carried)
     return session
@@ -104,13 +104,13 @@ def build(resumed: Resumed) -> Built | None:
     tree = restored_tree(resumed) if resumed.before else EntryTree(loaded.header.id)
     if tree is None:
         return None
-    carried = None
-    if resumed.mark is not None:
-        # What the inbox reads, found while the entries are values (their lines are kept next).
-        view = [*tree.carried, *loaded.entries]
-        carried = [*unsettled_receipts(view), *unfinished_runs(view)]
     skipped = loaded.report.skipped if loaded.report else ()
     tree.load(loaded.entries, salvaged=bool(skipped), first_line=len(tree.entries) + 2)
+    carried = None
+    if resumed.mark is not None and worth_keeping(tree):
+        # What the inbox reads, found while the entries are values (their lines are kept next).
+        view = tree.open_view()
+        carried = [*unsettled_receipts(view), *unfinished_runs(view)]
     return Built(tree=tree, carried=carried)
 
 
