@@ -12,7 +12,7 @@ import pytest
 from tests.threads.conftest import HandAgent, plant
 from threads import checkpoint
 from threads.checkpoint import open_session
-from threads.errors import CorruptError
+from threads.errors import CorruptError, StaleError
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message, Usage
 from threads.session import Session
@@ -249,3 +249,37 @@ def linked(entries: list[Entry]) -> list[Entry]:
         out.append(dataclasses.replace(entry, parent=parent))
         parent = entry.id
     return out
+
+
+async def long_session(store: SessionStore) -> str:
+    """A session past a mebibyte, whose open counts its lines for its first write."""
+    sid = new_session_id()
+    history = turns(sid, 1, 30, "")
+    bulk = MessageEntry(
+        id=new_entry_id(), message=Message.user("x" * (1 << 20)), parent=history[-1].id
+    )
+    await plant(store, Header(id=sid, created=datetime.now(UTC)), [*history, bulk])
+    return sid
+
+
+async def test_a_long_sessions_first_write_after_its_open_lands_and_counts(
+    store: SessionStore,
+) -> None:
+    sid = await long_session(store)
+    opened = await open_session(store, sid, HandAgent())
+    await opened.append_messages([Message.user("after")])
+    await opened.close()
+    assert (await whole(store, sid)).entry_count == opened.entry_count
+
+
+async def test_a_long_session_written_after_its_open_refuses_the_stale_view(
+    store: SessionStore,
+) -> None:
+    sid = await long_session(store)
+    behind = await open_session(store, sid, HandAgent())
+    leaf = (await store.load(sid)).entries[-1].id
+    moved = MessageEntry(id=new_entry_id(), message=Message.user("moved on"), parent=leaf)
+    await store.append(sid, [moved])  # another writer, after the open counted the lines
+    await store.release(sid)  # type: ignore[attr-defined]
+    with pytest.raises(StaleError, match=f"session {sid} changed since it was opened"):
+        await behind.append_messages([Message.user("would fork the line")])

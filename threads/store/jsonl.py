@@ -87,6 +87,8 @@ SUFFIX = ".jsonl"
 LINGER = 0.003
 """How long a busy round of the write-ahead log waits for more writers (decision perf-15)."""
 _STALE_TEMP_SECONDS = 600.0
+_COUNT_FROM = 1 << 20
+"""A file this large has its lines counted where an open read it, not again by its lease."""
 
 
 class JsonlStore:
@@ -144,6 +146,10 @@ class JsonlStore:
         self._listing = DirectoryListing(self._root, SUFFIX)
         self._keys: dict[str, str] | None = None
         self._key_seed: dict[str, str] = {}
+        # A long session's line count as its open read it, for the first write's lease
+        # (which would read the whole file again on the writer thread): session ->
+        # (inode, size, lines, created). Taken by that acquire; a differing file is read.
+        self._counted: dict[str, tuple[int, int, int, datetime]] = {}
         self._keys_loading: asyncio.Lock | None = None
         self._root_ready = False
 
@@ -415,6 +421,13 @@ class JsonlStore:
     def _w_acquire(self, session: str, rnd: Round, op: Op[Any]) -> tuple[int, datetime]:
         handle = self._handles.hold(session)
         handle.pinned = True
+        counted = self._counted.pop(session, None)
+        if (
+            handle.lines < 0
+            and counted is not None
+            and counted[:2] == (os.fstat(handle.fd).st_ino, handle.size)
+        ):
+            handle.lines, handle.created = counted[2], counted[3]
         if handle.lines < 0:
             if handle.size < 0:  # a failed write or flush: count what the file holds now
                 handle.size = repair_tail(session, handle.fd, os.fstat(handle.fd).st_size)
@@ -595,9 +608,18 @@ class JsonlStore:
     def _resume_sync(self, session: str, due: int, whole: bool) -> Resumed:
         salvage = self._options.salvage
         checkpoint = None if whole or salvage else read_checkpoint(self._root, session)
-        data = self._read_sync(session)
+        fd = self._open_for_read(session)
+        try:
+            st = os.fstat(fd)
+            data = pread_all(fd, st.st_size)
+        finally:
+            os.close(fd)
         with _collector_off():
-            return resume(session, data, checkpoint, salvage=salvage, due=due)
+            resumed = resume(session, data, checkpoint, salvage=salvage, due=due)
+        if len(data) >= _COUNT_FROM and len(data) == st.st_size:
+            count = max(data.count(b"\n") - 1, 0)
+            self._counted[session] = (st.st_ino, len(data), count, resumed.loaded.header.created)
+        return resumed
 
     def _read_sync(self, session: str) -> bytes:
         fd = self._open_for_read(session)
