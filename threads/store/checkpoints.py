@@ -1,5 +1,8 @@
 """A session's checkpoint file: what an open derived of its first entries, tied to their bytes.
 
+(Not the write-ahead log's checkpoints, which flush session files: this one
+is a cache of an open's work, :mod:`threads.checkpoint`.)
+
 Decision perf-19. A file store keeps, beside ``<id>.jsonl``, one file
 ``checkpoints/<id>``: a JSON line saying where the checkpoint stands (a
 :class:`~threads.store.base.Mark`: how many entries, the byte offset where
