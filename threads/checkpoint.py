@@ -114,7 +114,9 @@ def build(resumed: Resumed) -> Built | None:
     if resumed.mark is not None and worth_keeping(tree):
         # What the inbox reads, found while the entries are values (their lines are kept next).
         view = tree.open_view()
-        carried = [*unsettled_receipts(view), *unfinished_runs(view)]
+        # As the inbox: no receipt ever written, none unsettled (no walk to find so).
+        unsettled = unsettled_receipts(view) if tree.entries.has_kind(ReceiptEntry.TYPE) else []
+        carried = [*unsettled, *unfinished_runs(view)]
     return Built(tree=tree, carried=carried)
 
 
