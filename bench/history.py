@@ -33,10 +33,25 @@ turns.
   (the target is ≤ 128 KB beyond it).
 - ``rss_to_disk_ratio_after_soak``: the resident set's growth since start-up
   over the bytes of every session file, once every level ran (target ≤ 1).
+- ``p99_ms_history_100_first_turns`` / ``p99_ms_history_100_later_turns``:
+  the same soak's turns split by whether the turn was its chat's first in
+  the soak (the one that opens the session); ``open_ms_500_entries`` the
+  median open of one of those sessions as a thread, off the soak (median of
+  twenty sessions, each opened once), and ``open_loop_ms_500_entries`` the
+  event loop's CPU in those opens.
 - ``open_ms_100000_entries``: a session of 100 000 entries opened as a
   thread (load, tree, thread), median of three, each after an eviction;
   ``next_turn_ms_100000_entries`` the median of its next five turns beside
-  ``next_turn_ms_fresh`` on a fresh session.
+  ``next_turn_ms_fresh`` on a fresh session. The big session is what a real
+  one that long is: it compacted as it grew. Every
+  :data:`COMPACT_EVERY`-th turn holds a compaction entry of the gateway's
+  own shape (as a threshold compaction writes it: after the turn's prompt,
+  keeping that prompt on), so its context after the latest compaction is a
+  couple of turns, not its whole history (the model's window here is far
+  above it, so no turn of the bench compacts by itself). It is opened once
+  before the three (``open_ms_100000_entries_first``): that open reads every
+  line, as the first open after an upgrade does, and leaves the checkpoint a
+  gateway that grew the session would have left (decision perf-19).
 
 The last line printed is one JSON object with every figure.
 """
@@ -47,6 +62,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import hashlib
 import logging
 import os
 import statistics
@@ -61,7 +77,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.api import rss_mb
+from bench.api import percentile_ms, rss_mb
 from bench.gateway import (
     Chat,
     Load,
@@ -79,12 +95,14 @@ from gateway.app import Gateway
 from gateway.heap import settle_heap
 from gateway.switching import settle_switching
 from threads.ids import new_entry_id, new_session_id
-from threads.messages import Message
+from threads.messages import Message, Usage
 from threads.store.codec import encode_header, entry_to_wire
-from threads.store.entries import Entry, Header, MessageEntry
+from threads.store.entries import CompactionEntry, Entry, Header, MessageEntry
 
 CLIENTS = 32
 SOAK_SESSIONS = 500
+COMPACT_EVERY = 100
+"""Turns between the big session's compactions (about 500 entries)."""
 
 
 # -- the load, in its own process
@@ -114,6 +132,8 @@ class HistoryLoad(Load):
         shares = [chats[c::clients] for c in range(clients)]
         per_client = max(1, turns // clients)
         times: list[float] = []
+        firsts: list[float] = []
+        laters: list[float] = []
 
         async def client(share: list[Chat]) -> None:
             for i in range(per_client):
@@ -121,7 +141,9 @@ class HistoryLoad(Load):
                 started = time.perf_counter()
                 await chat.say(f"message {i}")
                 await next_reply(chat.ws)
-                times.append(time.perf_counter() - started)
+                took = time.perf_counter() - started
+                times.append(took)
+                (firsts if i < len(share) else laters).append(took)
 
         started = time.perf_counter()
         await asyncio.gather(*(client(share) for share in shares if share))
@@ -132,11 +154,31 @@ class HistoryLoad(Load):
             await chat.close()
         # What the model received last: the body a turn of this group sends, for scale.
         return figures_of(times, elapsed) | {
-            "request_kb": round(len(self.model.last_body) / 1024, 1)
+            "request_kb": round(len(self.model.last_body) / 1024, 1),
+            "p99_first": percentile_ms(firsts, 0.99) if firsts else 0.0,
+            "p99_later": percentile_ms(laters, 0.99) if laters else 0.0,
         }
 
 
 # -- the gateway, in this process
+
+
+async def open_figures(gw: Gateway, store: Any, template: list[dict[str, Any]]) -> dict[str, float]:
+    """The open of a 100-turn session as a thread, off any load: wall time and loop CPU."""
+    keys = [f"web:open-probe-{n}" for n in range(20)]
+    for key in keys:
+        await seed(store, key, 100, template)
+    walls, cpus = [], []
+    for key in keys:
+        gc.collect()
+        began, cpu = time.perf_counter(), time.thread_time()
+        await gw.manager.open_thread(key)
+        cpus.append(time.thread_time() - cpu)
+        walls.append(time.perf_counter() - began)
+    return {
+        "open_ms_500_entries": round(statistics.median(walls) * 1000, 2),
+        "open_loop_ms_500_entries": round(statistics.median(cpus) * 1000, 2),
+    }
 
 
 def gateway_config(root: Path, model_url: str) -> Any:
@@ -171,7 +213,9 @@ def template_of(entries: list[Entry]) -> list[dict[str, Any]]:
     raise SystemExit("the template session holds no turn")
 
 
-async def seed(store: Any, key: str, turns: int, template: list[dict[str, Any]]) -> None:
+async def seed(
+    store: Any, key: str, turns: int, template: list[dict[str, Any]], *, compact_every: int = 0
+) -> None:
     """A session for ``key`` holding ``turns`` clones of the template turn, planted whole.
 
     The clones are the template's lines with fresh ids and run ids, of the
@@ -180,6 +224,8 @@ async def seed(store: Any, key: str, turns: int, template: list[dict[str, Any]])
     (a parent, a receipt, an outbound record) names the clone of that entry,
     and the first entry of each turn follows the last of the turn before
     (the format is the store's own: the template was written by a real turn).
+    With ``compact_every``, every such turn holds a compaction after its
+    prompt (:func:`compaction_line`).
     """
     header = Header(id=new_session_id(), meta={"key": key, "agent": "default"})
     lines = [encode_header(header)]
@@ -193,6 +239,7 @@ async def seed(store: Any, key: str, turns: int, template: list[dict[str, Any]])
             else new_entry_id()
             for wire in template
         }
+        compacts = compact_every > 0 and turn % compact_every == 0
         for index, wire in enumerate(template):
             line = {k: ids.get(v, v) if isinstance(v, str) else v for k, v in wire.items()}
             if index == 0:
@@ -201,10 +248,31 @@ async def seed(store: Any, key: str, turns: int, template: list[dict[str, Any]])
                     line["parent"] = last
             if "run_id" in line:
                 line["run_id"] = run_id
+            if index == 1 and compacts:
+                compaction = compaction_line(prompt=str(line["parent"]), turns=turn)
+                lines.append(compaction)
+                line["parent"] = orjson.loads(compaction)["id"]
             lines.append(orjson.dumps(line) + b"\n")
         last = ids[template[-1]["id"]]
     await store.plant(header.id, b"".join(lines))
     await store.point(key, header.id)
+
+
+def compaction_line(*, prompt: str, turns: int) -> bytes:
+    """A threshold compaction as a turn writes it after its prompt: everything before the
+    prompt summarized, the prompt kept on."""
+    entry = CompactionEntry(
+        id=new_entry_id(),
+        parent=prompt,
+        first_kept=prompt,
+        summary=f"The user sent {turns - 1} short messages; each was answered with ok. " * 12,
+        tokens_before=250_000,
+        reason="threshold",
+        summarizer_usage=Usage(input_tokens=250_000, output_tokens=300),
+        summarizer_model={"model": "fake/bench"},
+        range_hash=hashlib.sha256(str(turns).encode()).hexdigest(),
+    )
+    return orjson.dumps(entry_to_wire(entry)) + b"\n"
 
 
 def context_bytes(messages: list[Message]) -> int:
@@ -285,6 +353,8 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                     figures[f"p99_ms_{label}"] = result["p99"]
                     figures[f"p50_ms_{label}"] = result["p50"]
                     figures[f"turns_per_s_{label}_500_sessions"] = result["per_s"]
+                    figures[f"p99_ms_{label}_first_turns"] = result["p99_first"]
+                    figures[f"p99_ms_{label}_later_turns"] = result["p99_later"]
                     print(
                         f"500 sessions, {label}: {result['per_s']} turns/s, p50 "
                         f"{result['p50']} ms, p99 {result['p99']} ms",
@@ -303,8 +373,16 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                 )
                 figures["disk_mb_sessions"] = round(disk / 2**20, 1)
 
+                figures |= await open_figures(gw, store, template)
                 turns_big = 100_000 // len(template) + 1
-                (big,) = await group("big", 1, turns_big)
+                (chat,) = (await ask("open", base, "big", 1))["chats"]
+                big = f"web:{chat}"
+                await seed(store, big, turns_big, template, compact_every=COMPACT_EVERY)
+                begun = time.perf_counter()
+                await gw.manager.open_thread(big)
+                figures["open_ms_100000_entries_first"] = round(
+                    (time.perf_counter() - begun) * 1000, 1
+                )
                 opens = []
                 for _ in range(3):
                     await gw.manager.evict_idle(0)
@@ -313,7 +391,9 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                     await gw.manager.open_thread(big)
                     opens.append(time.perf_counter() - begun)
                 figures["open_ms_100000_entries"] = round(statistics.median(opens) * 1000, 1)
-                figures["entries_in_the_big_session"] = turns_big * len(template)
+                figures["entries_in_the_big_session"] = (
+                    turns_big * len(template) + turns_big // COMPACT_EVERY
+                )
                 after_big = await ask("run", "big", 1, 5)
                 await group("fresh_one", 1, 0)
                 after_fresh = await ask("run", "fresh_one", 1, 5)

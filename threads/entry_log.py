@@ -23,9 +23,10 @@ without decoding the others.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import overload
 
-from threads.id_index import IdIndex
+from threads.id_index import IdIndex, IndexDump
 from threads.store.codec import UNRESOLVED, decode_entry, referred, whole
 from threads.store.entries import Entry, MessageEntry, ReceiptEntry
 from threads.store.packed import PackedLines
@@ -133,6 +134,18 @@ class EntryLog(Sequence[Entry]):
         """Where the entry sits in append order, or None when there is none."""
         return self._index.get(entry_id)
 
+    def kind(self, at: int) -> str:
+        """The ``type`` of the entry at position ``at``, decoding nothing."""
+        return self._kinds[at]
+
+    def kinds(self) -> Sequence[str]:
+        """Every entry's ``type``, in append order (do not mutate)."""
+        return self._kinds
+
+    def line(self, at: int) -> bytes:
+        """The stored line of the entry at ``at`` (b"" for one kept as its value)."""
+        return self._lines[at]
+
     def has_kind(self, kind: str) -> bool:
         """Whether any entry is of this ``type``, decoding nothing."""
         return kind in self._kinds
@@ -153,16 +166,50 @@ class EntryLog(Sequence[Entry]):
         """The bytes of the compressed blocks of lines (for figures and tests)."""
         return self._lines.packed_bytes
 
-    def keep_lines(self, lines: Sequence[bytes]) -> None:
-        """Keep the first ``len(lines)`` entries as these, the lines they were loaded from."""
-        if len(lines) > len(self):
-            raise ValueError(f"{len(lines)} lines for {len(self)} entries")
-        kept = lines if isinstance(lines, PackedLines) else PackedLines(lines)
-        if len(self._lines) > len(lines):
-            kept = PackedLines(kept)
-            kept.extend(self._lines[len(lines) :])
+    def keep_lines(self, lines: Sequence[bytes], start: int = 0) -> None:
+        """Keep the entries from position ``start`` on as ``lines``, the lines they were
+        loaded from, one each (the ones before ``start`` are kept as they are)."""
+        end = start + len(lines)
+        if end > len(self):
+            raise ValueError(f"{len(lines)} lines from {start} for {len(self)} entries")
+        if start:
+            kept = self._lines.prefix(start)
+            kept.extend(lines)
+        else:
+            kept = lines if isinstance(lines, PackedLines) else PackedLines(lines)
+        if len(self._lines) > end:
+            if kept is lines:
+                kept = PackedLines(kept)
+            kept.extend(self._lines[end:])
         self._lines = kept
-        self._values = {at: value for at, value in self._values.items() if at >= len(lines)}
+        self._values = {at: v for at, v in self._values.items() if not start <= at < end}
+
+    def dump(self) -> LogParts | None:
+        """What the log holds, as plain values, when every entry is kept as its line
+        (a checkpoint's, decision perf-19); None while any is kept as a value."""
+        if self._values:
+            return None
+        blocks, tail = self._lines.parts()
+        return LogParts(blocks=blocks, tail=tail, kinds=list(self._kinds), index=self._index.dump())
+
+    @classmethod
+    def restored(cls, dump: LogParts) -> EntryLog:
+        """The log :meth:`dump` described."""
+        log = cls()
+        log._lines = PackedLines.of_parts(dump.blocks, dump.tail)
+        log._kinds = dump.kinds
+        log._index = IdIndex.restored(dump.index)
+        return log
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogParts:
+    """An :class:`EntryLog` as plain values: its lines' blocks and tail, kinds and ids."""
+
+    blocks: list[bytes]
+    tail: list[bytes]
+    kinds: list[str]
+    index: IndexDump
 
 
 class EntryIndex(Mapping[str, Entry]):

@@ -128,14 +128,14 @@ class Inbox:
         self._counter = tree.highest_turn()
         self._queue: deque[Pending] = deque()
         self._steers: deque[Pending] = deque()
-        self._unfinished = unfinished_runs(tree.entries)
+        self._unfinished = unfinished_runs(tree.open_view())
         self._restore()
 
     def _restore(self) -> None:
         if not self._tree.entries.has_kind(ReceiptEntry.TYPE):
             return  # nothing was ever queued: no walk over the whole history to find so
         load = self._options.load_payload
-        for receipt in unsettled_receipts(self._tree.entries):
+        for receipt in unsettled_receipts(self._tree.open_view()):
             if receipt.msg is None:
                 continue
             payload = load(receipt.wake) if (load and receipt.wake) else None

@@ -42,6 +42,7 @@ from config.models import GatewayConfig
 from threads import reports, restart, stops, wake_batch
 from threads.budget import Budget, Overspent
 from threads.chains import Chains
+from threads.checkpoint import open_session
 from threads.cluster.owner import Ownership
 from threads.errors import (
     FencedError,
@@ -431,7 +432,7 @@ class ThreadManager:
             await session.hold()
         elif session_id is not None:
             self.ownership.fence(session_id, fence)
-            session = self._from_loaded(key, await self.load_stored(key, session_id), options)
+            session = await self._open_stored(key, session_id, options)
         elif create:
             name = agent or self.config.default_agent
             session_id = new_session_id()
@@ -467,6 +468,18 @@ class ThreadManager:
             raise self.quarantine.add(
                 key, session_id, location(self.store, session_id), exc
             ) from None
+
+    async def _open_stored(
+        self, key: SessionKey, session_id: str, options: SessionOptions
+    ) -> Session:
+        """The key's session opened from the store, from its checkpoint where it has one
+        (decision perf-19); one this build cannot read is set aside, as by :meth:`load_stored`."""
+        self.quarantine.check(key)
+        try:
+            return await open_session(self.store, session_id, self.agent, options=options)
+        except UNREADABLE as exc:
+            where = location(self.store, session_id)
+            raise self.quarantine.add(key, session_id, where, exc) from None
 
     def _from_loaded(self, key: SessionKey, loaded: Loaded, options: SessionOptions) -> Session:
         try:

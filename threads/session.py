@@ -255,18 +255,33 @@ class Session:
         tree = EntryTree(loaded.header.id)
         skipped = loaded.report.skipped if loaded.report else ()
         tree.load(loaded.entries, salvaged=bool(skipped))
+        return cls.from_tree(store, loaded, tree, agent, options=options)
+
+    @classmethod
+    def from_tree(
+        cls,
+        store: SessionStore,
+        loaded: Loaded,
+        tree: EntryTree,
+        agent: Agent,
+        *,
+        options: SessionOptions | None = None,
+    ) -> Session:
+        """A session over ``tree``, which has loaded ``loaded``'s entries last (after those
+        it was restored with from a checkpoint, :mod:`threads.checkpoint`)."""
+        skipped = loaded.report.skipped if loaded.report else ()
         session = cls(
             store,
             loaded.header,
             agent,
             tree,
-            view=len(loaded.entries) + len(skipped),
+            view=len(tree.entries) + len(skipped),
             report=loaded.report,
             options=options,
         )
         if len(loaded.lines) == len(loaded.entries):
             # The queue is restored and the context built: the history costs its bytes now.
-            tree.keep_lines(loaded.lines)
+            tree.keep_lines(loaded.lines, len(tree.entries) - len(loaded.entries))
         return session
 
     # -- reads

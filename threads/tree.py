@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from threads.approvals.boundary import unfinished_resumes
-from threads.entry_log import EntryIndex, EntryLog
+from threads.entry_log import EntryIndex, EntryLog, LogParts
 from threads.errors import CorruptError, NoEntryError
 from threads.identity import merged_meta
 from threads.ids import valid_id
@@ -62,6 +63,11 @@ class EntryTree:
         self._path_cache: array[int] | None = array("q")
         self._highest_turn = 0
         self._context: ContextBuilder | None = ContextBuilder()
+        # Restored from a checkpoint (decision perf-19): the entries before ``restored_from``
+        # are known by what an open derived of them; ``carried`` are those of them an
+        # open still reads (unsettled receipts, unfinished prompts), until the lines are kept.
+        self.restored_from = 0
+        self.carried: list[Entry] = []
 
     def load(
         self, entries: Iterable[Entry], *, salvaged: bool = False, first_line: int = 2
@@ -71,7 +77,8 @@ class EntryTree:
         Under salvage an entry whose parent is missing is kept as an orphan (the
         root of what survives of its line) instead of failing.
         """
-        known = self.entries.positions
+        # A fresh tree's checks read the newest ids' dict itself; a restored one asks the index.
+        known: Container[str] = self.entries.positions if not self.entries else self.by_id
         for offset, entry in enumerate(entries):
             line = first_line + offset
             if not valid_id(entry.id):
@@ -110,13 +117,59 @@ class EntryTree:
         self._add(entry, line=line)
         self.entries.settle_ids()
 
-    def keep_lines(self, lines: Sequence[bytes]) -> None:
-        """Keep the loaded entries as ``lines``, the lines they were read from, one each.
+    def keep_lines(self, lines: Sequence[bytes], start: int = 0) -> None:
+        """Keep the loaded entries from ``start`` on as ``lines``, the lines they were read
+        from, one each.
 
         Called once what the open needed of every entry was read (the queue
         restored, the context built): from then on they cost their bytes.
         """
-        self.entries.keep_lines(lines)
+        self.entries.keep_lines(lines, start)
+        self.carried = []
+
+    def open_view(self) -> Sequence[Entry]:
+        """What an open reads for unsettled input and unfinished runs: every entry, or, for a
+        tree restored from a checkpoint, the entries it carried and those loaded after it."""
+        if not self.restored_from:
+            return self.entries
+        return [*self.carried, *self.entries.at(range(self.restored_from, len(self.entries)))]
+
+    def dump(self) -> TreeParts | None:
+        """What an open derived of every entry, as plain values (a checkpoint's, decision
+        perf-19); None when some of it is not held that way (an entry kept as a value, an
+        orphan, a path not known as positions)."""
+        log = self.entries.dump()
+        if log is None or self.orphaned or self._path_cache is None:
+            return None
+        unmarked = [self.entries.position(record) for record in self.unmarked]
+        return TreeParts(
+            log=log,
+            leaf=self.leaf,
+            path=array("q", self._path_cache),
+            highest_turn=self._highest_turn,
+            origins=list(self.origins.items()),
+            unmarked=[at for at in unmarked if at is not None],
+        )
+
+    @classmethod
+    def restored(cls, session: str, parts: TreeParts, carried: list[Entry]) -> EntryTree:
+        """The tree :meth:`dump` described; its context is built when first asked for."""
+        tree = cls(session)
+        tree.entries = EntryLog.restored(parts.log)
+        tree.by_id = EntryIndex(tree.entries)
+        tree.leaf = parts.leaf
+        tree.origins = dict(parts.origins)
+        read = tree.entries.reader()
+        for at in parts.unmarked:
+            record = read(at)
+            assert isinstance(record, OutboundEntry)
+            tree.unmarked[record.id] = record
+        tree._path_cache = parts.path
+        tree._highest_turn = parts.highest_turn
+        tree._context = None
+        tree.restored_from = len(tree.entries)
+        tree.carried = carried
+        return tree
 
     def _add(self, entry: Entry, *, move_leaf: bool = True, line: bytes | None = None) -> None:
         at = self.entries.append(entry, line)
@@ -226,8 +279,24 @@ class EntryTree:
 
     def _builder(self) -> ContextBuilder:
         if self._context is None:
-            self._context = context_builder(self.path())
+            if self._path_cache is None:
+                self.path()
+            assert self._path_cache is not None
+            self._context = context_at(self.entries, self._path_cache)
         return self._context
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TreeParts:
+    """An :class:`EntryTree` as plain values: its log, leaf and path, and what its entries
+    told as they landed (the run-id counter, wake origins, unmarked sends by position)."""
+
+    log: LogParts
+    leaf: str
+    path: array[int]
+    highest_turn: int
+    origins: list[tuple[str, str]]
+    unmarked: list[int]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -304,6 +373,64 @@ def context_builder(path: Sequence[Entry]) -> ContextBuilder:
         if message is not None:
             builder.add(_stubbed(message, stubs) if stubs else message)
     return builder
+
+
+_MESSAGE_KINDS = frozenset({MessageEntry.TYPE, CustomMessageEntry.TYPE, BranchSummaryEntry.TYPE})
+
+
+def context_at(log: EntryLog, path: Sequence[int]) -> ContextBuilder:
+    """:func:`context_builder` over a path given as positions in ``log``, reading only
+    what the context holds: the path is searched back for its latest summary by the
+    entries' kinds, and only compactions and what the context shows are decoded.
+
+    Positions along a path grow (an entry's parent is an earlier entry), so where
+    an entry sits on it is a bisection.
+    """
+    read = log.reader()
+    governing = -1
+    trims: list[CompactionEntry] = []
+    for index in range(len(path) - 1, -1, -1):
+        if log.kind(path[index]) != CompactionEntry.TYPE:
+            continue
+        entry = read(path[index])
+        assert isinstance(entry, CompactionEntry)
+        if entry.summary:
+            governing = index
+            break
+        if entry.trim:
+            trims.append(entry)
+    stubs = _trim_stubs(trims[::-1])
+    builder = ContextBuilder()
+    start = 0
+    if governing >= 0:
+        compaction = read(path[governing])
+        assert isinstance(compaction, CompactionEntry)
+        builder.add(summary_message(compaction.summary))
+        kept_from = _on_path(log, path, compaction.first_kept)
+        if kept_from is None:
+            kept_from = governing + 1
+        pinned = sorted(
+            i
+            for i in (_on_path(log, path, entry_id) for entry_id in set(compaction.pinned))
+            if i is not None and i < kept_from
+        )
+        for i in pinned:
+            if (m := message_of(read(path[i]))) is not None:
+                builder.add(_stubbed(m, stubs))
+        start = kept_from
+    for at in path[start:]:
+        if log.kind(at) in _MESSAGE_KINDS and (message := message_of(read(at))) is not None:
+            builder.add(_stubbed(message, stubs) if stubs else message)
+    return builder
+
+
+def _on_path(log: EntryLog, path: Sequence[int], entry_id: str) -> int | None:
+    """Where the entry ``entry_id`` sits on ``path`` (positions, growing), or None."""
+    at = log.position(entry_id)
+    if at is None:
+        return None
+    index = bisect_left(path, at)
+    return index if index < len(path) and path[index] == at else None
 
 
 def _trim_stubs(entries: Sequence[Entry]) -> dict[str, str]:

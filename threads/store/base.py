@@ -3,7 +3,7 @@
 ``Storage`` is create / append / load / list / delete (seed 003 "Storage").
 ``KeyIndex`` maps session keys to the current session id of each key. The
 optional capabilities — ``Watcher``, ``Flusher``, ``Releaser``, ``Leaser``,
-``Pinger``, ``Locator``, ``Fencer`` — are separate protocols a backend may
+``Pinger``, ``Locator``, ``Fencer``, ``Checkpointer`` — are separate protocols a backend may
 also satisfy, found with ``isinstance``.
 
 Rules every backend keeps (the conformance suite pins them):
@@ -344,3 +344,48 @@ class Pinger(Protocol):
     """
 
     async def ping(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mark:
+    """Where a checkpoint stands in a session's bytes: after its first ``entries`` entries,
+    which end at byte ``offset``, those bytes having the CRC-32 ``crc``."""
+
+    entries: int
+    offset: int
+    crc: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resumed:
+    """A load that decoded only what came after a checkpoint (decision perf-19).
+
+    ``loaded`` holds the header and the entries after the checkpoint's first
+    ``before`` (all of them when ``before`` is 0); ``state`` is what the
+    checkpoint's writer kept of those ``before`` (opaque to the store).
+    ``mark`` is where a checkpoint of every entry read stands, when one is due
+    (``due`` entries or more were decoded), else None.
+    """
+
+    loaded: Loaded
+    before: int = 0
+    state: bytes = b""
+    mark: Mark | None = None
+
+
+@runtime_checkable
+class Checkpointer(Protocol):
+    """Keeps, beside a session, what an open derived of its first entries, checked against
+    the session's bytes, so a later open decodes only the entries after them."""
+
+    async def load_resumed(self, session: str, *, due: int, whole: bool = False) -> Resumed:
+        """A load from the session's checkpoint when its bytes still begin as they did
+        (``whole``: never from one); the rules of :meth:`Storage.load` for what it decodes."""
+        ...
+
+    async def save_checkpoint(
+        self, session: str, mark: Mark, state: bytes, held: Sequence[bytes] = ()
+    ) -> None:
+        """Keep ``state`` as the checkpoint at ``mark``; ``held`` are the lines of the
+        receipts before it that a later line may still name (decoded before those)."""
+        ...

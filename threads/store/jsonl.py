@@ -37,8 +37,8 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -51,7 +51,14 @@ from threads.errors import (
     UnsafePathError,
 )
 from threads.messages import WireError
-from threads.store.base import Loaded, Page, Pause, Query, StoreOptions
+from threads.store.base import Loaded, Mark, Page, Pause, Query, Resumed, StoreOptions
+from threads.store.checkpoints import (
+    encode_checkpoint,
+    read_checkpoint,
+    remove_checkpoint,
+    resume,
+    write_checkpoint,
+)
 from threads.store.codec import decode_header, encode_header
 from threads.store.committer import Committer, Op, Round
 from threads.store.entries import Entry, Header
@@ -80,10 +87,12 @@ SUFFIX = ".jsonl"
 LINGER = 0.003
 """How long a busy round of the write-ahead log waits for more writers (decision perf-15)."""
 _STALE_TEMP_SECONDS = 600.0
+_COUNT_FROM = 1 << 20
+"""A file this large has its lines counted where an open read it, not again by its lease."""
 
 
 class JsonlStore:
-    """A Storage, KeyIndex, Watcher, Flusher, Releaser and Leaser over a directory."""
+    """A Storage, KeyIndex, Watcher, Flusher, Releaser, Leaser and Checkpointer over a directory."""
 
     def __init__(
         self,
@@ -137,6 +146,10 @@ class JsonlStore:
         self._listing = DirectoryListing(self._root, SUFFIX)
         self._keys: dict[str, str] | None = None
         self._key_seed: dict[str, str] = {}
+        # A long session's line count as its open read it, for the first write's lease
+        # (which would read the whole file again on the writer thread): session ->
+        # (inode, size, lines, created). Taken by that acquire; a differing file is read.
+        self._counted: dict[str, tuple[int, int, int, datetime]] = {}
         self._keys_loading: asyncio.Lock | None = None
         self._root_ready = False
 
@@ -162,6 +175,18 @@ class JsonlStore:
         check_id(session)
         await self._ready()
         return await self._off_loop(self._load_sync, session)
+
+    async def load_resumed(self, session: str, *, due: int, whole: bool = False) -> Resumed:
+        check_id(session)
+        await self._ready()
+        return await self._off_loop(self._resume_sync, session, due, whole)
+
+    async def save_checkpoint(
+        self, session: str, mark: Mark, state: bytes, held: Sequence[bytes] = ()
+    ) -> None:
+        check_id(session)
+        data = encode_checkpoint(session, mark, state, held)
+        await self._off_loop(write_checkpoint, self._root, session, data)
 
     async def list(self, query: Query | None = None) -> Page:
         await self._ready()
@@ -396,6 +421,13 @@ class JsonlStore:
     def _w_acquire(self, session: str, rnd: Round, op: Op[Any]) -> tuple[int, datetime]:
         handle = self._handles.hold(session)
         handle.pinned = True
+        counted = self._counted.pop(session, None)
+        if (
+            handle.lines < 0
+            and counted is not None
+            and counted[:2] == (os.fstat(handle.fd).st_ino, handle.size)
+        ):
+            handle.lines, handle.created = counted[2], counted[3]
         if handle.lines < 0:
             if handle.size < 0:  # a failed write or flush: count what the file holds now
                 handle.size = repair_tail(session, handle.fd, os.fstat(handle.fd).st_size)
@@ -445,6 +477,7 @@ class JsonlStore:
                 os.unlink(path)
             finally:
                 os.close(fd)
+        remove_checkpoint(self._root, session)
         if self._logged:
             self._log(rnd, op).record(DELETE, session + SUFFIX, 0, b"")
         elif self._every:
@@ -568,18 +601,32 @@ class JsonlStore:
     # -- reads (executor threads)
 
     def _load_sync(self, session: str) -> Loaded:
+        data = self._read_sync(session)
+        with _collector_off():
+            return decode_session(session, data, salvage=self._options.salvage)
+
+    def _resume_sync(self, session: str, due: int, whole: bool) -> Resumed:
+        salvage = self._options.salvage
+        checkpoint = None if whole or salvage else read_checkpoint(self._root, session)
         fd = self._open_for_read(session)
         try:
-            data = pread_all(fd, os.fstat(fd).st_size)
+            st = os.fstat(fd)
+            data = pread_all(fd, st.st_size)
         finally:
             os.close(fd)
-        enabled = gc.isenabled()
-        gc.disable()  # a load makes many young objects and no cycles
+        with _collector_off():
+            resumed = resume(session, data, checkpoint, salvage=salvage, due=due)
+        if len(data) >= _COUNT_FROM and len(data) == st.st_size:
+            count = max(data.count(b"\n") - 1, 0)
+            self._counted[session] = (st.st_ino, len(data), count, resumed.loaded.header.created)
+        return resumed
+
+    def _read_sync(self, session: str) -> bytes:
+        fd = self._open_for_read(session)
         try:
-            return decode_session(session, data, salvage=self._options.salvage)
+            return pread_all(fd, os.fstat(fd).st_size)
         finally:
-            if enabled:
-                gc.enable()
+            os.close(fd)
 
     def _list_sync(self, query: Query) -> Page:
         if not self._root_exists():
@@ -682,6 +729,18 @@ class JsonlStore:
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+@contextmanager
+def _collector_off() -> Iterator[None]:
+    """A load makes many young objects and no cycles: no collection while it decodes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _write_all(fd: int, data: bytes) -> None:

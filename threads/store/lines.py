@@ -88,11 +88,23 @@ def split_torn(data: bytes) -> tuple[bytes, bool]:
     return data[:end], end < len(data)
 
 
-def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loaded:
-    """Decode a session's bytes into its header, entries and load report."""
+def decode_session(
+    session: str,
+    data: bytes,
+    *,
+    salvage: bool = False,
+    first_line: int = 2,
+    held: Sequence[bytes] = (),
+) -> Loaded:
+    """Decode a session's bytes into its header, entries and load report.
+
+    ``data`` may be the header's line and the lines after a checkpoint: then
+    ``first_line`` is the number of the first of them in the file, and
+    ``held`` the lines of earlier receipts they may name.
+    """
     complete, torn = split_torn(data)
     lines = complete.split(b"\n")[:-1] if complete else []
-    torn_line = len(lines) + 1 if torn else 0
+    torn_line = first_line + len(lines) - 1 if torn else 0
     if not lines:
         raise CorruptError(session, 1, "", "the header line is missing or torn")
     try:
@@ -105,7 +117,9 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
     skipped: list[int] = []
     stored = lines[1:]
     referrals = Referrals()
-    for number, line in enumerate(stored, start=2):
+    for line in held:
+        referrals.take(decode_entry(line))
+    for number, line in enumerate(stored, start=first_line):
         try:
             entries.append(whole_entry(referrals, decode_entry(line)))
         except NewerFormatError as exc:
@@ -120,7 +134,9 @@ def decode_session(session: str, data: bytes, *, salvage: bool = False) -> Loade
         report = LoadReport(torn=torn_line, skipped=tuple(skipped))
         if skipped:
             gone = set(skipped)
-            stored = [line for number, line in enumerate(stored, start=2) if number not in gone]
+            stored = [
+                line for number, line in enumerate(stored, start=first_line) if number not in gone
+            ]
     return Loaded(header=header, entries=entries, report=report, lines=PackedLines(stored))
 
 

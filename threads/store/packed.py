@@ -111,6 +111,27 @@ class PackedLines(Sequence[bytes]):
 
         return read
 
+    @classmethod
+    def of_parts(cls, blocks: list[bytes], tail: list[bytes]) -> PackedLines:
+        """Lines held as :meth:`parts` handed them out (a checkpoint's, decision perf-19)."""
+        lines = cls()
+        lines._blocks = blocks
+        lines.extend(tail)
+        return lines
+
+    def parts(self) -> tuple[list[bytes], list[bytes]]:
+        """The compressed blocks as they are, and the lines after them (copies of the lists)."""
+        return list(self._blocks), [line.rstrip(b"\n") for line in self._tail]
+
+    def prefix(self, count: int) -> PackedLines:
+        """The first ``count`` lines: whole blocks shared, at most one block unpacked."""
+        whole, rest = divmod(count, BLOCK)
+        if whole < len(self._blocks):
+            tail = _unpack(self._blocks[whole])[:rest]
+        else:
+            tail = self._tail[: count - len(self._blocks) * BLOCK]
+        return PackedLines.of_parts(self._blocks[: min(whole, len(self._blocks))], tail)
+
     @property
     def packed_bytes(self) -> int:
         """The bytes of the compressed blocks (for figures and tests)."""
