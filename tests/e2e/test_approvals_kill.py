@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
+import pytest
 
 from channels.approvals import button_data
 from channels.testing import FakeTelegram
@@ -63,6 +64,7 @@ async def gateway_run(config: Path, log: Path) -> AsyncIterator[asyncio.subproce
             await child.wait()
 
 
+@pytest.mark.timeout(300)  # five processes one after another: seconds each on a loaded machine
 async def test_a_gateway_killed_while_a_call_waits_shows_the_same_request_and_runs_it_once(
     tmp_path: Path,
 ) -> None:
