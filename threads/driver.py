@@ -45,7 +45,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from threads.approvals.boundary import park_entries, resume_ended
 from threads.approvals.door import ApprovalDoor
@@ -89,6 +89,19 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+END_FLUSH_WITHIN = 0.004
+"""How long a turn's end may wait to share a flush while other turns run (perf-23)."""
+
+END_SIBLINGS = 4
+"""How many other turns must be running for a turn's end to wait for company (perf-23)."""
+
+
+class FlushSoon(Protocol):
+    """Makes what the session wrote without a flush durable, sharing a flush that comes
+    within ``within`` seconds (a prompt's window by default)."""
+
+    def __call__(self, within: float | None = None) -> Awaitable[None]: ...
+
 
 @dataclass(slots=True, kw_only=True)
 class _End:
@@ -126,7 +139,9 @@ class TurnDriver:
     a flush durable, sharing the flush of a durable write that comes soon: an
     idle session's prompt is written without one, its turn starts, and the
     send returns once that flush is done — with a quick turn's end, one flush
-    for both (decision perf-16).
+    for both (decision perf-16). While many turns run beside this session's,
+    a turn's end is written without a flush too, and its replies leave once
+    a flush shared with the other turns' ends makes it durable (perf-23).
     """
 
     def __init__(
@@ -139,7 +154,7 @@ class TurnDriver:
         write: Write,
         sync: Sync,
         options: SessionOptions,
-        flush_soon: Sync | None = None,
+        flush_soon: FlushSoon | None = None,
     ) -> None:
         self._session = session
         self._tree = tree
@@ -626,9 +641,16 @@ class TurnDriver:
             run.outbox = []
             end = self._end(active, result, canceled=canceled, sends=sends)
         error: BaseException | None = None
+        # With many turns running, the end shares their flush (perf-23).
+        soon = self._flush_soon if self._options.siblings() >= END_SIBLINGS else None
         try:
             await self._until_written(
-                partial(self._write_linked, end.entries, then=partial(self._ended, end)),
+                partial(
+                    self._write_linked,
+                    end.entries,
+                    then=partial(self._ended, end),
+                    durable=soon is None,
+                ),
                 f"the end of turn {run.run_id}",
             )
         except Exception as exc:
@@ -650,6 +672,8 @@ class TurnDriver:
             self._running = None
             sends = []  # not recorded, so not sent: the turn runs again once it can be
         else:
+            if soon is not None:
+                sends = await self._shared_flush(soon, run.run_id, sends)
             sends = await self._deliveries.synced(sends)
         await self._deliveries.send(sends)
         run.emit(RunFinish(result=result))
@@ -769,13 +793,36 @@ class TurnDriver:
             await self._sync()
 
     async def _write_linked(
-        self, entries: list[Entry], then: Callable[[], None] | None = None
+        self,
+        entries: list[Entry],
+        then: Callable[[], None] | None = None,
+        *,
+        durable: bool = True,
     ) -> None:
         """Write ``entries`` linked onto the leaf; ``then`` runs under the same lock once they landed."""
         async with self._lock:
-            await self._write(self._chain(*entries))
+            await self._write(self._chain(*entries), durable=durable)
             if then is not None:
                 then()
+
+    async def _shared_flush(
+        self, flush_soon: FlushSoon, run_id: str, sends: list[Outgoing]
+    ) -> list[Outgoing]:
+        """Make a turn's end, written without a flush, durable with the other turns' ends.
+
+        The end is in the session (the next turn may start on it), so a refused
+        flush is tried again, not the write. Given up (a close past its
+        deadline), its sends stay recorded and unmarked, and leave when the
+        session is next continued or sent to, as a stopped writer's do.
+        """
+        try:
+            await self._until_written(
+                partial(flush_soon, END_FLUSH_WITHIN), f"the flush of turn {run_id}'s end"
+            )
+        except Exception:
+            log.exception("session %s: the end of turn %s is not flushed", self._session.id, run_id)
+            return []
+        return sends
 
     async def _drain_run(self, run: Run) -> list[Message]:
         async with self._lock:

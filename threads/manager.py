@@ -521,6 +521,7 @@ class ThreadManager:
             on_held=self._held,
             on_park=self._parked,
             on_resume=self._resumed,
+            siblings=lambda: self._turns_in_flight,
         )
 
     def _parked(self, session: Session, requests: Sequence[ApprovalRequestEntry]) -> None:

@@ -97,6 +97,10 @@ PROMPT_FLUSH_WITHIN = 0.01
 """How long an idle session's prompt may wait to share its turn's end's flush (perf-16)."""
 
 
+def _no_siblings() -> int:
+    return 0
+
+
 @contextlib.asynccontextmanager
 async def _no_gate() -> AsyncIterator[None]:
     yield
@@ -123,6 +127,8 @@ class SessionOptions:
     :mod:`threads.outbound`). ``flush_store`` says the store makes appends
     durable only when flushed (``fsync = "on_flush"``): the session flushes
     at every turn end and before anything it recorded leaves.
+    ``siblings`` counts the turns running beside this session's (the
+    manager's): while many run, a turn's end shares their flush (perf-23).
     ``outage`` paces the retries of writes the store could not take (shared
     by a manager's sessions); ``on_held`` is told the payloads of accepted
     input whose turn waits for the store, once per input; ``on_park`` hears
@@ -145,6 +151,7 @@ class SessionOptions:
     on_held: HeldNotice | None = None
     on_park: ParkListener | None = None
     on_resume: ResumeListener | None = None
+    siblings: Callable[[], int] = _no_siblings
 
 
 class Session:
@@ -449,10 +456,11 @@ class Session:
         if self._options.flush_store and isinstance(self._store, Flusher):
             await self._store.flush(self.id)
 
-    async def _flush_soon(self) -> None:
-        """Make what was written without a flush durable, with a write that comes soon."""
+    async def _flush_soon(self, within: float | None = None) -> None:
+        """Make what was written without a flush durable, with a write that comes soon
+        (within ``within`` seconds; a prompt's window by default)."""
         assert self._soon is not None
-        await self._soon.flush_soon(self.id, PROMPT_FLUSH_WITHIN)
+        await self._soon.flush_soon(self.id, PROMPT_FLUSH_WITHIN if within is None else within)
 
     async def _reconcile(self, entries: Sequence[Entry]) -> bool:
         """After a failed write: keep it if it landed after all; True when ``entries`` is it.

@@ -261,3 +261,25 @@ async def test_an_interrupting_send_is_durable_before_it_cancels_the_turn_in_fli
     finally:
         await runtime.manager.close()
         await store.close()
+
+
+async def test_while_other_turns_run_a_turns_end_waits_to_share_a_flush(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window(monkeypatch, 0.001)  # the prompt is flushed alone, before the end comes
+    await rig.answered(KEY, "hello")
+    # As if many turns ran beside this one: its end waits for company (perf-23).
+    monkeypatch.setattr("threads.driver.END_SIBLINGS", 0)
+    monkeypatch.setattr("threads.driver.END_FLUSH_WITHIN", DEADLINE * 10)
+    turn = await rig.held_in_its_model_call(WakeSource.TELEGRAM)
+    thread = rig.runtime.manager.thread(KEY)
+    assert thread is not None
+    syncs = Spy(monkeypatch, "fsync")
+    rig.model.gate.set()
+    await until(lambda: thread.session.running is None, "the turn's end is written")
+    assert not turn.done()  # its reply waits for a flush to share
+    assert syncs.calls == []
+    # Another session's end, durable at once, carries this one's with it.
+    monkeypatch.setattr("threads.driver.END_SIBLINGS", 10**9)
+    await rig.answered("telegram:2", "and you?")
+    await turn.wait(DEADLINE)  # ours took no flush of its own

@@ -70,3 +70,24 @@ async def test_after_a_linger_that_gathered_nothing_the_next_busy_round_does_not
     await asyncio.wait_for(asyncio.gather(first, second), HANG)
     assert file.syncs == 4  # the round after a fruitless linger ended without the second
     await committer.stop()
+
+
+async def test_an_operation_that_waits_on_no_sync_is_settled_while_its_round_waits() -> None:
+    file = File()
+    committer = Committer("test")
+
+    def read(round: Round, op: Op[str]) -> str:
+        return "read"
+
+    ran = threading.Event()
+    # A flush that may wait long for company: its round holds it open.
+    waiting = asyncio.ensure_future(committer.run(write(file, ran), within=HANG * 10))
+    assert await asyncio.to_thread(ran.wait, HANG)
+    # A read (or a write made without a flush) need not wait for that flush,
+    # nor does it end the wait: only a write that must be durable does.
+    assert await asyncio.wait_for(committer.run(read), HANG) == "read"
+    assert file.syncs == 0  # the round still waits
+    await asyncio.wait_for(committer.run(write(file)), HANG)
+    await asyncio.wait_for(waiting, HANG)
+    assert file.syncs == 1
+    await committer.stop()
