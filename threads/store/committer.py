@@ -18,8 +18,8 @@ waits. A linger that gathered nothing (every writer was waiting on the
 round: a closed loop) is not tried again for ``RETRY`` rounds.
 
 An operation that waits on no sync (a read, a write made without a flush)
-is settled as soon as it ran: its caller does not wait for a flush it does
-not need, and it does not end a round that waits for company (perf-23).
+is settled before its round waits, not after the flush it does not need, and
+it does not end a round that waits for company (perf-23).
 
 An operation still queued when its caller is cancelled is skipped: a
 cancelled call writes nothing unless the thread had already started it.
@@ -230,6 +230,7 @@ class Committer:
         while running:
             current = Round()
             ops: list[Op[Any]] = []
+            done: list[Op[Any]] = []  # ran, and wait on no sync
             deadline = time.monotonic() + (self._linger if lingering else 0.0)
             gathered = False
             batch, running = self._take(self._queue.get())
@@ -241,14 +242,12 @@ class Committer:
                         op.result = op.fn(current, op)
                     except Exception as exc:
                         op.error = exc
-                # What waits on no sync (a read, a write made without a flush) is done:
-                # its caller hears now, not after a flush it does not need.
-                _hand_back([op for op in batch if not current.waits(op)])
-                ops.extend(op for op in batch if current.waits(op))
+                for op in batch:
+                    (ops if current.waits(op) else done).append(op)
                 if not running or not ops:
                     break
                 try:
-                    batch, running = self._take(self._more(ops, deadline))
+                    batch, running = self._take(self._more(ops, deadline, done))
                 except queue.Empty:
                     break
                 gathered = True
@@ -258,7 +257,7 @@ class Committer:
             elif skip:
                 skip -= 1
             lingering = current.callers >= SIBLINGS and not skip
-            _hand_back(ops)
+            _hand_back(done + ops)
 
     def _take(self, item: list[Op[Any]] | None) -> tuple[list[Op[Any]], bool]:
         """``item`` and all that is queued behind it; False once :meth:`stop` asked to end."""
@@ -271,7 +270,9 @@ class Committer:
                 return ops, True
         return ops, False
 
-    def _more(self, ops: list[Op[Any]], deadline: float) -> list[Op[Any]] | None:
+    def _more(
+        self, ops: list[Op[Any]], deadline: float, done: list[Op[Any]]
+    ) -> list[Op[Any]] | None:
         """What comes for this round before it must end (:class:`queue.Empty`: it ends).
 
         A round waits until ``deadline``, but no longer than ``gap`` seconds in
@@ -285,4 +286,11 @@ class Committer:
         wait = min(gap, deadline - time.monotonic())
         if wait <= 0:
             raise queue.Empty
+        with suppress(queue.Empty):
+            return self._queue.get_nowait()
+        # About to wait: what is done (a read, a write made without a flush) hears
+        # now, not after a flush it does not need. A round that does not wait
+        # settles everything in one hop at its end.
+        _hand_back(done)
+        done.clear()
         return self._queue.get(timeout=wait)
