@@ -52,6 +52,7 @@ from threads.errors import (
 )
 from threads.messages import WireError
 from threads.store.base import Loaded, Mark, Page, Pause, Query, Resumed, StoreOptions
+from threads.store.checkpoints import DIRECTORY as CHECKPOINTS
 from threads.store.checkpoints import (
     encode_checkpoint,
     read_checkpoint,
@@ -717,15 +718,16 @@ class JsonlStore:
         self._root_ready = True
 
     def _sweep_temporaries(self) -> None:
-        """Remove temporary files a create killed mid-way left (old ones only: a
-        create in another process may be using a fresh one)."""
+        """Remove temporary files a create or a checkpoint's write killed mid-way left
+        (old ones only: a writer in another process may be using a fresh one)."""
         cutoff = time.time() - _STALE_TEMP_SECONDS
-        with os.scandir(self._root) as it:
-            for item in it:
-                if item.name.startswith(".") and item.name.endswith(".tmp"):
-                    with suppress(OSError):
-                        if item.stat().st_mtime < cutoff:
-                            os.unlink(item.path)
+        for directory in (self._root, os.path.join(self._root, CHECKPOINTS)):
+            with suppress(FileNotFoundError), os.scandir(directory) as it:
+                for item in it:
+                    if item.name.startswith(".") and item.name.endswith(".tmp"):
+                        with suppress(OSError):
+                            if item.stat().st_mtime < cutoff:
+                                os.unlink(item.path)
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

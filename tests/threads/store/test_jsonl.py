@@ -9,6 +9,7 @@ import resource
 import stat
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -398,3 +399,23 @@ def test_open_store_picks_the_backend_by_scheme(tmp_path: Path) -> None:
         open_store("mongodb://x")
     with pytest.raises(ValueError, match="no scheme"):
         open_store("./data/sessions")
+
+
+async def test_temporary_files_a_killed_writer_left_are_swept_old_ones_only(
+    tmp_path: Path,
+) -> None:
+    # A create or a checkpoint's write killed mid-way leaves a ".<id>.<random>.tmp".
+    root = tmp_path / "sessions"
+    (root / "checkpoints").mkdir(parents=True)
+    old = [root / ".s_old.1a2b.tmp", root / "checkpoints" / ".s_old.3c4d.tmp"]
+    fresh = [root / ".s_new.5e6f.tmp", root / "checkpoints" / ".s_new.7a8b.tmp"]
+    for path in [*old, *fresh]:
+        path.write_bytes(b"half")
+    day_ago = time.time() - 86_400
+    for path in old:
+        os.utime(path, (day_ago, day_ago))
+    store = JsonlStore(root)
+    await store.create(header())
+    await store.close()
+    assert [path.exists() for path in old] == [False, False]
+    assert [path.exists() for path in fresh] == [True, True]  # another writer's, maybe
