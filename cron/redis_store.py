@@ -31,6 +31,9 @@ from cron.base import Advance, Beat, Changes, Recording, RunRequest
 from cron.errors import StoreError
 from cron.models import Job, JobState, RunRecord
 
+SOCKET_TIMEOUT = 30.0
+"""No answer for this long: the call fails with an error, it does not hang (as the session
+store's, :data:`threads.store.redis.SOCKET_TIMEOUT`)."""
 DEFAULT_PREFIX = "gateway:cron:"
 PREFIX_PARAM = "cron_prefix"
 
@@ -211,7 +214,12 @@ class RedisJobStore:
             )
         # A blocking pool: a burst of fires waits for a free connection instead of failing.
         pool = aioredis.BlockingConnectionPool.from_url(
-            address, max_connections=max_connections, timeout=30, decode_responses=True
+            address,
+            max_connections=max_connections,
+            timeout=30,
+            decode_responses=True,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
         )
         client = aioredis.Redis.from_pool(pool)
         try:

@@ -38,6 +38,9 @@ from threads.state.base import (
 )
 from threads.state.errors import StateStoreError
 
+SOCKET_TIMEOUT = 30.0
+"""No answer for this long: the call fails with an error, it does not hang (as the session
+store's, :data:`threads.store.redis.SOCKET_TIMEOUT`)."""
 DEFAULT_PREFIX = "gateway:state:"
 CRON_PREFIX_PARAM = "cron_prefix"
 
@@ -128,7 +131,12 @@ class RedisStateStore:
         prefix = prefix if prefix is not None else derived or DEFAULT_PREFIX
         if not prefix:
             raise StateStoreError(url, "the key prefix is empty: name one such as 'app:state:'")
-        client = aioredis.Redis.from_url(address, decode_responses=False)
+        client = aioredis.Redis.from_url(
+            address,
+            decode_responses=False,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+        )
         try:
             await client.ping()
         except (RedisError, OSError) as exc:

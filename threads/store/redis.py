@@ -84,6 +84,11 @@ _Args: TypeAlias = list[bytes | str | int | float]
 P = ParamSpec("P")
 T = TypeVar("T")
 
+SOCKET_TIMEOUT = 30.0
+"""A server that answers nothing for this long (stalled, or the link dead) is unavailable:
+the call fails and is retried as an outage, it does not hang (longer than any command
+here, the cluster's blocking stream reads included)."""
+
 DEFAULT_PREFIX = "weft:"
 
 _NOT_FOUND, _LOCKED, _EXISTS, _STALE, _FENCED = -1, -2, -3, -4, -5
@@ -245,7 +250,11 @@ class RedisStore:
         # A blocking pool: a burst of concurrent calls waits for a connection
         # instead of failing with "Too many connections".
         pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=30
+            url,
+            max_connections=max_connections,
+            timeout=30,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
         )
         self._shown_url = redact_url(url)
         self._redis: aioredis.Redis = aioredis.Redis.from_pool(pool)
