@@ -8,8 +8,6 @@ rides with its own turn's end (perf-22).
 from __future__ import annotations
 
 import asyncio
-import errno
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.threads.conftest import DEADLINE, Runtime, gateway_config, make_runtime, system_wake
+from tests.threads.store.helpers import fsync_refused
 from tests.threads.store.test_jsonl import Spy
 from tests.threads.test_wake_batch import until
 from threads.errors import UnavailableError
@@ -118,15 +117,8 @@ async def test_a_prompt_whose_flush_is_refused_is_not_accepted_and_its_turn_is_c
     await rig.answered(KEY, "hello")
     rig.model.gate = asyncio.Event()
     rig.model.add(say("never taken"))
-    real = os.fsync
-
-    def refused(fd: int) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "fsync", refused)
-    with pytest.raises(UnavailableError):
+    with fsync_refused(), pytest.raises(UnavailableError):
         await rig.runtime.manager.wake_turn(KEY, rig.runtime.user_wake("lost?"))
-    monkeypatch.setattr(os, "fsync", real)
     rig.model.gate.set()
     thread = rig.runtime.manager.thread(KEY)
     assert thread is not None
@@ -196,18 +188,12 @@ async def test_a_receipt_whose_flush_is_refused_is_withdrawn_and_never_runs(
     await rig.answered(KEY, "hello")
     first = await rig.held_in_its_model_call(WakeSource.API)
     rig.model.add(say("the first answer"), say("never taken"))
-    real = os.fsync
-
-    def refused(fd: int) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "fsync", refused)
-    with pytest.raises(UnavailableError):
-        await rig.runtime.manager.wake_turn(
-            KEY, rig.runtime.user_wake("lost?", source=WakeSource.API)
-        )
-    assert rig.waiting() == 0  # not accepted, so not queued
-    monkeypatch.setattr(os, "fsync", real)
+    with fsync_refused():
+        with pytest.raises(UnavailableError):
+            await rig.runtime.manager.wake_turn(
+                KEY, rig.runtime.user_wake("lost?", source=WakeSource.API)
+            )
+        assert rig.waiting() == 0  # not accepted, so not queued
     rig.model.gate.set()
     await first.wait(DEADLINE)
     thread = rig.runtime.manager.thread(KEY)
@@ -244,16 +230,10 @@ async def test_an_interrupting_send_is_durable_before_it_cancels_the_turn_in_fli
         first = await rig.held_in_its_model_call(WakeSource.TELEGRAM)
         model.add(say("the first answer"))
         window(monkeypatch, DEADLINE)
-        real = os.fsync
-
-        def refused(fd: int) -> None:
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        monkeypatch.setattr(os, "fsync", refused)
-        wake = runtime.user_wake("stop that", source=WakeSource.TELEGRAM)
-        with pytest.raises(UnavailableError):
-            await runtime.manager.wake_turn(KEY, wake)
-        monkeypatch.setattr(os, "fsync", real)
+        with fsync_refused():
+            wake = runtime.user_wake("stop that", source=WakeSource.TELEGRAM)
+            with pytest.raises(UnavailableError):
+                await runtime.manager.wake_turn(KEY, wake)
         model.gate.set()
         await first.wait(DEADLINE)
         # The send was refused before it could cancel anything: the turn answered.

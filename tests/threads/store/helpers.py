@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
+import os
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+import pytest
 
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message, ToolCallPart, Usage
@@ -147,3 +151,15 @@ class Gate:
             return asyncio.get_running_loop() is self.loop
         except RuntimeError:
             return False
+
+
+@contextmanager
+def fsync_refused(code: int = errno.ENOSPC) -> Iterator[None]:
+    """Every ``os.fsync`` fails with ``code`` (a full disk by default) until the block ends."""
+
+    def refused(fd: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fsync", refused)
+        yield

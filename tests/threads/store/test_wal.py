@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.threads.store.helpers import header, msg, texts
+from tests.threads.store.helpers import fsync_refused, header, msg, texts
 from tests.threads.store.test_jsonl import Spy
 from threads.errors import UnavailableError
 from threads.store.base import StoreOptions
@@ -196,17 +196,11 @@ async def test_a_round_whose_log_flush_fails_leaves_nothing_of_its_batches(
     h = header()
     await store.create(h)
     await store.append(h.id, [msg("before")])
-    real = os.fsync
-
-    def refused(fd: int) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "fsync", refused)
-    with pytest.raises(UnavailableError):
-        await store.append(h.id, [msg("refused"), msg("also refused")])
-    with pytest.raises(UnavailableError):
-        await store.create(Header(id="s_refused"))
-    monkeypatch.setattr(os, "fsync", real)
+    with fsync_refused():
+        with pytest.raises(UnavailableError):
+            await store.append(h.id, [msg("refused"), msg("also refused")])
+        with pytest.raises(UnavailableError):
+            await store.create(Header(id="s_refused"))
     assert texts((await store.load(h.id)).entries) == ["before"]
     assert not (tmp_path / "s_refused.jsonl").exists()
     await store.append(h.id, [msg("after")])
@@ -229,15 +223,8 @@ async def test_after_a_refused_flush_a_lease_counts_what_the_file_holds(
     holder = object()
     await store.acquire(h.id, holder)
     await store.append(h.id, [msg("one"), msg("two")])
-    real = os.fsync
-
-    def refused(fd: int) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "fsync", refused)
-    with pytest.raises(UnavailableError):
+    with fsync_refused(), pytest.raises(UnavailableError):
         await store.append(h.id, [msg("refused")])
-    monkeypatch.setattr(os, "fsync", real)
     count, _created = await store.acquire(h.id, holder)
     assert count == 2
     await store.close()
@@ -323,15 +310,8 @@ async def test_a_round_whose_flush_fails_leaves_an_earlier_written_append_in_pla
     await store.create(h)
     await store.append(h.id, [msg("before")])
     await store.append(h.id, [msg("mark")], durable=False)  # reported written
-    real = os.fsync
-
-    def refused(fd: int) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(os, "fsync", refused)
-    with pytest.raises(UnavailableError):
+    with fsync_refused(errno.EIO), pytest.raises(UnavailableError):
         await store.append(h.id, [msg("refused")])
-    monkeypatch.setattr(os, "fsync", real)
     # The failed round is taken back out; the mark written before it is not.
     assert texts((await store.load(h.id)).entries) == ["before", "mark"]
     await store.append(h.id, [msg("after")])
@@ -377,15 +357,8 @@ def test_a_refused_flush_has_the_next_flush_write_the_unflushed_records_again(
     wal.open()
     assert wal.write(WRITE, "a.jsonl", 0, b"mark\n") is False  # written, not flushed
     wal.record(WRITE, "a.jsonl", 5, b"refused\n")
-    real = os.fsync
-
-    def refused(fd: int) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(os, "fsync", refused)
-    with pytest.raises(OSError, match="Input/output error"):
+    with fsync_refused(errno.EIO), pytest.raises(OSError, match="Input/output error"):
         wal.sync()
-    monkeypatch.setattr(os, "fsync", real)
     # The refused fsync may have left the mark's pages clean but not on the disk:
     # the next flush writes them again, where they are, before its own records.
     writes = Spy(monkeypatch, "pwrite")
