@@ -77,6 +77,21 @@ def turns(header_id: str, first: int, count: int, parent: str) -> list[Entry]:
     return out
 
 
+async def planted(store: SessionStore) -> tuple[str, list[Entry]]:
+    """A session of 30 compacting turns, planted whole; its id and entries."""
+    sid = new_session_id()
+    history = turns(sid, 1, 30, "")
+    await plant(store, Header(id=sid, created=datetime.now(UTC)), history)
+    return sid, history
+
+
+async def checkpointed(store: SessionStore) -> tuple[str, list[Entry]]:
+    """A planted session opened once, which leaves its checkpoint."""
+    sid, history = await planted(store)
+    await (await open_session(store, sid, HandAgent())).close()
+    return sid, history
+
+
 async def whole(store: SessionStore, session_id: str) -> Session:
     """The session as an open of every line makes it."""
     return Session.from_loaded(store, await store.load(session_id), HandAgent())
@@ -102,8 +117,7 @@ async def assert_same(opened: Session, full: Session) -> None:
 async def test_a_long_compacted_session_opens_from_its_checkpoint_as_it_would_whole(
     store: SessionStore,
 ) -> None:
-    sid = new_session_id()
-    await plant(store, Header(id=sid, created=datetime.now(UTC)), turns(sid, 1, 30, ""))
+    sid, _history = await planted(store)
     first = await open_session(store, sid, HandAgent())
     assert first._tree.restored_from == 0
     await first.close()
@@ -115,10 +129,7 @@ async def test_a_long_compacted_session_opens_from_its_checkpoint_as_it_would_wh
 async def test_what_was_written_after_the_checkpoint_is_read_from_its_lines(
     store: SessionStore,
 ) -> None:
-    sid = new_session_id()
-    history = turns(sid, 1, 30, "")
-    await plant(store, Header(id=sid, created=datetime.now(UTC)), history)
-    await (await open_session(store, sid, HandAgent())).close()
+    sid, _history = await checkpointed(store)
     live = await open_session(store, sid, HandAgent())
     before = live.entry_count
     await live.send(Message.user("one more"))
@@ -133,10 +144,7 @@ async def test_what_was_written_after_the_checkpoint_is_read_from_its_lines(
 async def test_a_checkpoint_is_left_again_once_enough_was_written_after_it(
     store: SessionStore,
 ) -> None:
-    sid = new_session_id()
-    history = turns(sid, 1, 30, "")
-    await plant(store, Header(id=sid, created=datetime.now(UTC)), history)
-    await (await open_session(store, sid, HandAgent())).close()
+    sid, history = await checkpointed(store)
     more = turns(sid, 31, 10, history[-1].id)
     await store.append(sid, more)
     await (await open_session(store, sid, HandAgent())).close()
@@ -148,9 +156,7 @@ async def test_a_checkpoint_is_left_again_once_enough_was_written_after_it(
 async def test_a_line_damaged_before_the_checkpoint_still_fails_the_open(
     store: SessionStore, tmp_path: Path
 ) -> None:
-    sid = new_session_id()
-    await plant(store, Header(id=sid, created=datetime.now(UTC)), turns(sid, 1, 30, ""))
-    await (await open_session(store, sid, HandAgent())).close()
+    sid, _history = await checkpointed(store)
     path = tmp_path / "sessions" / f"{sid}.jsonl"
     data = path.read_bytes()
     second = data.index(b"\n", data.index(b"\n") + 1)
@@ -163,9 +169,7 @@ async def test_a_line_damaged_before_the_checkpoint_still_fails_the_open(
 async def test_a_torn_checkpoint_file_is_read_as_none(
     store: SessionStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sid = new_session_id()
-    await plant(store, Header(id=sid, created=datetime.now(UTC)), turns(sid, 1, 30, ""))
-    await (await open_session(store, sid, HandAgent())).close()
+    sid, _history = await checkpointed(store)
     kept = tmp_path / "sessions" / DIRECTORY / sid
     kept.write_bytes(kept.read_bytes()[:-10])
     opened = await open_session(store, sid, HandAgent())
@@ -232,9 +236,7 @@ async def test_a_session_never_compacted_or_with_approvals_leaves_no_checkpoint(
 
 
 async def test_a_deleted_session_leaves_no_checkpoint(store: SessionStore, tmp_path: Path) -> None:
-    sid = new_session_id()
-    await plant(store, Header(id=sid, created=datetime.now(UTC)), turns(sid, 1, 30, ""))
-    await (await open_session(store, sid, HandAgent())).close()
+    sid, _history = await checkpointed(store)
     kept = tmp_path / "sessions" / DIRECTORY / sid
     assert kept.exists()
     await store.release(sid)  # type: ignore[attr-defined]
