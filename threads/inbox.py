@@ -61,8 +61,9 @@ Sync = Callable[[], Awaitable[None]]
 class Write(Protocol):
     """Appends a batch through the session's write path (see ``Session._write``).
 
-    ``durable=False`` is for what need not outlive a power loss, only the
-    process: a send's mark (see :meth:`~threads.store.base.Storage.append`).
+    ``durable=False`` writes without a flush: a send's mark, which need not
+    outlive a power loss, or what a later shared flush makes durable before
+    anyone is told (see :meth:`~threads.store.base.Storage.append`).
     """
 
     def __call__(self, entries: Sequence[Entry], *, durable: bool = True) -> Awaitable[None]: ...

@@ -408,8 +408,9 @@ class Session:
     async def _write(self, entries: Sequence[Entry], *, durable: bool = True) -> None:
         """Append a batch; the lock is held by the caller.
 
-        ``durable=False`` is a send's mark: written, not flushed (see
-        :meth:`~threads.store.base.Storage.append`).
+        ``durable=False`` writes without a flush (see
+        :meth:`~threads.store.base.Storage.append`): a send's mark, or what a
+        later shared flush makes durable (a prompt, a receipt, a turn's end).
         :class:`UnavailableError` when the store cannot take it now; the next
         write first checks whether this one landed after all.
         """
