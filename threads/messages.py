@@ -8,7 +8,7 @@ and ``file``. Values are frozen; the ``*_wire`` functions are the one codec.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
 import orjson
@@ -72,20 +72,41 @@ class FilePart:
 Part: TypeAlias = TextPart | ToolCallPart | ToolResultPart | ReasoningPart | FilePart
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
-    """One conversation message: a role and its parts, in order.
+    """One conversation message: a role and its parts, in order. Frozen.
 
     A message is sent to the model again on every later turn of its session,
     so what is derived from it — a provider's wire bytes, the size of its
     stored form — is computed once and kept with it (see :func:`wire_form`
     and :func:`stored_size`); those memos are never compared or shown.
+
+    A live session holds every message of its context, most of them one text
+    part, so such a message keeps its text alone and makes its ``content``
+    tuple when asked for it (decision perf-26): one object the garbage
+    collector walks, not three (the message, its tuple and the part), and
+    some 100 bytes less each. Messages compare by role and content, whatever
+    they keep.
     """
 
+    __slots__ = ("_parts", "_size", "_wire", "role")
+    __match_args__ = ("role", "content")
+
     role: Role
-    content: tuple[Part, ...]
-    _wire: tuple[str, bytes] | None = field(default=None, init=False, repr=False, compare=False)
-    _size: int = field(default=-1, init=False, repr=False, compare=False)
+    _parts: tuple[Part, ...] | str
+    _wire: tuple[str, bytes] | None
+    _size: int
+
+    def __init__(self, *, role: Role, content: tuple[Part, ...]) -> None:
+        _init = object.__setattr__
+        _init(self, "role", role)
+        _init(self, "_parts", _kept_parts(content))
+        _init(self, "_wire", None)
+        _init(self, "_size", -1)
+
+    @property
+    def content(self) -> tuple[Part, ...]:
+        parts = self._parts
+        return (TextPart(text=parts),) if type(parts) is str else parts  # type: ignore[return-value]
 
     @classmethod
     def user(cls, text: str) -> Message:
@@ -97,13 +118,54 @@ class Message:
 
     def text(self) -> str:
         """The concatenated text parts."""
-        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+        parts = self._parts
+        if type(parts) is str:
+            return parts
+        return "".join(p.text for p in parts if isinstance(p, TextPart))
 
     def tool_calls(self) -> list[ToolCallPart]:
-        return [p for p in self.content if isinstance(p, ToolCallPart)]
+        parts = self._parts
+        return [] if type(parts) is str else [p for p in parts if isinstance(p, ToolCallPart)]
 
     def tool_results(self) -> list[ToolResultPart]:
-        return [p for p in self.content if isinstance(p, ToolResultPart)]
+        parts = self._parts
+        return [] if type(parts) is str else [p for p in parts if isinstance(p, ToolResultPart)]
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Message:
+            return NotImplemented
+        if self.role != other.role:
+            return False
+        mine, theirs = self._parts, other._parts
+        if type(mine) is type(theirs):
+            return mine == theirs
+        return self.content == other.content
+
+    def __hash__(self) -> int:
+        return hash((self.role, self.content))
+
+    def __repr__(self) -> str:
+        return f"Message(role={self.role!r}, content={self.content!r})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[Callable[..., Message], tuple[Role, tuple[Part, ...]]]:
+        return _message, (self.role, self.content)
+
+
+def _message(role: Role, content: tuple[Part, ...]) -> Message:
+    return Message(role=role, content=content)
+
+
+def _kept_parts(content: tuple[Part, ...]) -> tuple[Part, ...] | str:
+    """What a message keeps of its parts: the text of a lone text part, else the parts."""
+    if len(content) == 1 and type(part := content[0]) is TextPart and type(part.text) is str:
+        return part.text
+    return content
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

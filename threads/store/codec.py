@@ -291,26 +291,35 @@ def _fast_message(value: JSON) -> Message:
     content = value.get("content")
     if role not in ROLES or type(content) is not list:
         return message_from_wire(value)
-    parts: list[Any] = []
-    for index, part in enumerate(content):
-        if type(part) is dict and part.get("type") == "text" and type(part.get("text")) is str:
-            text_part = _new(TextPart)
-            _set_text(text_part, part["text"])
-            parts.append(text_part)
-        else:
-            parts.append(part_from_wire(part, f"message.content[{index}]"))
+    kept: tuple[Any, ...] | str
+    if len(content) == 1 and _is_text(first := content[0]):
+        kept = first["text"]  # a lone text part: the message keeps its text (decision perf-26)
+    else:
+        parts: list[Any] = []
+        for index, part in enumerate(content):
+            if _is_text(part):
+                text_part = _new(TextPart)
+                _set_text(text_part, part["text"])
+                parts.append(text_part)
+            else:
+                parts.append(part_from_wire(part, f"message.content[{index}]"))
+        kept = tuple(parts)
     message = _new(Message)
     _set_role(message, ROLES[role])
-    _set_content(message, tuple(parts))
+    _set_parts(message, kept)
     _set_wire(message, None)
     _set_size(message, -1)
     return message
 
 
+def _is_text(part: JSON) -> bool:
+    return type(part) is dict and part.get("type") == "text" and type(part.get("text")) is str
+
+
 _new = object.__new__
 _set_text = _setter(TextPart, "text")
 _set_role = _setter(Message, "role")
-_set_content = _setter(Message, "content")
+_set_parts = _setter(Message, "_parts")
 _set_wire = _setter(Message, "_wire")
 _set_size = _setter(Message, "_size")
 _FAST: dict[Callable[[JSON], Any], Callable[[JSON], Any]] = {message_from_wire: _fast_message}

@@ -8,7 +8,6 @@ Regenerate them only for a deliberate format change, with
 
 from __future__ import annotations
 
-import dataclasses
 import string
 import sys
 from dataclasses import fields
@@ -318,7 +317,12 @@ def test_decoded_messages_share_one_string_per_role() -> None:
     answer = Message(
         role="tool", content=(ToolResultPart(call_id="call_1", name="read_file", content="x"),)
     )
-    messages = (Message.user("a"), Message.user("b"), answer, dataclasses.replace(answer))
+    messages = (
+        Message.user("a"),
+        Message.user("b"),
+        answer,
+        Message(role="tool", content=answer.content),
+    )
     roles = []
     for n, message in enumerate(messages):
         entry = decode_entry(encode_entry(MessageEntry(id=f"e_{n}", created=T, message=message)))
