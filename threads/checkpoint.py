@@ -51,8 +51,9 @@ log = logging.getLogger(__name__)
 CHECKPOINT_AFTER = 2048
 """Entries an open decodes past the latest checkpoint before it leaves a new one."""
 
-STATE = 1
-"""The format of the state kept in a checkpoint; another is read as none."""
+STATE = 2
+"""The format of the state kept in a checkpoint; another is read as none (2: the id index's
+runs by family, decision perf-28)."""
 
 _APPROVAL = "approval"
 """Kinds whose open-time reading (unfinished resumes) walks the whole history: not kept."""
@@ -230,13 +231,13 @@ def encode_state(parts: TreeParts, carried: list[tuple[int, str]]) -> bytes:
         "kinds": table,
         "recent": index.recent,
         "others": index.others,
-        "runs": [len(places) for _, _, places in index.runs],
+        "runs": [[family, len(places)] for family, _, _, places in index.runs],
         "path": len(parts.path),
         "blocks": [len(block) for block in parts.log.blocks],
         "tail": len(parts.log.tail),
     }
     sections = [bytes(map(code.__getitem__, kinds)), parts.path.tobytes()]
-    for highs, lows, places in index.runs:
+    for _, highs, lows, places in index.runs:
         sections += [highs.tobytes(), lows.tobytes(), places.tobytes()]
     sections += [*parts.log.blocks, b"\n".join(parts.log.tail)]
     return orjson.dumps(head) + b"\n" + b"".join(sections)
@@ -262,9 +263,9 @@ def decode_state(state: bytes, entries: int) -> tuple[TreeParts, list[tuple[int,
     kinds = list(map(table.__getitem__, take(entries)))
     path = _array("q", take(8 * head["path"]))
     runs = []
-    for count in head["runs"]:
+    for family, count in head["runs"]:
         highs, lows = _array("Q", take(8 * count)), _array("Q", take(8 * count))
-        runs.append((highs, lows, _array("I", take(_ORDER["I"] * count))))
+        runs.append((str(family), highs, lows, _array("I", take(_ORDER["I"] * count))))
     blocks = [bytes(take(size)) for size in head["blocks"]]
     rest = bytes(view[at:])
     tail = rest.split(b"\n") if head["tail"] else []

@@ -5,11 +5,19 @@ characters, 128 bits. As a dict key an id costs some 150 bytes (the string,
 its slot, the position's ``int``); as two 64-bit halves and a 32-bit
 position in sorted arrays, 20. So the ids of the newest entries — the ones
 a turn names — stay in a dict; once :data:`SETTLE_AT` of them gather, the
-older ULIDs move into a sorted run (:meth:`IdIndex.settle`), and older ids
-of other shapes (an outbound record's, a test's) into a second dict. Runs
+older ones move into sorted runs (:meth:`IdIndex.settle`), and older ids
+of no numbered shape (a test's, a loose send's) into a second dict. Runs
 merge as they grow, each kept larger than the next, so a lookup that misses
-the dicts bisects a handful of arrays. The mapping is exact: a ULID and its
-number are one-to-one, and nothing else is numbered.
+the dicts bisects a handful of arrays.
+
+Three shapes of id are numbered (:func:`numbered`), each in runs of its own
+family: a minted ULID (family ``""``); a ULID with a one-letter suffix, as
+an accepted receipt's (``e_…-r``, family ``"-r"``) or an injected input's
+(``-i``); and a turn's send, ``{run}-s{step}-{index}`` with a run id of
+``{session}-t{n}`` (family ``"{session}-t"``, the number packing ``n``,
+``step`` and ``index``; decision perf-28). The mapping is exact: an id and
+its family and number are one-to-one (a number's id is written back the
+one way it can be), and nothing else is numbered.
 """
 
 from __future__ import annotations
@@ -57,6 +65,47 @@ def id_of(number: int) -> str:
     return "e_" + "".join(reversed(chars))
 
 
+_SUFFIXES = ("-r", "-i")
+_STEP = 1 << 32
+_TURN = 1 << 64
+
+
+def numbered(entry_id: str) -> tuple[str, int] | None:
+    """The family and number of an id of a numbered shape (see the module); None otherwise."""
+    number = number_of(entry_id)
+    if number is not None:
+        return "", number
+    suffix = entry_id[-2:]
+    if suffix in _SUFFIXES:
+        number = number_of(entry_id[:-2])
+        return None if number is None else (suffix, number)
+    head, _, turn = entry_id.rpartition("-t")
+    turn, _, rest = turn.partition("-s")
+    step, _, index = rest.partition("-")
+    if not head or not all(map(_decimal, (turn, step, index))):
+        return None
+    n, s, i = int(turn), int(step), int(index)
+    if n >= _TURN or s >= _STEP or i >= _STEP:
+        return None
+    return head + "-t", n * _TURN + s * _STEP + i
+
+
+def id_in(family: str, number: int) -> str:
+    """The id of ``number`` in ``family`` (:func:`numbered` undone)."""
+    if not family:
+        return id_of(number)
+    if family in _SUFFIXES:
+        return id_of(number) + family
+    turn, rest = divmod(number, _TURN)
+    step, index = divmod(rest, _STEP)
+    return f"{family}{turn}-s{step}-{index}"
+
+
+def _decimal(text: str) -> bool:
+    """Whether ``text`` is a number written the one way ``str`` writes it."""
+    return text.isascii() and text.isdigit() and (text == "0" or text[0] != "0")
+
+
 class _Run:
     """Ids as numbers in sorted arrays: high halves, low halves and positions."""
 
@@ -99,14 +148,15 @@ class IndexDump:
 
     recent: list[tuple[str, int]]
     others: list[tuple[str, int]]
-    runs: list[tuple[array[int], array[int], array[int]]]
+    runs: list[tuple[str, array[int], array[int], array[int]]]
+    """Each run's family, then its arrays (high halves, low halves, positions)."""
 
 
 class IdIndex:
     """Entry id → position in append order, for every entry of a session.
 
-    Three parts: the newest ids (any kind) in a dict, older ids that are not
-    ULIDs in another, older ULIDs in sorted runs. :meth:`add` only adds;
+    Three parts: the newest ids (any kind) in a dict, older ids of no
+    numbered shape in another, the other older ids in sorted runs, by family. :meth:`add` only adds;
     the owner calls :meth:`settle_if_grown` where a settle may run (never in
     the middle of a load that reads :attr:`recent`).
     """
@@ -116,7 +166,7 @@ class IdIndex:
     def __init__(self) -> None:
         self._recent: dict[str, int] = {}
         self._others: dict[str, int] = {}
-        self._runs: list[_Run] = []
+        self._runs: dict[str, list[_Run]] = {}
 
     @property
     def recent(self) -> dict[str, int]:
@@ -124,7 +174,8 @@ class IdIndex:
         return self._recent
 
     def __len__(self) -> int:
-        return len(self._recent) + len(self._others) + sum(len(run) for run in self._runs)
+        runs = self._runs.values()
+        return len(self._recent) + len(self._others) + sum(len(r) for rs in runs for r in rs)
 
     def add(self, entry_id: str, at: int) -> None:
         """Record the entry at position ``at``, the newest."""
@@ -137,10 +188,11 @@ class IdIndex:
         at = self._others.get(entry_id)
         if at is not None or not self._runs:
             return at
-        number = number_of(entry_id)
-        if number is None:
+        found = numbered(entry_id)
+        if found is None:
             return None
-        for run in self._runs:
+        family, number = found
+        for run in self._runs.get(family, ()):
             at = run.find(number)
             if at is not None:
                 return at
@@ -148,7 +200,12 @@ class IdIndex:
 
     def ids(self) -> Iterator[str]:
         """Every id, in append order."""
-        placed = [(at, id_of(number)) for run in self._runs for number, at in run.pairs()]
+        placed = [
+            (at, id_in(family, number))
+            for family, runs in self._runs.items()
+            for run in runs
+            for number, at in run.pairs()
+        ]
         for part in (self._others, self._recent):
             placed += [(at, entry_id) for entry_id, at in part.items()]
         placed.sort()
@@ -159,7 +216,11 @@ class IdIndex:
         return IndexDump(
             recent=list(self._recent.items()),
             others=list(self._others.items()),
-            runs=[(run.highs, run.lows, run.places) for run in self._runs],
+            runs=[
+                (family, run.highs, run.lows, run.places)
+                for family, runs in self._runs.items()
+                for run in runs
+            ],
         )
 
     @classmethod
@@ -168,7 +229,8 @@ class IdIndex:
         index = cls()
         index._recent = dict(dump.recent)
         index._others = dict(dump.others)
-        index._runs = [_Run.of_arrays(*arrays) for arrays in dump.runs]
+        for family, *arrays in dump.runs:
+            index._runs.setdefault(family, []).append(_Run.of_arrays(*arrays))
         return index
 
     def settle_if_grown(self, newest: int) -> None:
@@ -178,21 +240,20 @@ class IdIndex:
 
     def settle(self, below: int) -> None:
         """Move the ids of the entries before position ``below`` out of the newest ones."""
-        moved: list[tuple[int, int]] = []
+        moved: dict[str, list[tuple[int, int]]] = {}
         kept: dict[str, int] = {}
         for entry_id, at in self._recent.items():
             if at >= below:
                 kept[entry_id] = at
-            elif (number := number_of(entry_id)) is not None:
-                moved.append((number, at))
+            elif (found := numbered(entry_id)) is not None:
+                moved.setdefault(found[0], []).append((found[1], at))
             else:
                 self._others[entry_id] = at
         self._recent = kept  # a new dict: a dict never gives back the room of deleted keys
-        if not moved:
-            return
-        moved.sort()  # minted ids grow with time: nearly in order already
-        runs = self._runs
-        runs.append(_Run(moved))
-        while len(runs) > 1 and len(runs[-2]) <= len(runs[-1]):
-            newer, older = runs.pop(), runs.pop()
-            runs.append(_Run(sorted([*older.pairs(), *newer.pairs()])))
+        for family, pairs in moved.items():
+            pairs.sort()  # minted ids grow with time: nearly in order already
+            runs = self._runs.setdefault(family, [])
+            runs.append(_Run(pairs))
+            while len(runs) > 1 and len(runs[-2]) <= len(runs[-1]):
+                newer, older = runs.pop(), runs.pop()
+                runs.append(_Run(sorted([*older.pairs(), *newer.pairs()])))

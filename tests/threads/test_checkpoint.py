@@ -15,6 +15,7 @@ from threads.checkpoint import open_session
 from threads.errors import CorruptError, StaleError
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message, Usage
+from threads.outbound import mark, send_id
 from threads.session import Session
 from threads.store import open_store
 from threads.store.base import SessionStore
@@ -48,7 +49,9 @@ async def store(tmp_path: Path) -> AsyncIterator[SessionStore]:
 
 
 def turns(header_id: str, first: int, count: int, parent: str) -> list[Entry]:
-    """``count`` turns as a gateway writes them, the fifth of each compacting before it."""
+    """``count`` turns as a gateway writes them, the fifth of each compacting before it,
+    every other one sending its answer (a send record and its mark: ids of every shape
+    the id index numbers, decision perf-28)."""
     out: list[Entry] = []
     for n in range(first, first + count):
         run_id = f"{header_id}-t{n}"
@@ -65,10 +68,14 @@ def turns(header_id: str, first: int, count: int, parent: str) -> list[Entry]:
                     id=new_entry_id(), first_kept=prompt.id, summary=f"before {n}", pinned=()
                 )
             )
-        batch += [
-            MessageEntry(id=new_entry_id(), message=Message.assistant(f"answer {n}")),
-            TurnEntry(id=new_entry_id(), run_id=run_id, usage=Usage(input_tokens=n)),
-        ]
+        batch.append(MessageEntry(id=new_entry_id(), message=Message.assistant(f"answer {n}")))
+        if n % 2 == 0:
+            to = {"kind": "channel", "channel": "web", "chat": "c", "key": "web:c"}
+            record = OutboundEntry(
+                id=send_id(run_id, 1, 0), status="pending", run_id=run_id, kind="reply", to=to
+            )
+            batch += [record, mark(record, "delivered")]
+        batch.append(TurnEntry(id=new_entry_id(), run_id=run_id, usage=Usage(input_tokens=n)))
         if n % 3 == 0:
             batch.append(InfoEntry(id=new_entry_id(), title=f"title {n}"))
         for entry in batch:
@@ -285,3 +292,17 @@ async def test_a_long_session_written_after_its_open_refuses_the_stale_view(
     await store.release(sid)  # type: ignore[attr-defined]
     with pytest.raises(StaleError, match=f"session {sid} changed since it was opened"):
         await behind.append_messages([Message.user("would fork the line")])
+
+
+async def test_a_checkpoint_of_another_state_format_is_read_as_none(
+    store: SessionStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sid, _history = await checkpointed(store)
+    kept = tmp_path / "sessions" / DIRECTORY / sid
+    data = kept.read_bytes()
+    at = data.index(b'"v":%d' % checkpoint.STATE)
+    kept.write_bytes(data[:at] + b'"v":1' + data[at + len(b'"v":%d' % checkpoint.STATE) :])
+    opened = await open_session(store, sid, HandAgent())
+    assert opened._tree.restored_from == 0
+    assert "checkpoint cannot be read" in caplog.text
+    await assert_same(opened, await whole(store, sid))

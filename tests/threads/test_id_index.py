@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import tracemalloc
 
-from threads.id_index import KEEP, SETTLE_AT, IdIndex, id_of, number_of
-from threads.ids import new_entry_id
+from threads.id_index import KEEP, SETTLE_AT, IdIndex, id_in, id_of, number_of, numbered
+from threads.ids import new_entry_id, new_session_id
+from threads.outbound import send_id
+from threads.store.entries import accepted_id
 
 
 def test_a_minted_id_and_its_number_are_one_to_one_and_nothing_else_is_numbered() -> None:
@@ -44,6 +46,84 @@ def test_every_id_is_found_at_its_place_after_settles_and_strangers_are_not() ->
 
 def test_settled_ids_cost_a_fraction_of_a_dict() -> None:
     ids = [new_entry_id() for _ in range(10_000)]
+    tracemalloc.start()
+    try:
+        index = IdIndex()
+        for at, entry_id in enumerate(ids):
+            index.add(entry_id, at)
+            index.settle_if_grown(at)
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held / len(ids) < 40
+
+
+def test_receipts_and_sends_are_numbered_in_families_of_their_own_one_to_one() -> None:
+    session = new_session_id()
+    shaped = [
+        accepted_id(new_entry_id()),
+        new_entry_id() + "-i",
+        send_id(f"{session}-t1", 1, 0),
+        send_id(f"{session}-t123456", 40, 7),
+        send_id(f"{new_session_id()}-t2", 1, 1),  # a fork's copy of another session's send
+        "s_x-t0-s0-0",
+    ]
+    found = [numbered(entry_id) for entry_id in shaped]
+    assert [f[0] if f else None for f in found] == [
+        "-r",
+        "-i",
+        f"{session}-t",
+        f"{session}-t",
+        shaped[4].rpartition("-t")[0] + "-t",
+        "s_x-t",
+    ]
+    assert [id_in(*f) for f in found if f] == shaped
+    strangers = [
+        "e_1-r",
+        new_entry_id() + "-x",
+        f"{session}-t01-s1-1",  # a number not written the one way str writes it
+        f"{session}-t1-s1-+1",
+        f"{session}-t1-s1",
+        f"{session}-t1-s1-1-2",
+        f"{session}-t1-s1-\u0663",
+        f"{session}-t{2**64}-s1-1",  # past what the number holds
+        f"{session}-t1-s{2**32}-1",
+        "-t1-s1-1",
+        new_entry_id() + "-t1-s1-1x",
+    ]
+    assert [numbered(stranger) for stranger in strangers] == [None] * len(strangers)
+
+
+def test_a_sessions_receipts_and_sends_settle_into_numbers_and_are_found() -> None:
+    session = new_session_id()
+    index, ids = IdIndex(), []
+    for turn in range(1, 1_001):
+        prompt = new_entry_id()
+        for entry_id in (accepted_id(prompt), prompt, send_id(f"{session}-t{turn}", 1, 0)):
+            index.add(entry_id, len(ids))
+            ids.append(entry_id)
+            index.settle_if_grown(len(ids) - 1)
+    index.add("e_loose", len(ids))
+    ids.append("e_loose")
+    index.settle(len(ids))
+    assert [index.get(entry_id) for entry_id in ids] == list(range(len(ids)))
+    assert list(index.ids()) == ids
+    assert len(index) == len(ids)
+    dumped = index.dump()
+    assert dumped.others == [("e_loose", len(ids) - 1)]
+    assert {family for family, *_ in dumped.runs} == {"", "-r", f"{session}-t"}
+    restored = IdIndex.restored(dumped)
+    assert [restored.get(entry_id) for entry_id in ids] == list(range(len(ids)))
+    for stranger in (accepted_id(new_entry_id()), send_id(f"{session}-t1", 1, 1)):
+        assert index.get(stranger) is None
+
+
+def test_settled_receipts_and_sends_cost_a_fraction_of_a_dict() -> None:
+    session = new_session_id()
+    ids = [
+        accepted_id(new_entry_id()) if n % 2 else send_id(f"{session}-t{n}", 1, 0)
+        for n in range(10_000)
+    ]
     tracemalloc.start()
     try:
         index = IdIndex()
