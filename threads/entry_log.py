@@ -45,7 +45,7 @@ class EntryLog(Sequence[Entry]):
     def __init__(self) -> None:
         self._lines = PackedLines()
         self._values: dict[int, Entry] = {}
-        self._kinds: list[str] = []
+        self._kinds = Kinds()
         self._index = IdIndex()
 
     def __len__(self) -> int:
@@ -152,9 +152,7 @@ class EntryLog(Sequence[Entry]):
 
     def of_kind(self, kind: str, *, newest_first: bool = False) -> Iterator[Entry]:
         """The entries of one ``type``, decoding only them."""
-        kinds = self._kinds
-        order = range(len(kinds) - 1, -1, -1) if newest_first else range(len(kinds))
-        return self.at(at for at in order if kinds[at] == kind)
+        return self.at(self._kinds.positions(kind, newest_first=newest_first))
 
     @property
     def lines_kept(self) -> int:
@@ -197,7 +195,7 @@ class EntryLog(Sequence[Entry]):
         """The log :meth:`dump` described."""
         log = cls()
         log._lines = PackedLines.of_parts(dump.blocks, dump.tail)
-        log._kinds = dump.kinds
+        log._kinds = Kinds(dump.kinds)
         log._index = IdIndex.restored(dump.index)
         return log
 
@@ -210,6 +208,59 @@ class LogParts:
     tail: list[bytes]
     kinds: list[str]
     index: IndexDump
+
+
+class Kinds(Sequence[str]):
+    """Every entry's ``type`` in append order, a byte each: a code into the session's few
+    kinds, not a pointer (8 bytes) an entry."""
+
+    __slots__ = ("_code_of", "_codes", "_table")
+
+    def __init__(self, kinds: Iterable[str] = ()) -> None:
+        self._codes = bytearray()
+        self._table: list[str] = []
+        self._code_of: dict[str, int] = {}
+        for kind in kinds:
+            self.append(kind)
+
+    def append(self, kind: str) -> None:
+        code = self._code_of.get(kind)
+        if code is None:
+            code = self._code_of[kind] = len(self._table)
+            if code > 255:
+                raise ValueError(f"more than 256 kinds of entry in one session: {kind!r}")
+            self._table.append(kind)
+        self._codes.append(code)
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    @overload
+    def __getitem__(self, at: int) -> str: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[str]: ...
+
+    def __getitem__(self, at: int | slice) -> str | list[str]:
+        if isinstance(at, slice):
+            return [self._table[code] for code in self._codes[at]]
+        return self._table[self._codes[at]]
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._table.__getitem__, self._codes)
+
+    def __contains__(self, kind: object) -> bool:
+        code = self._code_of.get(kind) if isinstance(kind, str) else None
+        return code is not None and code in self._codes
+
+    def positions(self, kind: str, *, newest_first: bool = False) -> Iterator[int]:
+        """Where the entries of ``kind`` sit, oldest first (or newest first)."""
+        code = self._code_of.get(kind)
+        if code is None:
+            return iter(())
+        codes = self._codes
+        order = range(len(codes) - 1, -1, -1) if newest_first else range(len(codes))
+        return (at for at in order if codes[at] == code)
 
 
 class EntryIndex(Mapping[str, Entry]):

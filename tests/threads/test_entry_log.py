@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from datetime import UTC, datetime
 
 from tests.threads.conftest import HandAgent, plant, stored
-from threads.entry_log import EntryLog
+from threads.entry_log import EntryLog, Kinds, LogParts
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message, Usage
 from threads.session import Session
@@ -116,3 +117,40 @@ def test_kept_lines_are_packed_and_read_back_equal_and_kinds_are_read_alone() ->
     assert log[3:5] == entries[3:5]
     assert log[-1] == entries[-1]
     assert list(log.at([200, 3, 299, 64, 63])) == [entries[i] for i in (200, 3, 299, 64, 63)]
+
+
+def test_kinds_are_a_byte_an_entry_and_read_as_the_kinds_they_were() -> None:
+    written = ["message", "turn", "message", "outbound", "message", "info"] * 500
+    kinds = Kinds(written)
+    assert list(kinds) == written
+    assert [kinds[at] for at in range(len(written))] == written
+    assert kinds[2:5] == written[2:5]
+    assert "outbound" in kinds
+    assert "label" not in kinds
+    assert 7 not in kinds
+    assert list(kinds.positions("info")) == [at for at, k in enumerate(written) if k == "info"]
+    assert list(kinds.positions("turn", newest_first=True))[:2] == [
+        len(written) - 5,
+        len(written) - 11,
+    ]
+    assert list(kinds.positions("label")) == []
+    assert sys.getsizeof(kinds._codes) < 2 * len(written)  # a list was 8 bytes an entry
+    log = EntryLog()
+    for n in range(300):
+        log.append(
+            InfoEntry(id=f"e_{n}", title=str(n))
+            if n % 3
+            else TurnEntry(id=f"e_{n}", run_id="s_x-t1")
+        )
+    assert [e.id for e in log.of_kind(TurnEntry.TYPE, newest_first=True)][:2] == ["e_297", "e_294"]
+    assert list(EntryLog.restored(_parts_of(log)).kinds()) == list(log.kinds())
+
+
+def _parts_of(log: EntryLog) -> LogParts:
+    lines = [encode_entry(entry).rstrip(b"\n") for entry in log]
+    kept = EntryLog()
+    for entry, line in zip(log, lines, strict=True):
+        kept.append(entry, line)
+    parts = kept.dump()
+    assert parts is not None
+    return parts
