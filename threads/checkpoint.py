@@ -53,7 +53,7 @@ CHECKPOINT_AFTER = 2048
 
 STATE = 2
 """The format of the state kept in a checkpoint; another is read as none (2: the id index's
-runs by family, decision perf-28)."""
+runs by family, decision perf-28, and the path four bytes a position)."""
 
 _APPROVAL = "approval"
 """Kinds whose open-time reading (unfinished resumes) walks the whole history: not kept."""
@@ -210,7 +210,7 @@ def follows(tree: EntryTree, later: Sequence[Entry]) -> bool:
 
 # -- the state's bytes: a JSON line, then the arrays and the packed lines
 
-_ORDER = {"order": sys.byteorder, "q": array("q").itemsize, "I": array("I").itemsize}
+_ORDER = {"order": sys.byteorder, "I": array("I").itemsize}
 
 
 def encode_state(parts: TreeParts, carried: list[tuple[int, str]]) -> bytes:
@@ -261,7 +261,7 @@ def decode_state(state: bytes, entries: int) -> tuple[TreeParts, list[tuple[int,
 
     table: list[str] = head["kinds"]
     kinds = list(map(table.__getitem__, take(entries)))
-    path = _array("q", take(8 * head["path"]))
+    path = _array("I", take(_ORDER["I"] * head["path"]))
     runs = []
     for family, count in head["runs"]:
         highs, lows = _array("Q", take(8 * count)), _array("Q", take(8 * count))

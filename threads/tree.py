@@ -59,8 +59,8 @@ class EntryTree:
         self.origins: dict[str, str] = {}
         # Outbound records no mark has settled yet, by id (see threads.outbound).
         self.unmarked: dict[str, OutboundEntry] = {}
-        # The leaf's path as positions in ``entries``: eight bytes each, no object apiece.
-        self._path_cache: array[int] | None = array("q")
+        # The leaf's path as positions in ``entries``: four bytes each, no object apiece.
+        self._path_cache: array[int] | None = array("I")
         self._highest_turn = 0
         self._context: ContextBuilder | None = ContextBuilder()
         # Restored from a checkpoint (decision perf-19): the entries before ``restored_from``
@@ -145,7 +145,7 @@ class EntryTree:
         return TreeParts(
             log=log,
             leaf=self.leaf,
-            path=array("q", self._path_cache),
+            path=array("I", self._path_cache),
             highest_turn=self._highest_turn,
             origins=list(self.origins.items()),
             unmarked=[at for at in unmarked if at is not None],
@@ -230,7 +230,7 @@ class EntryTree:
         out.reverse()
         if entry_id is None:
             positions.reverse()
-            self._path_cache = array("q", positions)
+            self._path_cache = array("I", positions)
         return out
 
     def path_reversed(self) -> Iterator[Entry]:
