@@ -29,9 +29,7 @@ from dataclasses import dataclass
 
 from threads.messages import Message
 
-DEFAULT_MAX_BYTES = 16 * 2**20
-"""What one client keeps at most (decision perf-27): some fifty conversations of 1 000 turns,
-the ones that spoke last; one that comes back after them is encoded whole once more."""
+DEFAULT_MAX_BYTES = 64 * 2**20
 Encoder = Callable[[Sequence[Message]], bytes]
 """Messages' encodings, comma-separated; a message the protocol has no place for adds none."""
 

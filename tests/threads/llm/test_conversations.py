@@ -40,18 +40,6 @@ def test_a_list_that_differs_where_the_last_request_ended_is_encoded_whole() -> 
     assert kept.encode(history[:2], encode) == b"a,b"
 
 
-def test_a_client_keeps_16_mib_by_default_the_conversations_that_spoke_last() -> None:
-    kept, encode = EncodedConversations(), Counting()
-    conversations = [[Message.user(str(n) * 2**20)] for n in range(20)]
-    for conversation in conversations:
-        kept.encode(conversation, encode)
-    assert kept.kept_bytes == 16 * 2**20
-    encode.seen.clear()
-    kept.encode(conversations[-1], encode)
-    kept.encode(conversations[0], encode)
-    assert [text[0] for text in encode.seen] == ["0"]
-
-
 def test_messages_with_no_encoding_are_left_out() -> None:
     kept, encode = EncodedConversations(), Counting()
     assert kept.encode([Message.user("a"), Message.assistant(""), Message.user("c")], encode) == (
