@@ -96,9 +96,8 @@ class EntryLog(Sequence[Entry]):
 
     def append(self, entry: Entry, line: bytes | None = None) -> int:
         """Add an entry, kept as ``line`` (the line it was stored as) when given; its position."""
-        at = len(self._kinds)
+        at = self._kinds.append(entry.TYPE)
         self._index.add(entry.id, at)
-        self._kinds.append(entry.TYPE)
         if line is None:
             self._values[at] = entry
             self._lines.append(b"")
@@ -223,14 +222,17 @@ class Kinds(Sequence[str]):
         for kind in kinds:
             self.append(kind)
 
-    def append(self, kind: str) -> None:
+    def append(self, kind: str) -> int:
+        """Add the next entry's kind; its position."""
         code = self._code_of.get(kind)
         if code is None:
             code = self._code_of[kind] = len(self._table)
             if code > 255:
                 raise ValueError(f"more than 256 kinds of entry in one session: {kind!r}")
             self._table.append(kind)
-        self._codes.append(code)
+        codes = self._codes
+        codes.append(code)
+        return len(codes) - 1
 
     def __len__(self) -> int:
         return len(self._codes)

@@ -17,7 +17,7 @@ from threads.entry_log import EntryIndex, EntryLog, LogParts
 from threads.errors import CorruptError, NoEntryError
 from threads.identity import merged_meta
 from threads.ids import valid_id
-from threads.messages import JSON, Message, TextPart, ToolCallPart, ToolResultPart, Usage
+from threads.messages import JSON, Message, TextPart, ToolResultPart, Usage
 from threads.store.entries import (
     POOL_SETTLED,
     ApprovalAuditEntry,
@@ -511,9 +511,8 @@ class ContextBuilder:
             self._open = {}
         self._messages.append(message)
         if message.role == "assistant":
-            for part in message.content:
-                if isinstance(part, ToolCallPart):
-                    self._open[part.id] = part.name
+            for call in message.tool_calls():
+                self._open[call.id] = call.name
 
     @property
     def open(self) -> dict[str, str]:
@@ -552,9 +551,8 @@ def still_open(open_calls: dict[str, str], messages: Sequence[Message]) -> dict[
                 if isinstance(part, ToolResultPart):
                     remaining.pop(part.call_id, None)
         elif message.role == "assistant":
-            for part in message.content:
-                if isinstance(part, ToolCallPart):
-                    remaining[part.id] = part.name
+            for call in message.tool_calls():
+                remaining[call.id] = call.name
     return remaining
 
 
