@@ -22,6 +22,7 @@ one way it can be), and nothing else is numbered.
 
 from __future__ import annotations
 
+import re
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
@@ -66,6 +67,9 @@ def id_of(number: int) -> str:
 
 
 _SUFFIXES = ("-r", "-i")
+# A send's id: its run's session and ``-t``, then the turn, step and index, each written the
+# one way ``str`` writes a number (the last ``-t`` of the id: what follows it holds none).
+_SEND = re.compile(r"(.+-t)(0|[1-9][0-9]*)-s(0|[1-9][0-9]*)-(0|[1-9][0-9]*)", re.ASCII | re.DOTALL)
 _STEP = 1 << 32
 _TURN = 1 << 64
 
@@ -79,15 +83,14 @@ def numbered(entry_id: str) -> tuple[str, int] | None:
     if suffix in _SUFFIXES:
         number = number_of(entry_id[:-2])
         return None if number is None else (suffix, number)
-    head, _, turn = entry_id.rpartition("-t")
-    turn, _, rest = turn.partition("-s")
-    step, _, index = rest.partition("-")
-    if not head or not all(map(_decimal, (turn, step, index))):
+    send = _SEND.fullmatch(entry_id)
+    if send is None:
         return None
+    head, turn, step, index = send.groups()
     n, s, i = int(turn), int(step), int(index)
     if n >= _TURN or s >= _STEP or i >= _STEP:
         return None
-    return head + "-t", n * _TURN + s * _STEP + i
+    return head, n * _TURN + s * _STEP + i
 
 
 def id_in(family: str, number: int) -> str:
@@ -99,11 +102,6 @@ def id_in(family: str, number: int) -> str:
     turn, rest = divmod(number, _TURN)
     step, index = divmod(rest, _STEP)
     return f"{family}{turn}-s{step}-{index}"
-
-
-def _decimal(text: str) -> bool:
-    """Whether ``text`` is a number written the one way ``str`` writes it."""
-    return text.isascii() and text.isdigit() and (text == "0" or text[0] != "0")
 
 
 class _Run:
