@@ -31,7 +31,7 @@ import orjson
 from threads.errors import CorruptError
 from threads.store.base import Mark, Resumed
 from threads.store.lines import complete_end, decode_session
-from threads.store.private import make_private_dir, open_private, read_private
+from threads.store.private import make_private_dir, read_private, write_private
 
 log = logging.getLogger(__name__)
 
@@ -113,21 +113,8 @@ def write_checkpoint(root: str, session: str, data: bytes) -> None:
     """Replace the session's checkpoint file with ``data`` (a fresh name renamed over it)."""
     directory = os.path.join(root, DIRECTORY)
     make_private_dir(directory)
-    path = os.path.join(directory, session)
     tmp = os.path.join(directory, f".{session}.{secrets.token_hex(4)}.tmp")
-    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_private(os.path.join(directory, session), data, tmp=tmp)
 
 
 def remove_checkpoint(root: str, session: str) -> None:

@@ -45,12 +45,15 @@ def read_private(path: str | os.PathLike[str]) -> bytes:
         return f.read()
 
 
-def write_private(path: str | os.PathLike[str], data: bytes, *, sync: bool = False) -> None:
+def write_private(
+    path: str | os.PathLike[str], data: bytes, *, sync: bool = False, tmp: str = ""
+) -> None:
     """Replace the file at ``path`` with ``data``: a 0600 temporary file renamed over it.
 
     With ``sync`` the bytes and then the new name are on disk before it returns.
+    The temporary file is ``tmp``, by default the path and ``.tmp``.
     """
-    tmp = os.fspath(path) + ".tmp"
+    tmp = tmp or os.fspath(path) + ".tmp"
     fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         try:
