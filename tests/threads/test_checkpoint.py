@@ -31,6 +31,7 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
+from threads.tree import reparent
 
 EVERY = 20
 """Entries an open decodes past a checkpoint before it leaves one, in these tests."""
@@ -232,7 +233,7 @@ async def test_a_session_never_compacted_or_with_approvals_leaves_no_checkpoint(
 ) -> None:
     plain = new_session_id()
     history = [e for e in turns(plain, 1, 30, "") if not isinstance(e, CompactionEntry)]
-    await plant(store, Header(id=plain, created=datetime.now(UTC)), linked(history))
+    await plant(store, Header(id=plain, created=datetime.now(UTC)), reparent(history))
     approved = new_session_id()
     history = turns(approved, 1, 30, "")
     audit = ApprovalAuditEntry(id=new_entry_id(), step="request", parent=history[-1].id)
@@ -249,15 +250,6 @@ async def test_a_deleted_session_leaves_no_checkpoint(store: SessionStore, tmp_p
     await store.release(sid)  # type: ignore[attr-defined]
     await store.delete(sid)
     assert not kept.exists()
-
-
-def linked(entries: list[Entry]) -> list[Entry]:
-    out: list[Entry] = []
-    parent = ""
-    for entry in entries:
-        out.append(dataclasses.replace(entry, parent=parent))
-        parent = entry.id
-    return out
 
 
 async def long_session(store: SessionStore) -> str:
