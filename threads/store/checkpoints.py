@@ -134,8 +134,7 @@ def resume(
     if salvage:
         return Resumed(loaded=decode_session(session, data, salvage=True))
     header_end = data.find(b"\n") + 1
-    mark = checkpoint.mark if checkpoint is not None else None
-    if checkpoint is None or mark is None or not _begins_as(data, mark, header_end):
+    if checkpoint is None or not _begins_as(data, checkpoint.mark, header_end):
         loaded = decode_session(session, data)
         end = complete_end(data)
         due_mark = None
@@ -144,6 +143,7 @@ def resume(
                 entries=len(loaded.entries), offset=end, crc=zlib.crc32(memoryview(data)[:end])
             )
         return Resumed(loaded=loaded, mark=due_mark)
+    mark = checkpoint.mark
     rest = data[mark.offset :]
     try:
         loaded = decode_session(
