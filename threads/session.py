@@ -72,6 +72,7 @@ from threads.store.entries import (
 from threads.tree import (
     EntryTree,
     SessionUsage,
+    TurnTail,
     chain_after,
     reparent,
     unfinished_runs,
@@ -348,6 +349,9 @@ class Session:
 
     def context(self) -> list[Message]:
         return self._tree.context()
+
+    def turn_tail(self) -> TurnTail | None:
+        return self._tree.turn_tail()
 
     def title(self) -> str:
         return self._tree.title()

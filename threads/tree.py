@@ -63,6 +63,10 @@ class EntryTree:
         self._path_cache: array[int] | None = array("I")
         self._highest_turn = 0
         self._context: ContextBuilder | None = ContextBuilder()
+        # The leaf line's latest turn and what followed it (see turn_tail), as entries land;
+        # ``_tail_known`` is False once the leaf moves, until a walk finds it again.
+        self._tail: TurnTail | None = None
+        self._tail_known = True
         # Restored from a checkpoint (decision perf-19): the entries before ``restored_from``
         # are known by what an open derived of them; ``carried`` are those of them an
         # open still reads (unsettled receipts, unfinished prompts), until the lines are kept.
@@ -167,6 +171,7 @@ class EntryTree:
         tree._path_cache = parts.path
         tree._highest_turn = parts.highest_turn
         tree._context = None
+        tree._tail_known = False
         tree.restored_from = len(tree.entries)
         tree.carried = carried
         return tree
@@ -187,21 +192,30 @@ class EntryTree:
             return
         if isinstance(entry, LeafEntry):
             self.leaf = entry.entry
-            self._path_cache = None
-            self._context = None
+            self._forget_path()
             return
-        if entry.parent == self.leaf:
+        if entry.parent != self.leaf:
+            self._forget_path()
+        else:
             if self._path_cache is not None:
                 self._path_cache.append(at)
-            if self._context is not None:
-                if isinstance(entry, CompactionEntry):
-                    self._context = None
-                elif (message := message_of(entry)) is not None:
+            if isinstance(entry, CompactionEntry):
+                self._context = None
+                self._tail = None
+            elif isinstance(entry, TurnEntry):
+                self._tail = TurnTail(entry.last_input)
+            elif (message := message_of(entry)) is not None:
+                if self._context is not None:
                     self._context.add(message)
-        else:
-            self._path_cache = None
-            self._context = None
+                if self._tail is not None:
+                    self._tail.since.append(message)
         self.leaf = entry.id
+
+    def _forget_path(self) -> None:
+        """The leaf moved off its line: what was kept of that line is found again when asked."""
+        self._path_cache = None
+        self._context = None
+        self._tail_known = False
 
     def require(self, entry_id: str) -> Entry:
         entry = self.by_id.get(entry_id)
@@ -239,6 +253,15 @@ class EntryTree:
             self.path()
         assert self._path_cache is not None
         return self.entries.at(reversed(self._path_cache))
+
+    def turn_tail(self) -> TurnTail | None:
+        """The latest turn entry on the leaf's line and the messages after it; None when no
+        turn follows the latest compaction (or the root). Kept as entries land, so a turn's
+        check of its context's size reads nothing (do not mutate it)."""
+        if not self._tail_known:
+            self._tail = turn_tail_of(self.path_reversed())
+            self._tail_known = True
+        return self._tail
 
     def title(self) -> str:
         for entry in self.entries.of_kind(InfoEntry.TYPE, newest_first=True):
@@ -284,6 +307,30 @@ class EntryTree:
             assert self._path_cache is not None
             self._context = context_at(self.entries, self._path_cache)
         return self._context
+
+
+class TurnTail:
+    """A line's latest turn: the input tokens its model reported, and the messages since."""
+
+    __slots__ = ("reported", "since")
+
+    def __init__(self, reported: int, since: list[Message] | None = None) -> None:
+        self.reported = reported
+        self.since: list[Message] = [] if since is None else since
+
+
+def turn_tail_of(path_reversed: Iterable[Entry]) -> TurnTail | None:
+    """:meth:`EntryTree.turn_tail` found by a walk from the leaf back."""
+    since: list[Message] = []
+    for entry in path_reversed:
+        if isinstance(entry, CompactionEntry):
+            return None
+        if isinstance(entry, TurnEntry):
+            since.reverse()
+            return TurnTail(entry.last_input, since)
+        if (message := message_of(entry)) is not None:
+            since.append(message)
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

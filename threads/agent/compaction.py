@@ -312,16 +312,10 @@ def context_estimate(session: Session) -> int:
     context is estimated. A model that reports no usage is compacted when it
     answers with a context overflow.
     """
-    since: list[Message] = []
-    for entry in session.path_reversed():
-        if isinstance(entry, CompactionEntry):
-            break
-        if isinstance(entry, TurnEntry):
-            return entry.last_input + estimate_tokens(since)
-        message = message_of(entry)
-        if message is not None:
-            since.append(message)
-    return estimate_tokens(session.context())
+    tail = session.turn_tail()
+    if tail is None:
+        return estimate_tokens(session.context())
+    return tail.reported + estimate_tokens(tail.since)
 
 
 def over_threshold(session: Session, settings: ModelSettings) -> bool:
