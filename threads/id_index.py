@@ -139,6 +139,26 @@ class _Run:
         for high, low, at in zip(self.highs, self.lows, self.places, strict=True):
             yield (high << 64) | low, at
 
+    def merged(self, newer: _Run) -> _Run:
+        """This run and ``newer`` as one: ``newer`` appended to this one when all its numbers
+        are above this one's (ids minted later, the common case), else a sorted merge."""
+        if self.highs and newer.highs:
+            last, first = (self.highs[-1], self.lows[-1]), (newer.highs[0], newer.lows[0])
+            if last >= first:
+                return _Run(sorted([*self.pairs(), *newer.pairs()]))
+        self.highs.extend(newer.highs)
+        self.lows.extend(newer.lows)
+        self.places.extend(newer.places)
+        return self
+
+    def precedes(self, newer: _Run) -> bool:
+        """Whether every number of this run is below every number of ``newer``."""
+        return (
+            not self.highs
+            or not newer.highs
+            or ((self.highs[-1], self.lows[-1]) < (newer.highs[0], newer.lows[0]))
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IndexDump:
@@ -252,6 +272,7 @@ class IdIndex:
             pairs.sort()  # minted ids grow with time: nearly in order already
             runs = self._runs.setdefault(family, [])
             runs.append(_Run(pairs))
-            while len(runs) > 1 and len(runs[-2]) <= len(runs[-1]):
-                newer, older = runs.pop(), runs.pop()
-                runs.append(_Run(sorted([*older.pairs(), *newer.pairs()])))
+            # Ids minted in order make one run that grows at its end; others merge by size.
+            while len(runs) > 1 and (runs[-2].precedes(runs[-1]) or len(runs[-2]) <= len(runs[-1])):
+                newer = runs.pop()
+                runs[-1] = runs[-1].merged(newer)

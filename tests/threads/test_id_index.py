@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 
 from threads.id_index import KEEP, SETTLE_AT, IdIndex, id_in, id_of, number_of, numbered
@@ -42,6 +43,20 @@ def test_every_id_is_found_at_its_place_after_settles_and_strangers_are_not() ->
     assert len(index) == 2_000
     for stranger in (new_entry_id(), ids[1].lower(), "s_x-t1-s1-2", ids[1][:-1]):
         assert index.get(stranger) is None
+
+
+def test_ids_minted_in_order_grow_one_run_and_others_are_merged_exactly() -> None:
+    minted = sorted(new_entry_id() for _ in range(3_000))
+    shuffled = [*minted[:1_000], *random.Random(1).sample(minted[1_000:], 2_000)]
+    cases: list[tuple[list[str], int | None]] = [(minted, 1), (shuffled, None)]
+    for ids, runs in cases:
+        index = IdIndex()
+        for at, entry_id in enumerate(ids):
+            index.add(entry_id, at)
+            index.settle_if_grown(at)
+        assert [index.get(entry_id) for entry_id in ids] == list(range(len(ids)))
+        if runs is not None:  # appended at its end, never merged again
+            assert len(index._runs[""]) == runs
 
 
 def held_per_id(ids: list[str]) -> float:
