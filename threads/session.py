@@ -45,6 +45,7 @@ from threads.store.base import (
     Leaser,
     Loaded,
     LoadReport,
+    Queued,
     Releaser,
     SessionStore,
     SoonFlusher,
@@ -186,6 +187,8 @@ class Session:
         )
         # A store that can append without waiting (memory) spares each write a task.
         self._at_once = store if isinstance(store, AtOnce) else None
+        # One with a writer thread (JSONL) hands back a future of the write instead.
+        self._queued = store if isinstance(store, Queued) else None
         self._leased = False
         self._sealed = False
         self._unsure: list[Entry] | None = None  # a write the store failed, that may have landed
@@ -433,7 +436,11 @@ class Session:
                 return
         # Once submitted, the write finishes even if the caller is cancelled (an
         # interrupt mid-step): the tree must stay equal to what the store holds.
-        append = asyncio.ensure_future(self._store.append(self.id, entries, durable=durable))
+        append: asyncio.Future[Sequence[bytes] | None] | None = None
+        if self._queued is not None:
+            append = self._queued.append_queued(self.id, entries, durable=durable)
+        if append is None:
+            append = asyncio.ensure_future(self._store.append(self.id, entries, durable=durable))
         try:
             lines = await asyncio.shield(append)
         except UnavailableError as exc:

@@ -62,7 +62,8 @@ def test_the_tail_is_kept_not_read_again() -> None:
     for entry in (first, turn):
         tree.add(entry, encode_entry(entry))
     tail = tree.turn_tail()
-    assert tail is not None and (tail.reported, tail.since) == (42, [])
+    assert tail is not None
+    assert (tail.reported, tail.since) == (42, [])
     reply = MessageEntry(id=new_entry_id(), parent=turn.id, message=Message.user("again"))
     tree.add(reply, encode_entry(reply))
     assert tree.turn_tail() is tail

@@ -28,6 +28,7 @@ Rules every backend keeps (the conformance suite pins them):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -254,6 +255,22 @@ class AtOnce(Protocol):
     """
 
     def append_at_once(self, session: str, entries: Sequence[Entry]) -> list[bytes] | None: ...
+
+
+@runtime_checkable
+class Queued(Protocol):
+    """Appends begun at once, each settled by a future the store hands back (a store with a
+    writer thread).
+
+    ``append_queued`` is :meth:`Storage.append` begun here and now: the future
+    settles as ``append`` would return or raise, and the write runs to its end
+    whatever becomes of the caller. A caller saves the task it would run the
+    append in. None, having done nothing, when the store cannot begin it now.
+    """
+
+    def append_queued(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> asyncio.Future[Sequence[bytes] | None] | None: ...
 
 
 @runtime_checkable

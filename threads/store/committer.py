@@ -125,34 +125,49 @@ class Op(Generic[T]):
         self.error: BaseException | None = None
 
 
-def _hand_back(ops: list[Op[Any]]) -> None:
+Errors = Callable[[BaseException], BaseException]
+"""What a committer's caller hears for an operation's error (a store's own error for an OSError)."""
+
+
+def _hand_back(ops: list[Op[Any]], errors: Errors) -> None:
     """Settle ``ops`` on their event loops, one hop per loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[Op[Any]]] = {}
     for op in ops:
         by_loop.setdefault(op.loop, []).append(op)
     for loop, settled in by_loop.items():
         with suppress(RuntimeError):  # the loop closed: nobody is waiting any more
-            loop.call_soon_threadsafe(_settle, settled)
+            loop.call_soon_threadsafe(_settle, settled, errors)
 
 
-def _settle(ops: list[Op[Any]]) -> None:
+def _settle(ops: list[Op[Any]], errors: Errors) -> None:
     for op in ops:
         future = op.future
         if future.done():
             continue  # its caller was cancelled and has gone
         if op.error is not None:
-            future.set_exception(op.error)
+            future.set_exception(errors(op.error))
         else:
             future.set_result(op.result)
+
+
+def _as_raised(error: BaseException) -> BaseException:
+    return error
 
 
 class Committer:
     """The writer thread of one store. Start it lazily; stop it with :meth:`stop`."""
 
     def __init__(
-        self, name: str, *, parallel_syncs: int = 1, linger: float = 0.0, gap: float = GAP
+        self,
+        name: str,
+        *,
+        parallel_syncs: int = 1,
+        linger: float = 0.0,
+        gap: float = GAP,
+        errors: Errors = _as_raised,
     ) -> None:
         self._name = name
+        self._errors = errors
         self._linger = linger
         self._gap = gap
         self._queue: queue.SimpleQueue[list[Op[Any]] | None] = queue.SimpleQueue()
@@ -175,6 +190,23 @@ class Committer:
         waiting on a sync waits up to that long for another operation that
         does, and ends with it: a flush that may share a later write's.
         """
+        op = self._queued(fn, cancellable, within)
+        if not cancellable:
+            return await asyncio.shield(op.future)
+        try:
+            return await op.future
+        except asyncio.CancelledError:
+            op.cancelled = True
+            raise
+
+    def submit(self, fn: Callable[[Round, Op[T]], T]) -> asyncio.Future[T]:
+        """:meth:`run` begun here and now, for a caller that keeps no task of its own: ``fn``
+        runs to its end whatever becomes of the caller, and the future settles as ``run``
+        would return or raise (shield it from a cancelled waiter)."""
+        return self._queued(fn, False, 0.0).future
+
+    def _queued(self, fn: Callable[[Round, Op[T]], T], cancellable: bool, within: float) -> Op[T]:
+        """``fn`` as an operation in this loop iteration's batch for the writer thread."""
         if self._closed:
             raise RuntimeError(f"{self._name} is closed")
         if self._thread is None:
@@ -188,13 +220,7 @@ class Committer:
             batch = self._batches[loop] = []
             loop.call_soon(self._hand_over, loop)
         batch.append(op)
-        if not cancellable:
-            return await asyncio.shield(op.future)
-        try:
-            return await op.future
-        except asyncio.CancelledError:
-            op.cancelled = True
-            raise
+        return op
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._batches.pop(loop, None)
@@ -257,7 +283,7 @@ class Committer:
             elif skip:
                 skip -= 1
             lingering = current.callers >= SIBLINGS and not skip
-            _hand_back(done + ops)
+            _hand_back(done + ops, self._errors)
 
     def _take(self, item: list[Op[Any]] | None) -> tuple[list[Op[Any]], bool]:
         """``item`` and all that is queued behind it; False once :meth:`stop` asked to end."""
@@ -291,6 +317,6 @@ class Committer:
         # About to wait: what is done (a read, a write made without a flush) hears
         # now, not after a flush it does not need. A round that does not wait
         # settles everything in one hop at its end.
-        _hand_back(done)
+        _hand_back(done, self._errors)
         done.clear()
         return self._queue.get(timeout=wait)

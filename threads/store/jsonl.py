@@ -135,6 +135,7 @@ class JsonlStore:
             f"jsonl-writer:{os.path.basename(self._root)}",
             parallel_syncs=8,
             linger=LINGER if self._logged else 0.0,  # busy rounds share the log's one flush
+            errors=self._refusal,
         )
         self._handles = Handles(  # writer thread only
             self._open_existing, max_open=max_open, no_lock=self._options.no_lock
@@ -171,6 +172,23 @@ class JsonlStore:
         await self._write(partial(self._w_append, session, data, len(entries), durable))
         self._pulse.fire()
         return lines
+
+    def append_queued(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> asyncio.Future[Sequence[bytes] | None] | None:
+        """:meth:`append` begun here and now (see :class:`~threads.store.base.Queued`); None
+        until the store's first write has replayed what a stopped writer left."""
+        if not self._recovered:
+            return None
+        check_id(session)
+        lines = encode_lines(entries)
+        write = partial(self._w_append, session, b"".join(lines), len(entries), durable)
+        landed = self._committer.submit(partial(_then, write, lines))
+        landed.add_done_callback(self._fired)
+        return landed
+
+    def _fired(self, _landed: asyncio.Future[Sequence[bytes] | None]) -> None:
+        self._pulse.fire()
 
     async def load(self, session: str) -> Loaded:
         check_id(session)
@@ -331,12 +349,16 @@ class JsonlStore:
     async def _run(
         self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True, within: float = 0.0
     ) -> T:
-        try:
-            return await self._committer.run(fn, cancellable=cancellable, within=within)
-        except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise
-            raise UnavailableError(self._root, exc.strerror or str(exc)) from exc
+        return await self._committer.run(fn, cancellable=cancellable, within=within)
+
+    def _refusal(self, error: BaseException) -> BaseException:
+        """What a caller hears for a write's error: a file system refusal is the store's
+        :class:`UnavailableError`; running out of descriptors stays the ``OSError``."""
+        if not isinstance(error, OSError) or error.errno in (errno.EMFILE, errno.ENFILE):
+            return error
+        refusal = UnavailableError(self._root, error.strerror or str(error))
+        refusal.__cause__ = error
+        return refusal
 
     # -- the writer thread's operations
 
@@ -749,3 +771,11 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _then(
+    write: Callable[[Round, Op[Any]], None], lines: list[bytes], rnd: Round, op: Op[Any]
+) -> list[bytes]:
+    """``write``, then ``lines`` as its result (a queued append's, on the writer thread)."""
+    write(rnd, op)
+    return lines
