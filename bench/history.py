@@ -19,7 +19,16 @@ turns.
 
 - ``turns_per_s_history_{0,100,1000}``: 32 sessions each, 32 clients (one
   per session, one message at a time), ``--turns`` turns per figure, in the
-  same run; ``ratio_history_1000_to_0`` is the target's (≥ 0.9);
+  same run, after one untimed message per chat (as ``bench/gateway.py``'s
+  clients warm up): a session opened from disk encodes its whole context
+  for its first request, once (perf-02), a cost of its open that the cold
+  soak below measures, and ``first_turn_p50_ms_history_*`` shows;
+  ``ratio_history_1000_to_0`` is the target's (≥ 0.9);
+  ``loop_cpu_ms_per_turn_history_*`` this process's event-loop CPU per turn
+  (``loop_kernel_ms_per_turn_history_*`` its part in the kernel: the socket
+  writes of a request that carries the whole context, among others) and ``load_cpu_ms_per_turn_history_*`` the load process's (the model and
+  the clients, on the other core), to tell which side a level's rate is bound by;
+  ``gc_ms_per_turn_history_*`` the collections' time in it, per turn;
   ``request_kb_history_{0,100,1000}`` the size of a model request at each
   level (the whole context goes to the model on every turn).
 - ``p99_ms_fresh`` / ``p99_ms_history_100``: 32 clients over 500 sessions
@@ -73,6 +82,7 @@ import gc
 import hashlib
 import logging
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -131,9 +141,26 @@ class HistoryLoad(Load):
     async def answer(self, command: str, args: list[str]) -> dict[str, Any] | None:
         if command == "open":
             return await self.open_group(args[0], args[1], int(args[2]))
+        if command == "warm":
+            return await self.warm(args[0], int(args[1]))
         if command == "run":
             return await self.run(args[0], int(args[1]), int(args[2]))
         return None
+
+    async def warm(self, name: str, clients: int) -> dict[str, float]:
+        """One message from each chat of the group, ``clients`` at once; their median."""
+        chats = self.groups[name]
+        times: list[float] = []
+
+        async def client(share: list[Chat]) -> None:
+            for chat in share:
+                started = time.perf_counter()
+                await chat.say("warm")
+                await next_reply(chat.ws)
+                times.append(time.perf_counter() - started)
+
+        await asyncio.gather(*(client(chats[c::clients]) for c in range(clients)))
+        return {"p50": percentile_ms(times, 0.5)}
 
     async def run(self, name: str, clients: int, turns: int) -> dict[str, float]:
         """``turns`` messages, ``clients`` at once, each client over its own share of the group."""
@@ -154,9 +181,9 @@ class HistoryLoad(Load):
                 times.append(took)
                 (firsts if i < len(share) else laters).append(took)
 
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(client(share) for share in shares if share))
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         # Each group runs once: its sockets close now, before the server's heartbeat
         # finds them unread.
         for chat in self.groups.pop(name):
@@ -166,6 +193,7 @@ class HistoryLoad(Load):
             "request_kb": round(len(self.model.last_body) / 1024, 1),
             "p99_first": percentile_ms(firsts, 0.99) if firsts else 0.0,
             "p99_later": percentile_ms(laters, 0.99) if laters else 0.0,
+            "cpu_ms_per_turn": round(cpu * 1000 / len(times), 3),
         }
 
 
@@ -347,17 +375,32 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                         figures["context_kb_per_session_1000_turns"] = round(
                             context_bytes(thread.session.context()) / 1024, 1
                         )
+                    warmed = await ask("warm", f"h{history}", CLIENTS)
                     profiler = cProfile.Profile() if profile and history == 1000 else None
                     if profiler is not None:
                         profiler.enable()
+                    loop_cpu, collected = time.thread_time(), len(pauses.pauses)
+                    loop_sys = resource.getrusage(resource.RUSAGE_THREAD).ru_stime
                     with pauses.watching():
                         result = await ask("run", f"h{history}", CLIENTS, turns)
+                    figures[f"gc_ms_per_turn_history_{history}"] = round(
+                        sum(pauses.pauses[collected:]) * 1000 / result["count"], 3
+                    )
+                    figures[f"loop_cpu_ms_per_turn_history_{history}"] = round(
+                        (time.thread_time() - loop_cpu) * 1000 / result["count"], 3
+                    )
+                    loop_sys = resource.getrusage(resource.RUSAGE_THREAD).ru_stime - loop_sys
+                    figures[f"loop_kernel_ms_per_turn_history_{history}"] = round(
+                        loop_sys * 1000 / result["count"], 3
+                    )
                     if profiler is not None:
                         profiler.disable()
                         print_profile(profiler)
                     figures[f"turns_per_s_history_{history}"] = result["per_s"]
                     figures[f"p99_ms_history_{history}_32_sessions"] = result["p99"]
                     figures[f"request_kb_history_{history}"] = result["request_kb"]
+                    figures[f"first_turn_p50_ms_history_{history}"] = warmed["p50"]
+                    figures[f"load_cpu_ms_per_turn_history_{history}"] = result["cpu_ms_per_turn"]
                     print(
                         f"history {history}: {result['per_s']} turns/s, p50 {result['p50']} ms, "
                         f"p99 {result['p99']} ms",
