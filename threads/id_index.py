@@ -142,10 +142,8 @@ class _Run:
     def merged(self, newer: _Run) -> _Run:
         """This run and ``newer`` as one: ``newer`` appended to this one when all its numbers
         are above this one's (ids minted later, the common case), else a sorted merge."""
-        if self.highs and newer.highs:
-            last, first = (self.highs[-1], self.lows[-1]), (newer.highs[0], newer.lows[0])
-            if last >= first:
-                return _Run(sorted([*self.pairs(), *newer.pairs()]))
+        if not self.precedes(newer):
+            return _Run(sorted([*self.pairs(), *newer.pairs()]))
         self.highs.extend(newer.highs)
         self.lows.extend(newer.lows)
         self.places.extend(newer.places)

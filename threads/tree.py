@@ -201,9 +201,9 @@ class EntryTree:
                 self._path_cache.append(at)
             if isinstance(entry, CompactionEntry):
                 self._context = None
-                self._tail = None
+                self._tail, self._tail_known = None, True
             elif isinstance(entry, TurnEntry):
-                self._tail = TurnTail(entry.last_input)
+                self._tail, self._tail_known = TurnTail(entry.last_input), True
             elif (message := message_of(entry)) is not None:
                 if self._context is not None:
                     self._context.add(message)
@@ -215,7 +215,7 @@ class EntryTree:
         """The leaf moved off its line: what was kept of that line is found again when asked."""
         self._path_cache = None
         self._context = None
-        self._tail_known = False
+        self._tail, self._tail_known = None, False
 
     def require(self, entry_id: str) -> Entry:
         entry = self.by_id.get(entry_id)
