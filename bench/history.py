@@ -26,9 +26,10 @@ turns.
   ``ratio_history_1000_to_0`` is the target's (≥ 0.9);
   ``loop_cpu_ms_per_turn_history_*`` this process's event-loop CPU per turn
   (``loop_kernel_ms_per_turn_history_*`` its part in the kernel: the socket
-  writes of a request that carries the whole context, among others) and ``load_cpu_ms_per_turn_history_*`` the load process's (the model and
-  the clients, on the other core), to tell which side a level's rate is bound by;
-  ``gc_ms_per_turn_history_*`` the collections' time in it, per turn;
+  writes of a request that carries the whole context, among others) and
+  ``load_cpu_ms_per_turn_history_*`` the load process's (the model and the
+  clients, on the other core), to tell which side a level's rate is bound
+  by; ``gc_ms_per_turn_history_*`` the collections' time in it, per turn;
   ``request_kb_history_{0,100,1000}`` the size of a model request at each
   level (the whole context goes to the model on every turn).
 - ``p99_ms_fresh`` / ``p99_ms_history_100``: 32 clients over 500 sessions
