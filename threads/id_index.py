@@ -6,9 +6,10 @@ its slot, the position's ``int``); as two 64-bit halves and a 32-bit
 position in sorted arrays, 20. So the ids of the newest entries — the ones
 a turn names — stay in a dict; once :data:`SETTLE_AT` of them gather, the
 older ones move into sorted runs (:meth:`IdIndex.settle`), and older ids
-of no numbered shape (a test's, a loose send's) into a second dict. Runs
-merge as they grow, each kept larger than the next, so a lookup that misses
-the dicts bisects a handful of arrays.
+of no numbered shape (a test's, a loose send's) into a second dict. Ids are
+minted in order, so a settle's run usually follows the last one and is
+appended to it; runs out of order merge by size, each kept larger than the
+next. A lookup that misses the dicts bisects one array, or a handful.
 
 Three shapes of id are numbered (:func:`numbered`), each in runs of its own
 family: a minted ULID (family ``""``); a ULID with a one-letter suffix, as
@@ -228,7 +229,8 @@ class IdIndex:
         return (entry_id for _, entry_id in placed)
 
     def dump(self) -> IndexDump:
-        """Every part as plain values (a checkpoint's, decision perf-19)."""
+        """Every part as plain values (a checkpoint's, decision perf-19); the runs' arrays
+        are the index's own, which a later settle extends: encode them before it."""
         return IndexDump(
             recent=list(self._recent.items()),
             others=list(self._others.items()),

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from threads.messages import Message
 
 DEFAULT_MAX_BYTES = 64 * 2**20
+"""What one client keeps at most; a smaller bound was tried and not taken (decision perf-27)."""
 Encoder = Callable[[Sequence[Message]], bytes]
 """Messages' encodings, comma-separated; a message the protocol has no place for adds none."""
 
