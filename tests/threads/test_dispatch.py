@@ -574,12 +574,15 @@ async def test_no_progress_wake_before_progress_after_seconds(script: KeyedScrip
         script.add(child, call("crawl"), say("crawled 7 pages"))
         await runtime.result(await runtime.say(USER, "go"))
         await asyncio.wait_for(started.wait(), 5)
-        now[0] = child_run(runtime, child).started  # the clock counts from the child's start
+        # The child's start, put on the test's clock: monotonic seconds plus 60.0 may round
+        # to a hair under 60 seconds after them, and this test judges the threshold exactly.
+        child_run(runtime, child).started = 1_000.0
+        now[0] = 1_000.0
         assert await supervisor.scan() == 0  # just started
-        now[0] += 59.0
+        now[0] = 1_059.0
         assert await supervisor.scan() == 0  # a second short of progress_after_seconds
         assert len(script.requests[USER]) == 1
-        now[0] += 1.0
+        now[0] = 1_060.0
         assert await supervisor.scan() == 1  # at the threshold
         release.set()
         await settle(runtime)
