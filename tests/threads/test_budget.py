@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import tracemalloc
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from config.models import BudgetConfig
 from tests.threads.agent.conftest import KeyedScript, agent_config, make_runtime
 from tests.threads.test_dispatch import settle
-from threads.budget import MAX_METERS, Budget
+from threads.budget import _SWEEP_EVERY, MAX_METERS, Budget
 from threads.errors import ChainStoppedError
 from threads.messages import Usage
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
@@ -56,7 +57,38 @@ def test_meters_are_bounded_and_the_one_charged_least_recently_goes_first() -> N
     assert budget.spent(key="k")[0] == 2 + MAX_METERS + MAX_METERS // 1000
 
 
-def test_a_full_set_of_chain_meters_costs_under_300_bytes_each() -> None:
+def test_a_meter_agrees_with_every_charge_of_the_last_hour() -> None:
+    # Charges at random times, some in the same minute: a meter's buckets, packed, must
+    # count exactly the calls and tokens whose minute is within the hour.
+    rng = random.Random(7)
+    clock = Clock()
+    budget = Budget(BudgetConfig(), clock=clock)
+    charges: list[tuple[int, int]] = []
+    for step in range(3_000):
+        clock.now += rng.choice((0.0, 1.0, 59.0, 61.0, 600.0, 3_000.0))
+        tokens = rng.randrange(1, 5_000)
+        budget.charge("k", "c", tokens)
+        minute = int(clock.now // 60)
+        charges.append((minute, tokens))
+        if step % 7 == 0:
+            live = [t for m, t in charges if m > minute - 60]
+            assert budget.spent(key="k") == (len(live), sum(live))
+            assert budget.spent(chain="c") == (len(live), sum(live))
+
+
+def test_meters_idle_for_an_hour_are_swept() -> None:
+    clock = Clock()
+    budget = Budget(BudgetConfig(), clock=clock)
+    budget.charge("k_idle", "c_idle", 5)
+    clock.now += 3_600
+    for i in range(_SWEEP_EVERY):
+        budget.charge("k", f"c_{i}", 1)
+    assert "c_idle" not in budget._chains._packed
+    assert "k_idle" not in budget._sessions._packed
+    assert budget.spent(key="k") == (_SWEEP_EVERY, _SWEEP_EVERY)
+
+
+def test_a_full_set_of_chain_meters_costs_under_150_bytes_each() -> None:
     # An hour of user messages fills MAX_METERS chain meters: each must stay small.
     budget = Budget(BudgetConfig(), clock=Clock())
     chains = [f"c_{i:026d}" for i in range(MAX_METERS)]
@@ -68,7 +100,7 @@ def test_a_full_set_of_chain_meters_costs_under_300_bytes_each() -> None:
     finally:
         tracemalloc.stop()
     assert budget.spent(chain=chains[-1]) == (1, 2_512)
-    assert held / MAX_METERS < 300
+    assert held / MAX_METERS < 150
 
 
 def test_a_limit_of_zero_is_no_limit_and_tokens_count_too() -> None:
