@@ -332,6 +332,11 @@ class Session:
         return self._driver.closing
 
     @property
+    def held(self) -> bool:
+        """Its first write needs nothing first: no writer lease to take (:meth:`hold`)."""
+        return self._leaser is None or self._leased
+
+    @property
     def unsettled(self) -> bool:
         """Input waits or runs, or the store holds a turn whose end could not be written."""
         return self.state != "idle" or self._driver.end_unwritten

@@ -124,7 +124,12 @@ async def wake_many(manager: ThreadManager, wakes: Sequence[tuple[str, Wake]]) -
 
     with manager.holding_turns(by_key):
         keys = list(by_key)
-        threads = await asyncio.gather(*(start(key, by_key[key]) for key in keys))
+        # A live, leased thread (a burst's sessions are opened ahead) needs no start of its own.
+        threads = [live if (live := _ready(manager, key)) is not None else None for key in keys]
+        starting = [at for at, thread in enumerate(threads) if thread is None]
+        started = await asyncio.gather(*(start(keys[at], by_key[keys[at]]) for at in starting))
+        for at, thread in zip(starting, started, strict=True):
+            threads[at] = thread
         await asyncio.gather(
             *(
                 accept(thread, by_key[key])
@@ -134,6 +139,12 @@ async def wake_many(manager: ThreadManager, wakes: Sequence[tuple[str, Wake]]) -
         )
     assert all(result is not None for result in results)
     return [result for result in results if result is not None]
+
+
+def _ready(manager: ThreadManager, key: SessionKey) -> Thread | None:
+    """The key's thread when it is live and holds its writer lease already; else None."""
+    thread = manager.thread(key)
+    return thread if thread is not None and thread.session.held else None
 
 
 async def _forwarded(manager: ThreadManager, node: str, key: SessionKey, wake: Wake) -> WakeResult:

@@ -101,6 +101,31 @@ async def test_a_batch_accepts_each_wake_once_for_live_evicted_and_new_sessions(
     await runtime.manager.close()
 
 
+async def test_a_batch_starts_nothing_for_live_leased_threads(counted: CountingStore) -> None:
+    # A burst opened ahead finds its threads live and leased: no start task per key, only
+    # each key's acceptance runs as a task of its own.
+    runtime = await make_runtime(counted, ScriptedModel())
+    keys = [f"telegram:live-{i}" for i in range(COUNT)]
+    await with_sessions(runtime, keys)
+    assert all(runtime.manager.thread(key).session.held for key in keys)  # type: ignore[union-attr]
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+    loop.set_task_factory(
+        lambda loop, coro, **kw: (
+            started.append(coro.__qualname__) or asyncio.Task(coro, loop=loop, **kw)
+        )
+    )
+    try:
+        results = await runtime.manager.wake_many([(key, system_wake("tick")) for key in keys])
+    finally:
+        loop.set_task_factory(None)
+    assert all(r.error is None for r in results), [r.error for r in results]
+    assert not [name for name in started if name.endswith("start")], started
+    assert len([name for name in started if name.endswith("accept")]) == COUNT
+    await idle(runtime)
+    await runtime.manager.close()
+
+
 async def test_a_refused_wake_fails_alone_and_the_rest_of_the_batch_is_accepted(
     counted: CountingStore,
 ) -> None:
