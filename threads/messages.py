@@ -76,9 +76,8 @@ class Message:
     """One conversation message: a role and its parts, in order. Frozen.
 
     A message is sent to the model again on every later turn of its session,
-    so what is derived from it — a provider's wire bytes, the size of its
-    stored form — is computed once and kept with it (see :func:`wire_form`
-    and :func:`stored_size`); those memos are never compared or shown.
+    so a provider's wire bytes for it are computed once and kept with it (see
+    :func:`wire_form`); that memo is never compared or shown.
 
     A live session holds every message of its context, most of them one text
     part, so such a message keeps its text alone and makes its ``content``
@@ -88,20 +87,18 @@ class Message:
     they keep.
     """
 
-    __slots__ = ("_parts", "_size", "_wire", "role")
+    __slots__ = ("_parts", "_wire", "role")
     __match_args__ = ("role", "content")
 
     role: Role
     _parts: tuple[Part, ...] | str
     _wire: tuple[str, bytes] | None
-    _size: int
 
     def __init__(self, *, role: Role, content: tuple[Part, ...]) -> None:
         _init = object.__setattr__
         _init(self, "role", role)
         _init(self, "_parts", _kept_parts(content))
         _init(self, "_wire", None)
-        _init(self, "_size", -1)
 
     @property
     def content(self) -> tuple[Part, ...]:
@@ -325,12 +322,8 @@ def wire_form(value: E, form: str, encode: Callable[[E], bytes]) -> bytes:
 
 
 def stored_size(message: Message) -> int:
-    """The length in bytes of the message's stored JSON form, computed once per message."""
-    size = message._size
-    if size < 0:
-        size = len(orjson.dumps(message_to_wire(message)))
-        object.__setattr__(message, "_size", size)
-    return size
+    """The length in bytes of the message's stored JSON form."""
+    return len(orjson.dumps(message_to_wire(message)))
 
 
 def tool_result_message(results: Iterable[ToolResultPart]) -> Message:

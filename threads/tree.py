@@ -17,7 +17,7 @@ from threads.entry_log import EntryIndex, EntryLog, LogParts
 from threads.errors import CorruptError, NoEntryError
 from threads.identity import merged_meta
 from threads.ids import valid_id
-from threads.messages import JSON, Message, TextPart, ToolResultPart, Usage
+from threads.messages import JSON, Message, TextPart, ToolResultPart, Usage, stored_size
 from threads.store.entries import (
     POOL_SETTLED,
     ApprovalAuditEntry,
@@ -310,13 +310,29 @@ class EntryTree:
 
 
 class TurnTail:
-    """A line's latest turn: the input tokens its model reported, and the messages since."""
+    """A line's latest turn: the input tokens its model reported, and the messages since.
 
-    __slots__ = ("reported", "since")
+    :meth:`estimate` adds about a quarter of the stored bytes of those messages
+    to the report, measuring each message once, when first asked (the sum is
+    kept here, not on the messages: a live session's context keeps no number
+    per message for it).
+    """
+
+    __slots__ = ("_measured", "_stored", "reported", "since")
 
     def __init__(self, reported: int, since: list[Message] | None = None) -> None:
         self.reported = reported
         self.since: list[Message] = [] if since is None else since
+        self._measured = 0  # how many of ``since`` are in ``_stored``
+        self._stored = 0
+
+    def estimate(self) -> int:
+        """The tokens reported, plus the estimate of the messages since (see estimate_tokens)."""
+        since = self.since
+        if self._measured < len(since):
+            self._stored += sum(map(stored_size, since[self._measured :]))
+            self._measured = len(since)
+        return self.reported + self._stored // 4
 
 
 def turn_tail_of(path_reversed: Iterable[Entry]) -> TurnTail | None:

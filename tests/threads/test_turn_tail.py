@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 
+from threads.agent.compaction import estimate_tokens
 from threads.ids import new_entry_id
-from threads.messages import Message
+from threads.messages import Message, stored_size
 from threads.store.codec import encode_entry
 from threads.store.entries import CompactionEntry, Entry, LeafEntry, MessageEntry, TurnEntry
 from threads.tree import EntryTree, TurnTail, turn_tail_of
@@ -39,12 +40,31 @@ def grow(tree: EntryTree, rng: random.Random, steps: int) -> list[Entry]:
         tree.add(entry, encode_entry(entry))
         added.append(entry)
         assert as_pair(tree.turn_tail()) == walked(tree), step
+        if (tail := tree.turn_tail()) is not None and rng.random() < 0.5:
+            # Asked now and then, as a turn's model calls ask: each time what a whole
+            # estimate of the messages since gives.
+            assert tail.estimate() == tail.reported + estimate_tokens(tail.since), step
     return added
 
 
 def test_the_kept_tail_is_the_walks_after_every_entry() -> None:
     for seed in range(20):
         grow(EntryTree("s_x"), random.Random(seed), 60)
+
+
+def test_a_message_keeps_no_size_of_its_own() -> None:
+    # A live session's context holds thousands of messages: the estimate's sums live in
+    # the turn's tail, not as a number on each message.
+    tree = EntryTree("s_x")
+    first = MessageEntry(id=new_entry_id(), message=Message.user("x" * 400))
+    turn = TurnEntry(id=new_entry_id(), parent=first.id, run_id="s_x-t1", last_input=7)
+    reply = MessageEntry(id=new_entry_id(), parent=turn.id, message=Message.user("y" * 400))
+    for entry in (first, turn, reply):
+        tree.add(entry, encode_entry(entry))
+    tail = tree.turn_tail()
+    assert tail is not None
+    assert tail.estimate() == 7 + stored_size(reply.message) // 4
+    assert not hasattr(reply.message, "_size")
 
 
 def test_a_loaded_tree_keeps_the_tail_its_entries_told() -> None:

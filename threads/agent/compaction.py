@@ -69,10 +69,10 @@ class NotPinnableError(CompactionError):
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
-    """About a quarter of the wire bytes: the unit every threshold here uses.
+    """About a quarter of the stored bytes: the unit every threshold here uses.
 
-    Each message's size is measured once and kept with it, so estimating a
-    growing context costs what is new.
+    Each call measures every message; a turn's check measures only what is
+    new (:meth:`~threads.tree.TurnTail.estimate`).
     """
     return sum(stored_size(m) for m in messages) // 4
 
@@ -315,7 +315,7 @@ def context_estimate(session: Session) -> int:
     tail = session.turn_tail()
     if tail is None:
         return estimate_tokens(session.context())
-    return tail.reported + estimate_tokens(tail.since)
+    return tail.estimate()
 
 
 def over_threshold(session: Session, settings: ModelSettings) -> bool:

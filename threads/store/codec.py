@@ -308,7 +308,6 @@ def _fast_message(value: JSON) -> Message:
     _set_role(message, ROLES[role])
     _set_parts(message, kept)
     _set_wire(message, None)
-    _set_size(message, -1)
     return message
 
 
@@ -321,7 +320,6 @@ _set_text = _setter(TextPart, "text")
 _set_role = _setter(Message, "role")
 _set_parts = _setter(Message, "_parts")
 _set_wire = _setter(Message, "_wire")
-_set_size = _setter(Message, "_size")
 _FAST: dict[Callable[[JSON], Any], Callable[[JSON], Any]] = {message_from_wire: _fast_message}
 
 EntryDecoder: TypeAlias = Callable[[dict[str, JSON], str], Entry]
