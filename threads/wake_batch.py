@@ -125,7 +125,7 @@ async def wake_many(manager: ThreadManager, wakes: Sequence[tuple[str, Wake]]) -
     with manager.holding_turns(by_key):
         keys = list(by_key)
         # A live, leased thread (a burst's sessions are opened ahead) needs no start of its own.
-        threads = [live if (live := _ready(manager, key)) is not None else None for key in keys]
+        threads = [_ready(manager, key) for key in keys]
         starting = [at for at, thread in enumerate(threads) if thread is None]
         started = await asyncio.gather(*(start(keys[at], by_key[keys[at]]) for at in starting))
         for at, thread in zip(starting, started, strict=True):
