@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import Any
+
+import pytest
 
 from threads.store.committer import SIBLINGS, Committer, Op, Round
 
@@ -91,3 +94,14 @@ async def test_an_operation_that_waits_on_no_sync_is_settled_while_its_round_wai
     await asyncio.wait_for(waiting, HANG)
     assert file.syncs == 1
     await committer.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+async def test_the_writer_thread_is_batch_work_so_its_wake_up_does_not_take_the_loops_core() -> (
+    None
+):
+    committer = Committer("test-batch", parallel_syncs=2)
+    policy = await committer.run(lambda rnd, op: os.sched_getscheduler(0))
+    await committer.stop()
+    assert policy == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the event loop's thread is left alone
