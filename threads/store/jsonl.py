@@ -168,8 +168,7 @@ class JsonlStore:
     ) -> list[bytes]:
         check_id(session)
         lines = encode_lines(entries)
-        data = b"".join(lines)
-        await self._write(partial(self._w_append, session, data, len(entries), durable))
+        await self._write(self._appending(session, lines, durable))
         self._pulse.fire()
         return lines
 
@@ -182,13 +181,20 @@ class JsonlStore:
             return None
         check_id(session)
         lines = encode_lines(entries)
-        write = partial(self._w_append, session, b"".join(lines), len(entries), durable)
-        landed = self._committer.submit(partial(_then, write, lines))
+        landed = self._committer.submit(
+            partial(_then, self._appending(session, lines, durable), lines)
+        )
         landed.add_done_callback(self._fired)
         return landed
 
     def _fired(self, _landed: asyncio.Future[Sequence[bytes] | None]) -> None:
         self._pulse.fire()
+
+    def _appending(
+        self, session: str, lines: list[bytes], durable: bool
+    ) -> Callable[[Round, Op[Any]], None]:
+        """The writer thread's append of ``lines`` (one entry each) to ``session``."""
+        return partial(self._w_append, session, b"".join(lines), len(lines), durable)
 
     async def load(self, session: str) -> Loaded:
         check_id(session)
@@ -344,12 +350,7 @@ class JsonlStore:
         stays the ``OSError`` that names the limit and what to do.
         """
         await self._ready()
-        return await self._run(fn, within=within)
-
-    async def _run(
-        self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True, within: float = 0.0
-    ) -> T:
-        return await self._committer.run(fn, cancellable=cancellable, within=within)
+        return await self._committer.run(fn, within=within)
 
     def _refusal(self, error: BaseException) -> BaseException:
         """What a caller hears for a write's error: a file system refusal is the store's
@@ -604,7 +605,7 @@ class JsonlStore:
     async def _ready(self) -> None:
         """Before the store's first read or write: replay the logs a dead writer left."""
         if not self._recovered:
-            await self._run(self._w_recover, cancellable=False)
+            await self._committer.run(self._w_recover, cancellable=False)
 
     def _w_recover(self, rnd: Round, op: Op[Any]) -> None:
         if self._recovered:
