@@ -566,7 +566,7 @@ class TurnDriver:
             session=self._session,
             run_id=head.turn.run_id,
             turn=head.turn,
-            messages=self._tree.context(),
+            messages=self._tree.run_context(),
             payload=head.payload,
             policy=head.policy,
         )

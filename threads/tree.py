@@ -18,6 +18,7 @@ from threads.errors import CorruptError, NoEntryError
 from threads.identity import merged_meta
 from threads.ids import valid_id
 from threads.messages import JSON, Message, TextPart, ToolResultPart, Usage, stored_size
+from threads.run_context import RunContext
 from threads.store.entries import (
     POOL_SETTLED,
     ApprovalAuditEntry,
@@ -296,6 +297,10 @@ class EntryTree:
         """
         return self._builder().messages(close_open=close_open)
 
+    def run_context(self, *, close_open: bool = True) -> RunContext:
+        """:meth:`context` for a run to extend: the session's list shared, not copied."""
+        return self._builder().run_context(close_open=close_open)
+
     def open_calls(self) -> dict[str, str]:
         """Tool calls on the leaf's line that have no result yet (call id → tool name)."""
         return dict(self._builder().open)
@@ -549,13 +554,18 @@ class ContextBuilder:
     Every tool call gets a result: a message arriving while calls are open
     first closes them with :data:`INTERRUPTED`; results answering no open call
     are dropped; consecutive tool messages merge.
+
+    Its list only grows at the end, but for that merge: a run shares the list
+    up to where it stood (:meth:`run_context`), and a merge into a message a
+    run shares copies the list first.
     """
 
-    __slots__ = ("_messages", "_open")
+    __slots__ = ("_messages", "_open", "_shared")
 
     def __init__(self) -> None:
         self._messages: list[Message] = []
         self._open: dict[str, str] = {}
+        self._shared = 0  # how much of the list a run context may share
 
     def add(self, message: Message) -> None:
         if message.role == "tool":
@@ -583,11 +593,30 @@ class ContextBuilder:
         return self._open
 
     def _append_tool(self, message: Message) -> None:
-        if self._messages and self._messages[-1].role == "tool":
-            last = self._messages[-1]
-            self._messages[-1] = Message(role="tool", content=last.content + message.content)
+        messages = self._messages
+        if messages and messages[-1].role == "tool":
+            if len(messages) <= self._shared:
+                # A run shares the message about to change: the list is its no more.
+                messages = self._messages = list(messages)
+                self._shared = 0
+            messages[-1] = Message(role="tool", content=messages[-1].content + message.content)
         else:
-            self._messages.append(message)
+            messages.append(message)
+
+    def run_context(self, *, close_open: bool = True) -> RunContext:
+        """The context as :meth:`messages` gives it, sharing this list instead of copying it."""
+        messages = self._messages
+        shared = len(messages)
+        own: list[Message] = []
+        if self._open and close_open:
+            interrupted = _interrupted(self._open)
+            if shared and messages[-1].role == "tool":
+                shared -= 1
+                own.append(Message(role="tool", content=messages[-1].content + interrupted.content))
+            else:
+                own.append(interrupted)
+        self._shared = max(self._shared, shared)
+        return RunContext(messages, shared, own)
 
     def messages(self, *, close_open: bool = True) -> list[Message]:
         """A copy of the context, with calls still open closed by :data:`INTERRUPTED`."""

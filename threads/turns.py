@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -263,8 +263,8 @@ class Run:
     """The agent's handle on one running turn.
 
     ``messages`` is the context the run starts from (the prompt last), a
-    list of its own that the agent extends as the run goes (a context of a
-    thousand turns is not copied again per turn).
+    sequence of its own that the agent extends as the run goes: the session's
+    context shared up to that point, not copied (:mod:`threads.run_context`).
     ``stage`` holds step messages; ``flush`` makes them durable; ``drain``
     flushes, then delivers steered messages into the run (durably) and returns
     them. Messages staged and not flushed when the run ends land with the turn
@@ -290,7 +290,7 @@ class Run:
         session: Session,
         run_id: str,
         turn: Turn,
-        messages: list[Message],
+        messages: MutableSequence[Message],
         payload: Any,
         policy: Policy,
         resumption: tuple[Resolution, ...] = (),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
 from config.models import AgentConfig, GatewayConfig, ModelSettings
@@ -188,7 +188,7 @@ class AgentLoop:
         system = self.system_prompt(agent_name)
         session = run.session
         metadata = run_metadata(session.header, run.run_id)
-        messages = run.messages  # the run's own list, extended as it goes
+        messages: MutableSequence[Message] = run.messages  # the run's own, extended as it goes
         usage = Usage()
         last_input = 0
         stopping = False

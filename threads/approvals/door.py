@@ -273,7 +273,7 @@ class ApprovalDoor:
             session=self._session,
             run_id=turn.run_id,
             turn=turn,
-            messages=self._tree.context(close_open=False),
+            messages=self._tree.run_context(close_open=False),
             payload=payload,
             policy=Policy.QUEUE,
             resumption=boundary.resolutions(),
