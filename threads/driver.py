@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from threads.approvals.boundary import park_entries, resume_ended
 from threads.approvals.door import ApprovalDoor
+from threads.context import interruption_results, still_open
 from threads.deliveries import Deliveries
 from threads.errors import (
     BusyError,
@@ -79,7 +80,7 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
-from threads.tree import EntryTree, interruption_results, still_open
+from threads.tree import EntryTree
 from threads.turns import Outcome, Policy, Run, RunFinish, RunResult, RunStart, Turn
 
 if TYPE_CHECKING:

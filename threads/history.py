@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from threads.context import SUMMARY_OPEN
 from threads.llm.echo import split_wake
 from threads.messages import Message, TextPart, ToolCallPart, ToolResultPart
-from threads.tree import SUMMARY_OPEN
 
 SUMMARY_CHARS = 120
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from threads import outbound
+from threads.context import interruption_results
 from threads.errors import DroppedError, UnavailableError
 from threads.ids import new_entry_id
 from threads.messages import JSON, Message, ToolResultPart
@@ -38,7 +39,7 @@ from threads.store.entries import (
     accepted_id,
     injected_id,
 )
-from threads.tree import EntryTree, interruption_results, unfinished_runs, unsettled_receipts
+from threads.tree import EntryTree, unfinished_runs, unsettled_receipts
 from threads.turns import Outcome, Policy, RunResult, Turn
 from threads.wake import injected_message
 

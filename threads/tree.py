@@ -1,4 +1,4 @@
-"""The entry tree in memory: validation, the leaf, the path and the model's context.
+"""The entry tree in memory: validation, the leaf, the path, and the context it keeps.
 
 Pure data: no I/O, no locks. :class:`threads.session.Session` owns one and feeds
 it every entry it loads or writes.
@@ -8,23 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from bisect import bisect_left
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from threads.approvals.boundary import unfinished_resumes
+from threads.context import ContextBuilder, RunContext, context_at, message_of
 from threads.entry_log import EntryIndex, EntryLog, LogParts
 from threads.errors import CorruptError, NoEntryError
 from threads.identity import merged_meta
 from threads.ids import valid_id
-from threads.messages import JSON, Message, TextPart, ToolResultPart, Usage, stored_size
-from threads.run_context import RunContext
+from threads.messages import JSON, Message, Usage, stored_size
 from threads.store.entries import (
     POOL_SETTLED,
     ApprovalAuditEntry,
-    BranchSummaryEntry,
     CompactionEntry,
-    CustomMessageEntry,
     Entry,
     InfoEntry,
     LeafEntry,
@@ -34,10 +31,6 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
-
-INTERRUPTED = "no result recorded: the call was interrupted"
-SUMMARY_OPEN = "<summary>"
-SUMMARY_CLOSE = "</summary>"
 
 
 class EntryTree:
@@ -397,270 +390,6 @@ def usage_of(entries: Iterable[Entry]) -> SessionUsage:
         elif isinstance(entry, PoolReceiptEntry) and entry.status in POOL_SETTLED:
             delegated = delegated + entry.usage
     return SessionUsage(turns=turns, summaries=summaries, delegated=delegated)
-
-
-def summary_message(text: str) -> Message:
-    return Message(
-        role="user", content=(TextPart(text=f"{SUMMARY_OPEN}\n{text}\n{SUMMARY_CLOSE}"),)
-    )
-
-
-def context_builder(path: Sequence[Entry]) -> ContextBuilder:
-    """The context of a root→leaf path, in a builder that later entries extend.
-
-    The latest summary compaction's summary stands in place of what it covers
-    (then the entries it pinned, then everything from its first kept entry
-    on); every trim recorded after it is replayed (the stubs its record
-    names, nothing else); branch summaries sit where they were written;
-    bookkeeping kinds never appear; repair runs as the context grows, so
-    every tool call has a result.
-    """
-    builder = ContextBuilder()
-    start = 0
-    governing = -1
-    for index in range(len(path) - 1, -1, -1):
-        entry = path[index]
-        if isinstance(entry, CompactionEntry) and entry.summary:
-            governing = index
-            break
-    stubs = _trim_stubs(path[governing + 1 :])
-    if governing >= 0:
-        compaction = path[governing]
-        assert isinstance(compaction, CompactionEntry)
-        builder.add(summary_message(compaction.summary))
-        pinned = set(compaction.pinned)
-        kept_from = next(
-            (i for i, e in enumerate(path) if e.id == compaction.first_kept), governing + 1
-        )
-        for e in path[:kept_from]:
-            if e.id in pinned and (m := message_of(e)) is not None:
-                builder.add(_stubbed(m, stubs))
-        start = kept_from
-    for entry in path[start:]:
-        message = message_of(entry)
-        if message is not None:
-            builder.add(_stubbed(message, stubs) if stubs else message)
-    return builder
-
-
-_MESSAGE_KINDS = frozenset({MessageEntry.TYPE, CustomMessageEntry.TYPE, BranchSummaryEntry.TYPE})
-
-
-def context_at(log: EntryLog, path: Sequence[int]) -> ContextBuilder:
-    """:func:`context_builder` over a path given as positions in ``log``, reading only
-    what the context holds: the path is searched back for its latest summary by the
-    entries' kinds, and only compactions and what the context shows are decoded.
-
-    Positions along a path grow (an entry's parent is an earlier entry), so where
-    an entry sits on it is a bisection.
-    """
-    read = log.reader()
-    governing = -1
-    trims: list[CompactionEntry] = []
-    for index in range(len(path) - 1, -1, -1):
-        if log.kind(path[index]) != CompactionEntry.TYPE:
-            continue
-        entry = read(path[index])
-        assert isinstance(entry, CompactionEntry)
-        if entry.summary:
-            governing = index
-            break
-        if entry.trim:
-            trims.append(entry)
-    stubs = _trim_stubs(trims[::-1])
-    builder = ContextBuilder()
-    start = 0
-    if governing >= 0:
-        compaction = read(path[governing])
-        assert isinstance(compaction, CompactionEntry)
-        builder.add(summary_message(compaction.summary))
-        kept_from = _on_path(log, path, compaction.first_kept)
-        if kept_from is None:
-            kept_from = governing + 1
-        pinned = sorted(
-            i
-            for i in (_on_path(log, path, entry_id) for entry_id in set(compaction.pinned))
-            if i is not None and i < kept_from
-        )
-        for i in pinned:
-            if (m := message_of(read(path[i]))) is not None:
-                builder.add(_stubbed(m, stubs))
-        start = kept_from
-    for at in path[start:]:
-        if log.kind(at) in _MESSAGE_KINDS and (message := message_of(read(at))) is not None:
-            builder.add(_stubbed(message, stubs) if stubs else message)
-    return builder
-
-
-def _on_path(log: EntryLog, path: Sequence[int], entry_id: str) -> int | None:
-    """Where the entry ``entry_id`` sits on ``path`` (positions, growing), or None."""
-    at = log.position(entry_id)
-    if at is None:
-        return None
-    index = bisect_left(path, at)
-    return index if index < len(path) and path[index] == at else None
-
-
-def _trim_stubs(entries: Sequence[Entry]) -> dict[str, str]:
-    """The stubs the trims among ``entries`` recorded: call id → the text shown instead."""
-    stubs: dict[str, str] = {}
-    for entry in entries:
-        if isinstance(entry, CompactionEntry) and entry.trim:
-            stubs.update(_stubs_of(entry.trim))
-    return stubs
-
-
-def _stubs_of(record: Mapping[str, object]) -> dict[str, str]:
-    found = record.get("stubs")
-    if not isinstance(found, list):
-        return {}
-    return {
-        str(s["call_id"]): str(s.get("content", ""))
-        for s in found
-        if isinstance(s, dict) and "call_id" in s
-    }
-
-
-def _stubbed(message: Message, stubs: dict[str, str]) -> Message:
-    if message.role != "tool" or not stubs:
-        return message
-    parts = tuple(
-        dataclasses.replace(p, content=stubs[p.call_id], is_error=False)
-        if isinstance(p, ToolResultPart) and p.call_id in stubs
-        else p
-        for p in message.content
-    )
-    return message if parts == message.content else Message(role="tool", content=parts)
-
-
-def replay_trims(messages: Sequence[Message], record: Mapping[str, object]) -> list[Message]:
-    """``messages`` with a trim record's stubs in place of the results it names."""
-    stubs = _stubs_of(record)
-    return [_stubbed(m, stubs) for m in messages]
-
-
-def message_of(entry: Entry) -> Message | None:
-    """The message an entry puts in the context, if any."""
-    if isinstance(entry, MessageEntry | CustomMessageEntry):
-        return entry.message
-    if isinstance(entry, BranchSummaryEntry):
-        return summary_message(entry.summary)
-    return None
-
-
-class ContextBuilder:
-    """The context of a path, built incrementally and repaired as it grows.
-
-    Every tool call gets a result: a message arriving while calls are open
-    first closes them with :data:`INTERRUPTED`; results answering no open call
-    are dropped; consecutive tool messages merge.
-
-    Its list only grows at the end, but for that merge: a run shares the list
-    up to where it stood (:meth:`run_context`), and a merge into a message a
-    run shares copies the list first.
-    """
-
-    __slots__ = ("_messages", "_open", "_shared")
-
-    def __init__(self) -> None:
-        self._messages: list[Message] = []
-        self._open: dict[str, str] = {}
-        self._shared = 0  # how much of the list a run context may share
-
-    def add(self, message: Message) -> None:
-        if message.role == "tool":
-            kept = tuple(
-                p
-                for p in message.content
-                if not isinstance(p, ToolResultPart) or self._open.pop(p.call_id, None) is not None
-            )
-            if kept:
-                self._append_tool(
-                    message if kept == message.content else Message(role="tool", content=kept)
-                )
-            return
-        if self._open:
-            self._append_tool(_interrupted(self._open))
-            self._open = {}
-        self._messages.append(message)
-        if message.role == "assistant":
-            for call in message.tool_calls():
-                self._open[call.id] = call.name
-
-    @property
-    def open(self) -> dict[str, str]:
-        """The calls still waiting for a result, call id → tool name (do not mutate)."""
-        return self._open
-
-    def _append_tool(self, message: Message) -> None:
-        messages = self._messages
-        if messages and messages[-1].role == "tool":
-            if len(messages) <= self._shared:
-                # A run shares the message about to change: the list is its no more.
-                messages = self._messages = list(messages)
-                self._shared = 0
-            messages[-1] = Message(role="tool", content=messages[-1].content + message.content)
-        else:
-            messages.append(message)
-
-    def run_context(self, *, close_open: bool = True) -> RunContext:
-        """The context as :meth:`messages` gives it, sharing this list instead of copying it."""
-        messages = self._messages
-        shared = len(messages)
-        own: list[Message] = []
-        if self._open and close_open:
-            interrupted = _interrupted(self._open)
-            if shared and messages[-1].role == "tool":
-                shared -= 1
-                own.append(Message(role="tool", content=messages[-1].content + interrupted.content))
-            else:
-                own.append(interrupted)
-        self._shared = max(self._shared, shared)
-        return RunContext(messages, shared, own)
-
-    def messages(self, *, close_open: bool = True) -> list[Message]:
-        """A copy of the context, with calls still open closed by :data:`INTERRUPTED`."""
-        out = list(self._messages)
-        if self._open and close_open:
-            interrupted = _interrupted(self._open)
-            if out and out[-1].role == "tool":
-                out[-1] = Message(role="tool", content=out[-1].content + interrupted.content)
-            else:
-                out.append(interrupted)
-        return out
-
-
-def still_open(open_calls: dict[str, str], messages: Sequence[Message]) -> dict[str, str]:
-    """The calls left without a result after ``messages`` follow a line whose open calls are given.
-
-    A non-tool message does not close a call here: what is recorded is what
-    was answered, and the caller writes the interruption results.
-    """
-    remaining = dict(open_calls)
-    for message in messages:
-        if message.role == "tool":
-            for part in message.content:
-                if isinstance(part, ToolResultPart):
-                    remaining.pop(part.call_id, None)
-        elif message.role == "assistant":
-            for call in message.tool_calls():
-                remaining[call.id] = call.name
-    return remaining
-
-
-def interruption_results(calls: dict[str, str]) -> list[Message]:
-    """The tool message answering ``calls`` with :data:`INTERRUPTED` (none when empty)."""
-    return [_interrupted(calls)] if calls else []
-
-
-def _interrupted(calls: dict[str, str]) -> Message:
-    return Message(
-        role="tool",
-        content=tuple(
-            ToolResultPart(call_id=call_id, name=name, content=INTERRUPTED, is_error=True)
-            for call_id, name in calls.items()
-        ),
-    )
 
 
 def unsettled_receipts(entries: Sequence[Entry]) -> list[ReceiptEntry]:

@@ -264,7 +264,7 @@ class Run:
 
     ``messages`` is the context the run starts from (the prompt last), a
     sequence of its own that the agent extends as the run goes: the session's
-    context shared up to that point, not copied (:mod:`threads.run_context`).
+    context shared up to that point, not copied (:class:`threads.context.RunContext`).
     ``stage`` holds step messages; ``flush`` makes them durable; ``drain``
     flushes, then delivers steered messages into the run (durably) and returns
     them. Messages staged and not flushed when the run ends land with the turn

@@ -26,9 +26,9 @@ import aiohttp
 
 from channels.testing.web_client import WebChat
 from gateway.testing.process import GatewayRun, StartError, settle, store_url, write_config
+from threads.context import INTERRUPTED
 from threads.testing.fake_openai import FakeOpenAIServer
 from threads.testing.numbered import BATCH, answers, numbered, order
-from threads.tree import INTERRUPTED
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from threads.context import context_builder
 from threads.ids import new_entry_id
 from threads.messages import Message, ToolCallPart, ToolResultPart
 from threads.store.codec import encode_entry
@@ -16,7 +17,7 @@ from threads.store.entries import (
     MessageEntry,
     TurnEntry,
 )
-from threads.tree import EntryTree, context_builder
+from threads.tree import EntryTree
 
 
 def linked(entries: list[Entry], parent: str = "") -> list[Entry]:

@@ -32,6 +32,7 @@ from tests.threads.dying import DyingStore
 from tests.threads.sessions.conftest import USER, SessionScript, make_rig
 from tests.threads.store.conftest import Backend
 from threads.agent.tools import Tool, ToolContext, tool
+from threads.context import INTERRUPTED
 from threads.ledger import ALREADY_SENT
 from threads.manager import RESUME_BODY
 from threads.messages import ToolResultPart
@@ -39,7 +40,6 @@ from threads.outbound import outgoing
 from threads.sinks import OutboundMessage
 from threads.store.entries import Entry, MessageEntry, OutboundEntry, ReceiptEntry, TurnEntry
 from threads.testing.scripted import ScriptedModel, call, calls, dispatch, say
-from threads.tree import INTERRUPTED
 from threads.wake import Wake
 
 KEY = "telegram:42"

@@ -24,6 +24,7 @@ from tests.threads.conftest import (
     texts,
     turn_entries,
 )
+from threads.context import INTERRUPTED
 from threads.errors import BusyError, DroppedError
 from threads.ids import new_entry_id, new_session_id
 from threads.llm.base import DeltaCallback, ModelRequest, ModelResponse
@@ -40,7 +41,6 @@ from threads.store.entries import (
     injected_id,
 )
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
-from threads.tree import INTERRUPTED
 from threads.turns import Outcome, Policy, Run, RunResult, Turn
 
 

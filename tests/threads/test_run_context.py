@@ -7,9 +7,8 @@ import tracemalloc
 
 import pytest
 
+from threads.context import INTERRUPTED, ContextBuilder, RunContext
 from threads.messages import Message, ToolCallPart, ToolResultPart
-from threads.run_context import RunContext
-from threads.tree import INTERRUPTED, ContextBuilder
 
 
 def user(n: int) -> Message:

@@ -16,6 +16,7 @@ from tests.threads.conftest import (
     stored,
     texts,
 )
+from threads.context import INTERRUPTED
 from threads.errors import (
     BusyError,
     ClosedError,
@@ -41,7 +42,6 @@ from threads.store.entries import (
     TurnEntry,
 )
 from threads.store.memory import MemoryStore
-from threads.tree import INTERRUPTED
 from threads.turns import Outcome, Policy, Run, RunResult
 
 

@@ -26,6 +26,7 @@ import orjson
 from config.compaction import CompactionConfig
 from config.models import ModelSettings
 from threads.agent.summaries import BRANCH_PROMPT, CompactionError, Summarizer
+from threads.context import message_of
 from threads.errors import NoEntryError
 from threads.ids import new_entry_id
 from threads.messages import (
@@ -46,7 +47,6 @@ from threads.store.entries import (
     MessageEntry,
     TurnEntry,
 )
-from threads.tree import message_of
 from threads.turns import Run
 
 NOTICE = (

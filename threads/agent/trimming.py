@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from config.models import ModelSettings
 from threads.agent.compaction import estimate_tokens, latest_summary
+from threads.context import replay_trims
 from threads.ids import new_entry_id
 from threads.messages import Message, ToolResultPart
 from threads.session import Session
 from threads.store.entries import CompactionEntry, MessageEntry
-from threads.tree import replay_trims
 from threads.turns import Run
 
 TRIM = "trim"

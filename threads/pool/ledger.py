@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from threads.context import message_of, still_open
 from threads.errors import NotDelegatingError
 from threads.ids import new_entry_id
 from threads.messages import Message, ToolResultPart
@@ -29,7 +30,7 @@ from threads.store.entries import (
     MessageEntry,
     PoolReceiptEntry,
 )
-from threads.tree import EntryTree, message_of, still_open
+from threads.tree import EntryTree
 
 RESOLVER = "thread/pool"
 VIA_CHILD = "child"

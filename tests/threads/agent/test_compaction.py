@@ -12,12 +12,12 @@ from config.models import ModelSettings
 from tests.threads.agent.conftest import Runtime, make_runtime
 from threads.agent.compaction import NOTICE, NothingToCompactError, compact
 from threads.agent.summaries import SUMMARY_PROMPT, Summarizer, SummaryTruncatedError, Writer
+from threads.context import SUMMARY_OPEN
 from threads.llm.base import ModelRequest, ModelResponse
 from threads.llm.errors import ContextOverflowError
 from threads.messages import Usage
 from threads.store.entries import CompactionEntry, MessageEntry
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
-from threads.tree import SUMMARY_OPEN
 
 SUMMARY = "## Goal\nHelp with orders.\n## Progress\nOrder 12 shipped."
 

@@ -23,12 +23,12 @@ from threads.agent.loop import summarizer_for
 from threads.agent.models import Models
 from threads.agent.pin_tool import pin_message_tool
 from threads.agent.summaries import CompactionError
+from threads.context import SUMMARY_OPEN
 from threads.errors import NoEntryError
 from threads.messages import Usage
 from threads.session import Session
 from threads.store.entries import CompactionEntry, MessageEntry, TurnEntry
 from threads.testing.scripted import ScriptedModel, call, dispatch, say
-from threads.tree import SUMMARY_OPEN
 
 SUMMARY = "## Goal\nHelp with orders.\n## Progress\nOrder 12 shipped."
 KEY = "telegram:1"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.threads.approvals.conftest import Rig
 from tests.threads.approvals.test_decisions import OWNER, park, settle, tool_results
+from threads.context import INTERRUPTED
 from threads.ids import new_entry_id
 from threads.store import open_store
 from threads.store.entries import (
@@ -13,7 +14,6 @@ from threads.store.entries import (
     TurnEntry,
 )
 from threads.testing.scripted import call, dispatch
-from threads.tree import INTERRUPTED
 
 
 async def test_a_pending_request_is_the_same_after_a_restart_and_resumes_once(rig: Rig) -> None:
