@@ -200,7 +200,8 @@ class PairingService:
     async def _maintain(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._sync_seconds)
+                async with asyncio.timeout(self._sync_seconds):  # a cancel is never swallowed
+                    await self._stopping.wait()
                 return
             try:
                 await self.refresh()

@@ -49,8 +49,11 @@ async def wait_for_change(event: asyncio.Event, timeout: float | None) -> None:
     if timeout is None:
         await event.wait()
         return
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+    # that comes as the event is set, and the watch would go on after it was cancelled.
     with suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await event.wait()
 
 
 async def tail(

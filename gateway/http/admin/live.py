@@ -124,7 +124,8 @@ class EventStreams:
             await response.write(b": open\n\n")
             while True:
                 try:
-                    item = await asyncio.wait_for(queue.get(), self.heartbeat)
+                    async with asyncio.timeout(self.heartbeat):  # not wait_for: see watching.py
+                        item = await queue.get()
                 except TimeoutError:
                     item = b": ping\n\n"
                 if item is None:
@@ -270,7 +271,8 @@ class LiveThreads:
         while self._watchers:
             if not busy:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._dirty.wait(), self.refresh)
+                    async with asyncio.timeout(self.refresh):  # a cancel is never swallowed
+                        await self._dirty.wait()
             self._dirty.clear()
             view = self.threads_view()
             busy = bool(view["running"] or view["pending"])
