@@ -134,10 +134,13 @@ class EventStreams:
         except ConnectionError:
             pass  # the reader went away
         finally:
-            self._queues.discard(queue)
-            self._handlers.discard(task)
             producer.cancel()
-            await asyncio.gather(producer, return_exceptions=True)
+            try:
+                await asyncio.gather(producer, return_exceptions=True)
+            finally:
+                # Open until its source has ended: a closed stream holds nothing any more.
+                self._queues.discard(queue)
+                self._handlers.discard(task)
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
