@@ -228,7 +228,7 @@ class ContextBuilder:
         messages = self._messages
         if messages and messages[-1].role == "tool":
             if len(messages) <= self._shared:
-                # A run shares the message about to change: the list is its no more.
+                # A run may share the message about to change: it keeps this list, we change a copy.
                 messages = self._messages = list(messages)
                 self._shared = 0
             messages[-1] = Message(role="tool", content=messages[-1].content + message.content)
