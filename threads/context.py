@@ -231,35 +231,33 @@ class ContextBuilder:
                 # A run may share the message about to change: it keeps this list, we change a copy.
                 messages = self._messages = list(messages)
                 self._shared = 0
-            messages[-1] = Message(role="tool", content=messages[-1].content + message.content)
+            messages[-1] = _merged(messages[-1], message)
         else:
             messages.append(message)
 
     def run_context(self, *, close_open: bool = True) -> RunContext:
         """The context as :meth:`messages` gives it, sharing this list instead of copying it."""
-        messages = self._messages
-        shared = len(messages)
-        own: list[Message] = []
-        if self._open and close_open:
-            interrupted = _interrupted(self._open)
-            if shared and messages[-1].role == "tool":
-                shared -= 1
-                own.append(Message(role="tool", content=messages[-1].content + interrupted.content))
-            else:
-                own.append(interrupted)
+        shared, own = self._closing(close_open)
         self._shared = max(self._shared, shared)
-        return RunContext(messages, shared, own)
+        return RunContext(self._messages, shared, own)
 
     def messages(self, *, close_open: bool = True) -> list[Message]:
         """A copy of the context, with calls still open closed by :data:`INTERRUPTED`."""
-        out = list(self._messages)
-        if self._open and close_open:
-            interrupted = _interrupted(self._open)
-            if out and out[-1].role == "tool":
-                out[-1] = Message(role="tool", content=out[-1].content + interrupted.content)
-            else:
-                out.append(interrupted)
+        shared, own = self._closing(close_open)
+        out = self._messages[:shared]
+        out += own
         return out
+
+    def _closing(self, close_open: bool) -> tuple[int, list[Message]]:
+        """How much of the list the context takes as it is, and the messages after that:
+        with ``close_open``, the calls still open closed (merged into a last tool message)."""
+        messages = self._messages
+        if not (self._open and close_open):
+            return len(messages), []
+        interrupted = _interrupted(self._open)
+        if messages and messages[-1].role == "tool":
+            return len(messages) - 1, [_merged(messages[-1], interrupted)]
+        return len(messages), [interrupted]
 
 
 def still_open(open_calls: dict[str, str], messages: Sequence[Message]) -> dict[str, str]:
@@ -283,6 +281,11 @@ def still_open(open_calls: dict[str, str], messages: Sequence[Message]) -> dict[
 def interruption_results(calls: dict[str, str]) -> list[Message]:
     """The tool message answering ``calls`` with :data:`INTERRUPTED` (none when empty)."""
     return [_interrupted(calls)] if calls else []
+
+
+def _merged(tool: Message, more: Message) -> Message:
+    """One tool message holding ``tool``'s results, then ``more``'s."""
+    return Message(role="tool", content=tool.content + more.content)
 
 
 def _interrupted(calls: dict[str, str]) -> Message:
