@@ -200,7 +200,8 @@ class PairingService:
     async def _maintain(self) -> None:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._sync_seconds):  # a cancel is never swallowed
+                # asyncio.timeout, not wait_for (decision reliability-09)
+                async with asyncio.timeout(self._sync_seconds):
                     await self._stopping.wait()
                 return
             try:

@@ -50,7 +50,8 @@ async def wait_for_change(event: asyncio.Event, timeout: float | None) -> None:
         await event.wait()
         return
     # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
-    # that comes as the event is set, and the watch would go on after it was cancelled.
+    # that comes as the event is set, and the watch would go on after it was cancelled
+    # (decision reliability-09).
     with suppress(TimeoutError):
         async with asyncio.timeout(timeout):
             await event.wait()

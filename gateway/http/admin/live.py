@@ -124,7 +124,8 @@ class EventStreams:
             await response.write(b": open\n\n")
             while True:
                 try:
-                    async with asyncio.timeout(self.heartbeat):  # not wait_for: see watching.py
+                    # asyncio.timeout, not wait_for (decision reliability-09)
+                    async with asyncio.timeout(self.heartbeat):
                         item = await queue.get()
                 except TimeoutError:
                     item = b": ping\n\n"
@@ -274,7 +275,8 @@ class LiveThreads:
         while self._watchers:
             if not busy:
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.refresh):  # a cancel is never swallowed
+                    # asyncio.timeout, not wait_for (decision reliability-09)
+                    async with asyncio.timeout(self.refresh):
                         await self._dirty.wait()
             self._dirty.clear()
             view = self.threads_view()
