@@ -70,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.api import GATEWAY_CORE, LOAD_CORE, cpu_seconds, percentile_ms, pin, rss_mb
 from config import validate
 from gateway.app import Gateway
+from gateway.arenas import settle_arenas
 from gateway.heap import settle_heap
 from gateway.switching import settle_switching
 
@@ -548,6 +549,7 @@ def main() -> None:
     if args.load:
         asyncio.run(serve_load())
         return
+    settle_arenas()  # as `gateway run` does before it starts (decision perf-35)
     figures = asyncio.run(bench(args.turns, args.sequential, args.profile, args.keep))
     ordered = {key: figures.pop(key) for key in KEYS} | figures
     print(orjson.dumps(ordered).decode())

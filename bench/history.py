@@ -112,6 +112,7 @@ from bench.gateway import (
 )
 from config import validate
 from gateway.app import Gateway
+from gateway.arenas import settle_arenas
 from gateway.heap import settle_heap
 from gateway.switching import settle_switching
 from threads.ids import new_entry_id, new_session_id
@@ -508,6 +509,7 @@ def main() -> None:
     if args.load:
         asyncio.run(serve_load(HistoryLoad))
         return
+    settle_arenas()  # as `gateway run` does before it starts (decision perf-35)
     figures = asyncio.run(bench(args.turns, args.soak, args.profile))
     ordered = {key: figures.pop(key) for key in KEYS} | figures
     print(orjson.dumps(ordered).decode())

@@ -33,6 +33,7 @@ import typer
 from config import GatewayConfig
 from gateway import config_cli, nodes_cli, ops_cli
 from gateway.approvals_cli import app as approvals_app
+from gateway.arenas import settle_arenas
 from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
 from gateway.control import ControlClient
 from gateway.cron_cli import app as cron_app
@@ -126,6 +127,8 @@ def run(
     log_level: LogLevelOption = None,
 ) -> None:
     """Start the gateway and keep it running until Ctrl-C (or SIGTERM)."""
+    # Before any thread starts: the threads that open sessions share one C heap.
+    settle_arenas()
     setup_logging(verbose, log_level)
     run_or_exit(_run(load(config)))
 
