@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -70,6 +71,18 @@ async def test_logging_in_with_the_admin_token(
     background = await page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(246, 246, 244)", "the stylesheet was blocked"
     assert problems == []
+
+
+async def test_a_gateway_that_shuts_down_says_so_while_the_view_reconnects(
+    rig: AdminRig, page: Page, problems: Problems
+) -> None:
+    await log_in(page, dashboard(rig))
+    assert rig.gateway.admin is not None
+    await rig.gateway.admin.streams.close()
+    status = page.locator("#live-status")
+    # Said while the stream ends, and still said while every retry is refused.
+    await expect(status).to_have_text(re.compile(r"^the gateway is shutting down · "))
+    await expect(status).to_have_attribute("data-state", "connecting")
 
 
 async def test_a_thread_appears_and_runs_live_when_a_message_is_sent(

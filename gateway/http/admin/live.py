@@ -147,11 +147,12 @@ class EventStreams:
         return response
 
     async def close(self) -> None:
-        """End every stream (their readers see the end) and wait for their handlers."""
+        """End every stream (each reader is told why) and wait for their handlers."""
         self._closing = True
         for queue in list(self._queues):
             while not queue.empty():
                 queue.get_nowait()
+            queue.put_nowait(frame("end", {"message": "the gateway is shutting down"}))
             queue.put_nowait(None)
         if self._handlers:
             await asyncio.wait(set(self._handlers), timeout=CLOSE_SECONDS)

@@ -45,20 +45,28 @@ export class ThreadsView {
   }
 
   async connect(signal) {
+    let why = '';  // what the gateway said when it last ended or refused the stream
+    const waiting = (doing) => this.setStatus('connecting', why ? `${why} · ${doing}` : doing);
     while (!signal.aborted) {
-      this.setStatus('connecting', 'connecting…');
+      waiting('connecting…');
       try {
         await stream('/live', (event, data) => {
           this.retry = 0;
+          if (event === 'end' || event === 'error') {
+            why = data.message;
+            return;
+          }
+          why = '';
           this.setStatus('live', 'live');
           if (event === 'threads') this.showThreads(data);
           else if (event === 'metrics') this.showMetrics(data);
         }, signal);
       } catch (err) {
         if (signal.aborted || (err instanceof ApiFailure && err.status === 401)) return;
+        if (err instanceof ApiFailure) why = err.message;
       }
       if (signal.aborted) return;
-      this.setStatus('connecting', 'reconnecting…');
+      waiting('reconnecting…');
       this.retry = Math.min(this.retry + 1, 5);
       await new Promise((resolve) => setTimeout(resolve, 1000 * this.retry));
     }

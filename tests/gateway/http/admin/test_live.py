@@ -100,9 +100,11 @@ async def test_closing_the_gateway_ends_open_streams(rig: AdminRig) -> None:
         await next_event(stream, "threads")
         assert rig.gateway.admin.streams.open == 1
         await rig.gateway.admin.close()
+        arrived: list[tuple[str, Any]] = []
         async with asyncio.timeout(10):
-            async for _event in stream:
-                pass  # what was on its way still arrives; then the stream ends
+            async for event in stream:
+                arrived.append(event)  # what was on its way still arrives; then the stream ends
+        assert arrived[-1] == ("end", {"message": "the gateway is shutting down"})
         assert rig.gateway.admin.streams.open == 0
         status, _body = await rig.api.get("/live")
         assert status == 503
