@@ -446,14 +446,18 @@ class Session:
             append = self._queued.append_queued(self.id, entries, durable=durable)
         if append is None:
             append = asyncio.ensure_future(self._store.append(self.id, entries, durable=durable))
+            waited = asyncio.shield(append)
+        else:
+            waited = append  # a queued append's waiter cannot cancel it
         try:
-            lines = await asyncio.shield(append)
+            lines = await waited
         except UnavailableError as exc:
             self._unsure = list(entries)
             self._options.outage.failed(exc)
             raise
         except asyncio.CancelledError:
-            await asyncio.wait([append])
+            if not append.done():
+                await asyncio.wait([append])
             if append.cancelled():
                 raise
             failure = append.exception()

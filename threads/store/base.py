@@ -264,8 +264,10 @@ class Queued(Protocol):
 
     ``append_queued`` is :meth:`Storage.append` begun here and now: the future
     settles as ``append`` would return or raise, and the write runs to its end
-    whatever becomes of the caller. A caller saves the task it would run the
-    append in. None, having done nothing, when the store cannot begin it now.
+    whatever becomes of the caller. Its waiter cannot cancel it: a waiter
+    cancelled meanwhile hears of it once the future has settled. A caller
+    saves the task it would run the append in, and the shield around it.
+    None, having done nothing, when the store cannot begin it now.
     """
 
     def append_queued(

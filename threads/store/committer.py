@@ -22,7 +22,10 @@ is settled before its round waits, not after the flush it does not need, and
 it does not end a round that waits for company (perf-23).
 
 An operation still queued when its caller is cancelled is skipped: a
-cancelled call writes nothing unless the thread had already started it.
+cancelled call writes nothing unless the thread had already started it. One
+that must run to its end whatever becomes of its caller (``cancellable=False``,
+:meth:`Committer.submit`) is settled through a :class:`Held` future, which a
+waiter's cancel does not cancel.
 
 The writer thread (and its sync threads) run as batch work in the kernel's
 eyes (Linux ``SCHED_BATCH``, :func:`yield_to_the_loop`): when the event
@@ -161,6 +164,20 @@ def _as_raised(error: BaseException) -> BaseException:
     return error
 
 
+class Held(asyncio.Future[T]):
+    """A future its waiters cannot cancel: a cancelled waiter hears of the cancel once it settles.
+
+    What awaiting :func:`asyncio.shield` of it would give a caller that must
+    see its operation end (the caller waits for the end either way), without
+    the shield's second future and the extra pass of the event loop it takes
+    to settle: a task whose waiter refuses a cancel is cancelled at its next
+    step, which is when the future settles.
+    """
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        return False
+
+
 class Committer:
     """The writer thread of one store. Start it lazily; stop it with :meth:`stop`."""
 
@@ -199,7 +216,7 @@ class Committer:
         """
         op = self._queued(fn, cancellable, within)
         if not cancellable:
-            return await asyncio.shield(op.future)
+            return await op.future  # held: a cancel lands once it has settled
         try:
             return await op.future
         except asyncio.CancelledError:
@@ -209,7 +226,8 @@ class Committer:
     def submit(self, fn: Callable[[Round, Op[T]], T]) -> asyncio.Future[T]:
         """:meth:`run` begun here and now, for a caller that keeps no task of its own: ``fn``
         runs to its end whatever becomes of the caller, and the future settles as ``run``
-        would return or raise (shield it from a cancelled waiter)."""
+        would return or raise. It is :class:`Held`: a waiter cancelled meanwhile is told
+        once it has settled, and may then read its outcome."""
         return self._queued(fn, False, 0.0).future
 
     def _queued(self, fn: Callable[[Round, Op[T]], T], cancellable: bool, within: float) -> Op[T]:
@@ -221,7 +239,8 @@ class Committer:
             self._thread.start()
         loop = asyncio.get_running_loop()
         until = time.monotonic() + within if within > 0 else 0.0
-        op: Op[T] = Op(fn, loop.create_future(), loop, cancellable, until)
+        future: asyncio.Future[T] = loop.create_future() if cancellable else Held(loop=loop)
+        op: Op[T] = Op(fn, future, loop, cancellable, until)
         batch = self._batches.get(loop)
         if batch is None:
             batch = self._batches[loop] = []

@@ -105,3 +105,34 @@ async def test_the_writer_thread_is_batch_work() -> None:
     await committer.stop()
     assert policy == os.SCHED_BATCH
     assert os.sched_getscheduler(0) == loops  # the event loop's thread is left alone
+
+
+async def test_a_cancelled_waiter_of_a_write_that_runs_to_its_end_hears_of_it_when_it_ends() -> (
+    None
+):
+    committer = Committer("test")
+    started, release = threading.Event(), threading.Event()
+
+    def slow(round: Round, op: Op[str]) -> str:
+        started.set()
+        release.wait(HANG)
+        return "written"
+
+    landed = committer.submit(slow)
+
+    async def caller() -> str:
+        return await landed
+
+    waiter = asyncio.ensure_future(caller())
+    assert await asyncio.to_thread(started.wait, HANG)
+    waiter.cancel()
+    assert landed.cancel() is False  # nobody cancels the write itself
+    for _ in range(5):
+        await asyncio.sleep(0)  # passes of the loop: the waiter still waits for the end
+    assert not waiter.done()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(HANG):
+            await waiter
+    assert landed.result() == "written"  # what the cancelled caller can still read
+    await committer.stop()
