@@ -23,9 +23,10 @@ it does not end a round that waits for company (perf-23).
 
 An operation still queued when its caller is cancelled is skipped: a
 cancelled call writes nothing unless the thread had already started it. One
-that must run to its end whatever becomes of its caller (``cancellable=False``,
-:meth:`Committer.submit`) is settled through a :class:`Held` future, which a
-waiter's cancel does not cancel.
+that must run to its end whatever becomes of its caller (``cancellable=False``)
+is settled through a :class:`Held` future, which a waiter's cancel does not
+cancel: :meth:`Committer.submit` hands it out, for a caller that waits for the
+outcome anyway.
 
 The writer thread (and its sync threads) run as batch work in the kernel's
 eyes (Linux ``SCHED_BATCH``, :func:`yield_to_the_loop`): when the event
@@ -216,7 +217,8 @@ class Committer:
         """
         op = self._queued(fn, cancellable, within)
         if not cancellable:
-            return await op.future  # held: a cancel lands once it has settled
+            # A close or a recovery: a cancelled caller leaves at once, the thread goes on.
+            return await asyncio.shield(op.future)
         try:
             return await op.future
         except asyncio.CancelledError:
