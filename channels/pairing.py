@@ -51,6 +51,7 @@ from channels.errors import (
     UnknownCodeError,
 )
 from threads.state import Clock, StateStore, StateStoreError, utc_now
+from threads.store.watching import wait_for_change
 
 log = logging.getLogger(__name__)
 
@@ -199,10 +200,8 @@ class PairingService:
 
     async def _maintain(self) -> None:
         while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                # asyncio.timeout, not wait_for (decision reliability-09)
-                async with asyncio.timeout(self._sync_seconds):
-                    await self._stopping.wait()
+            await wait_for_change(self._stopping, self._sync_seconds)
+            if self._stopping.is_set():
                 return
             try:
                 await self.refresh()

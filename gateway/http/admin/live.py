@@ -45,6 +45,7 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
+from threads.store.watching import wait_for_change
 from threads.turns import Turn
 from threads.wake import Wake
 
@@ -275,10 +276,7 @@ class LiveThreads:
         busy = True
         while self._watchers:
             if not busy:
-                with contextlib.suppress(TimeoutError):
-                    # asyncio.timeout, not wait_for (decision reliability-09)
-                    async with asyncio.timeout(self.refresh):
-                        await self._dirty.wait()
+                await wait_for_change(self._dirty, self.refresh)
             self._dirty.clear()
             view = self.threads_view()
             busy = bool(view["running"] or view["pending"])
