@@ -17,7 +17,6 @@ is left as glibc read it. Elsewhere (musl, macOS) it does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 from collections.abc import Callable
@@ -36,14 +35,12 @@ def settle_arenas() -> bool:
 
 
 def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's ``mallopt``, or None where the C library is another."""
+    """glibc's ``mallopt`` (among the process's own symbols), or None where the C library is
+    another."""
     if platform.libc_ver()[0] != "glibc":
         return None
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
     try:
-        call: Callable[[int, int], int] = ctypes.CDLL(name).mallopt
+        call: Callable[[int, int], int] = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return None
     return call
