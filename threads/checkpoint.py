@@ -42,7 +42,7 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
-from threads.store.packed import BLOCK
+from threads.store.packed import BLOCK, DICTIONARY_ID
 from threads.tree import EntryTree, TreeParts, unfinished_runs, unsettled_receipts
 from threads.turns import Agent
 
@@ -51,9 +51,10 @@ log = logging.getLogger(__name__)
 CHECKPOINT_AFTER = 2048
 """Entries an open decodes past the latest checkpoint before it leaves a new one."""
 
-STATE = 2
+STATE = 3
 """The format of the state kept in a checkpoint; another is read as none (2: the id index's
-runs by family, decision perf-28, and the path four bytes a position)."""
+runs by family, decision perf-28, and the path four bytes a position; 3: blocks packed
+against a dictionary, named in the head, decision perf-38)."""
 
 _APPROVAL = "approval"
 """Kinds whose open-time reading (unfinished resumes) walks the whole history: not kept."""
@@ -222,6 +223,7 @@ def encode_state(parts: TreeParts, carried: list[tuple[int, str]]) -> bytes:
     head = {
         "v": STATE,
         "arrays": _ORDER,
+        "dictionary": DICTIONARY_ID,
         "entries": len(kinds),
         "leaf": parts.leaf,
         "turn": parts.highest_turn,
@@ -247,7 +249,12 @@ def decode_state(state: bytes, entries: int) -> tuple[TreeParts, list[tuple[int,
     """What :func:`encode_state` wrote; ValueError when it is not that, for ``entries``."""
     end = state.index(b"\n")
     head = orjson.loads(state[:end])
-    if head["v"] != STATE or head["arrays"] != _ORDER or head["entries"] != entries:
+    if (
+        head["v"] != STATE
+        or head["arrays"] != _ORDER
+        or head["dictionary"] != DICTIONARY_ID
+        or head["entries"] != entries
+    ):
         raise ValueError("not a state of this build for these entries")
     view = memoryview(state)
     at = end + 1

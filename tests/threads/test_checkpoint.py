@@ -19,7 +19,7 @@ from threads.outbound import mark, send_id
 from threads.session import Session
 from threads.store import open_store
 from threads.store.base import SessionStore
-from threads.store.checkpoints import DIRECTORY
+from threads.store.checkpoints import DIRECTORY, decode_checkpoint, encode_checkpoint
 from threads.store.entries import (
     ApprovalAuditEntry,
     CompactionEntry,
@@ -31,6 +31,7 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
 )
+from threads.store.packed import DICTIONARY_ID
 from threads.tree import reparent
 
 EVERY = 20
@@ -286,15 +287,36 @@ async def test_a_long_session_written_after_its_open_refuses_the_stale_view(
         await behind.append_messages([Message.user("would fork the line")])
 
 
+def rewrite_state(kept: Path, old: bytes, new: bytes) -> None:
+    """The checkpoint file at ``kept`` with ``old`` in its state's head made ``new``, its
+    CRCs made again: only what the state says changes."""
+    session = kept.name
+    found = decode_checkpoint(session, kept.read_bytes())
+    assert found is not None
+    head, rest = found.state.split(b"\n", 1)
+    assert old in head
+    state = head.replace(old, new, 1) + b"\n" + rest
+    kept.write_bytes(encode_checkpoint(session, found.mark, state, found.held))
+
+
 async def test_a_checkpoint_of_another_state_format_is_read_as_none(
     store: SessionStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     sid, _history = await checkpointed(store)
-    kept = tmp_path / "sessions" / DIRECTORY / sid
-    data = kept.read_bytes()
-    at = data.index(b'"v":%d' % checkpoint.STATE)
-    kept.write_bytes(data[:at] + b'"v":1' + data[at + len(b'"v":%d' % checkpoint.STATE) :])
+    rewrite_state(tmp_path / "sessions" / DIRECTORY / sid, b'"v":%d' % checkpoint.STATE, b'"v":1')
     opened = await open_session(store, sid, HandAgent())
     assert opened._tree.restored_from == 0
-    assert "checkpoint cannot be read" in caplog.text
+    assert "state cannot be read (not a state of this build" in caplog.text
+    await assert_same(opened, await whole(store, sid))
+
+
+async def test_a_checkpoint_packed_against_another_dictionary_is_read_as_none(
+    store: SessionStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sid, _history = await checkpointed(store)
+    named = b'"dictionary":%d' % DICTIONARY_ID
+    rewrite_state(tmp_path / "sessions" / DIRECTORY / sid, named, named + b"1")
+    opened = await open_session(store, sid, HandAgent())
+    assert opened._tree.restored_from == 0
+    assert "state cannot be read (not a state of this build" in caplog.text
     await assert_same(opened, await whole(store, sid))
