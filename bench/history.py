@@ -22,7 +22,11 @@ turns.
   same run, after one untimed message per chat (as ``bench/gateway.py``'s
   clients warm up): a session opened from disk encodes its whole context
   for its first request, once (perf-02), a cost of its open that the cold
-  soak below measures, and ``first_turn_p50_ms_history_*`` shows;
+  soak below measures, and ``first_turn_p50_ms_history_*`` shows. Every
+  level's sessions are opened and warmed before any level is timed; then
+  each level runs twice, half its turns a time, in the order 0, 100,
+  1 000, 1 000, 100, 0 (decision perf-39), and its figures are over both
+  (``turns_per_s_history_*_passes``: each pass's rate);
   ``ratio_history_1000_to_0`` is the target's (≥ 0.9);
   ``loop_cpu_ms_per_turn_history_*`` this process's event-loop CPU per turn
   (``loop_kernel_ms_per_turn_history_*`` its part in the kernel: the socket
@@ -121,6 +125,8 @@ from threads.store.codec import encode_header, entry_to_wire
 from threads.store.entries import CompactionEntry, Entry, Header, MessageEntry
 
 CLIENTS = 32
+LEVELS = (0, 100, 1000)
+"""Turns of history a level's sessions hold."""
 SOAK_SESSIONS = 500
 COMPACT_EVERY = 100
 """Turns between the big session's compactions (about 500 entries)."""
@@ -146,7 +152,11 @@ class HistoryLoad(Load):
         if command == "warm":
             return await self.warm(args[0], int(args[1]))
         if command == "run":
-            return await self.run(args[0], int(args[1]), int(args[2]))
+            return await self.run(args[0], int(args[1]), int(args[2]), keep=args[3:] == ["keep"])
+        if command == "close":
+            for chat in self.groups.pop(args[0]):
+                await chat.close()
+            return {}
         return None
 
     async def warm(self, name: str, clients: int) -> dict[str, float]:
@@ -164,8 +174,11 @@ class HistoryLoad(Load):
         await asyncio.gather(*(client(chats[c::clients]) for c in range(clients)))
         return {"p50": percentile_ms(times, 0.5)}
 
-    async def run(self, name: str, clients: int, turns: int) -> dict[str, float]:
-        """``turns`` messages, ``clients`` at once, each client over its own share of the group."""
+    async def run(
+        self, name: str, clients: int, turns: int, *, keep: bool = False
+    ) -> dict[str, Any]:
+        """``turns`` messages, ``clients`` at once, each client over its own share of the group;
+        the group's chats are closed after, unless ``keep`` (it runs again)."""
         chats = self.groups[name]
         shares = [chats[c::clients] for c in range(clients)]
         per_client = max(1, turns // clients)
@@ -186,12 +199,16 @@ class HistoryLoad(Load):
         started, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(client(share) for share in shares if share))
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-        # Each group runs once: its sockets close now, before the server's heartbeat
+        # A group that runs once closes its sockets now, before the server's heartbeat
         # finds them unread.
-        for chat in self.groups.pop(name):
-            await chat.close()
+        if not keep:
+            for chat in self.groups.pop(name):
+                await chat.close()
         # What the model received last: the body a turn of this group sends, for scale.
         return figures_of(times, elapsed) | {
+            "times": times,
+            "elapsed": elapsed,
+            "cpu": cpu,
             "request_kb": round(len(self.model.last_body) / 1024, 1),
             "p99_first": percentile_ms(firsts, 0.99) if firsts else 0.0,
             "p99_later": percentile_ms(laters, 0.99) if laters else 0.0,
@@ -326,6 +343,28 @@ def context_bytes(messages: list[Message]) -> int:
     return sum(len(m.text().encode()) for m in messages)
 
 
+def level_figures(history: int, passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """One history level's figures over its passes: turns/s over their whole time, tails over
+    every turn, CPU and collections per turn."""
+    times = [took for result in passes for took in result["times"]]
+    count = len(times)
+    elapsed = sum(result["elapsed"] for result in passes)
+
+    def per_turn_ms(key: str) -> float:
+        return round(sum(result[key] for result in passes) * 1000 / count, 3)
+
+    return {
+        f"turns_per_s_history_{history}": round(count / elapsed, 1),
+        f"turns_per_s_history_{history}_passes": [result["per_s"] for result in passes],
+        f"p99_ms_history_{history}_32_sessions": percentile_ms(times, 0.99),
+        f"request_kb_history_{history}": passes[-1]["request_kb"],
+        f"loop_cpu_ms_per_turn_history_{history}": per_turn_ms("loop_cpu"),
+        f"loop_kernel_ms_per_turn_history_{history}": per_turn_ms("loop_sys"),
+        f"gc_ms_per_turn_history_{history}": per_turn_ms("gc"),
+        f"load_cpu_ms_per_turn_history_{history}": per_turn_ms("cpu"),
+    }
+
+
 async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
     load = await LoadProcess.start(__file__)
     ask, model_url, pinned = load.ask, load.model_url, load.pinned
@@ -359,7 +398,12 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                         await seed(store, key, history, template)
                     return keys
 
-                for history in (0, 100, 1000):
+                # The gateway serves as many turns first, untimed, as it had served before
+                # the 1 000-turn sessions open when the levels ran one after another: the
+                # heap they open into is a serving gateway's, not a fresh one's.
+                await group("serving", CLIENTS, 0)
+                await ask("run", "serving", CLIENTS, 2 * turns)
+                for history in LEVELS:
                     keys = await group(f"h{history}", CLIENTS, history)
                     gc.collect()
                     before = rss_mb()
@@ -378,34 +422,41 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                             context_bytes(thread.session.context()) / 1024, 1
                         )
                     warmed = await ask("warm", f"h{history}", CLIENTS)
-                    profiler = cProfile.Profile() if profile and history == 1000 else None
-                    if profiler is not None:
+                    figures[f"first_turn_p50_ms_history_{history}"] = warmed["p50"]
+
+                # Every level runs twice, 0, 100, 1 000, then 1 000, 100, 0, with every
+                # level's sessions live and warm before the first: each level meets the
+                # same process, and a drift of the machine's speed over the run falls on
+                # all of them alike (decision perf-39).
+                passes: dict[int, list[dict[str, Any]]] = {history: [] for history in LEVELS}
+                profiler = cProfile.Profile() if profile else None
+                for history in (*LEVELS, *reversed(LEVELS)):
+                    again = bool(passes[history])
+                    profiled = profiler is not None and history == 1000
+                    if profiled:
                         profiler.enable()
                     loop_cpu, collected = time.thread_time(), len(pauses.pauses)
                     loop_sys = resource.getrusage(resource.RUSAGE_THREAD).ru_stime
                     with pauses.watching():
-                        result = await ask("run", f"h{history}", CLIENTS, turns)
-                    figures[f"gc_ms_per_turn_history_{history}"] = round(
-                        sum(pauses.pauses[collected:]) * 1000 / result["count"], 3
+                        result = await ask(
+                            "run", f"h{history}", CLIENTS, turns // 2, *(() if again else ("keep",))
+                        )
+                    result["loop_cpu"] = time.thread_time() - loop_cpu
+                    result["loop_sys"] = (
+                        resource.getrusage(resource.RUSAGE_THREAD).ru_stime - loop_sys
                     )
-                    figures[f"loop_cpu_ms_per_turn_history_{history}"] = round(
-                        (time.thread_time() - loop_cpu) * 1000 / result["count"], 3
-                    )
-                    loop_sys = resource.getrusage(resource.RUSAGE_THREAD).ru_stime - loop_sys
-                    figures[f"loop_kernel_ms_per_turn_history_{history}"] = round(
-                        loop_sys * 1000 / result["count"], 3
-                    )
-                    if profiler is not None:
+                    result["gc"] = sum(pauses.pauses[collected:])
+                    if profiled:
                         profiler.disable()
-                        print_profile(profiler)
-                    figures[f"turns_per_s_history_{history}"] = result["per_s"]
-                    figures[f"p99_ms_history_{history}_32_sessions"] = result["p99"]
-                    figures[f"request_kb_history_{history}"] = result["request_kb"]
-                    figures[f"first_turn_p50_ms_history_{history}"] = warmed["p50"]
-                    figures[f"load_cpu_ms_per_turn_history_{history}"] = result["cpu_ms_per_turn"]
+                    passes[history].append(result)
+                if profiler is not None:
+                    print_profile(profiler)
+                for history in LEVELS:
+                    figures |= level_figures(history, passes[history])
                     print(
-                        f"history {history}: {result['per_s']} turns/s, p50 {result['p50']} ms, "
-                        f"p99 {result['p99']} ms",
+                        f"history {history}: {figures[f'turns_per_s_history_{history}']} turns/s "
+                        f"(passes: {figures[f'turns_per_s_history_{history}_passes']}), "
+                        f"p99 {figures[f'p99_ms_history_{history}_32_sessions']} ms",
                         flush=True,
                     )
                 figures["ratio_history_1000_to_0"] = round(
