@@ -75,30 +75,28 @@ Part: TypeAlias = TextPart | ToolCallPart | ToolResultPart | ReasoningPart | Fil
 class Message:
     """One conversation message: a role and its parts, in order. Frozen.
 
-    A message is sent to the model again on every later turn of its session,
-    so a provider's wire bytes for it are computed once and kept with it (see
-    :func:`wire_form`); that memo is never compared or shown.
+    A message is sent to the model again on every later turn of its session;
+    its wire bytes are kept by the client's conversation, not with it
+    (:mod:`threads.llm.conversations`, decision perf-40).
 
     A live session holds every message of its context, most of them one text
     part, so such a message keeps its text alone and makes its ``content``
     tuple when asked for it (decision perf-26): one object the garbage
     collector walks, not three (the message, its tuple and the part), and
-    some 100 bytes less each. Messages compare by role and content, whatever
-    they keep.
+    some 100 bytes less each; two slots, 48 bytes. Messages compare by role
+    and content, whatever they keep.
     """
 
-    __slots__ = ("_parts", "_wire", "role")
+    __slots__ = ("_parts", "role")
     __match_args__ = ("role", "content")
 
     role: Role
     _parts: tuple[Part, ...] | str
-    _wire: tuple[str, bytes] | None
 
     def __init__(self, *, role: Role, content: tuple[Part, ...]) -> None:
         _init = object.__setattr__
         _init(self, "role", role)
         _init(self, "_parts", _kept_parts(content))
-        _init(self, "_wire", None)
 
     @property
     def content(self) -> tuple[Part, ...]:
@@ -297,7 +295,7 @@ def usage_from_wire(obj: JSON) -> Usage:
 
 
 class Encodable(Protocol):
-    """A frozen value that keeps its latest wire encoding (a message, a tool's spec)."""
+    """A frozen value that keeps its latest wire encoding (a tool's spec)."""
 
     @property
     def _wire(self) -> tuple[str, bytes] | None: ...
@@ -309,9 +307,8 @@ E = TypeVar("E", bound=Encodable)
 def wire_form(value: E, form: str, encode: Callable[[E], bytes]) -> bytes:
     """``encode(value)``, the value in the wire format named ``form``, encoded once.
 
-    The bytes are kept with the value (frozen: they cannot go stale), so a
-    conversation's history and an agent's tool schemas cost their encoding
-    once, not once per request.
+    The bytes are kept with the value (frozen: they cannot go stale), so an
+    agent's tool schemas cost their encoding once, not once per request.
     """
     kept = value._wire
     if kept is not None and kept[0] == form:

@@ -33,6 +33,7 @@ from threads.llm.base import (
     StopReason,
     ToolSpec,
 )
+from threads.llm.conversations import EncodedConversations
 from threads.llm.errors import ModelConnectionError, ModelResponseError
 from threads.llm.http import HTTPModelClient
 from threads.llm.openai import file_line, parse_arguments
@@ -131,40 +132,59 @@ def _encoded(message: Message) -> bytes:
     return b",".join(orjson.dumps(b) for b in blocks_of(message))
 
 
-def messages_json(messages: Sequence[Message], *, cache_last: bool) -> orjson.Fragment:
-    """The ``messages`` array as JSON, roles alternating, from each message's kept encoding.
+_TURN_OPENS = {role: b'"role":"%s","content":[' % role.encode() for role in ("user", "assistant")}
+
+
+def _turn_of(message: Message) -> str:
+    return "assistant" if message.role == "assistant" else "user"
+
+
+def _joined(open_turn: str | None, role: str, blocks: bytes) -> bytes:
+    """What follows the turn left open (None: no turn yet) for a message of ``role``: its
+    blocks in that turn when the roles match, else the open one closed and a new one begun."""
+    if role == open_turn:
+        return b"," + blocks
+    return (b"]},{" if open_turn else b"{") + _TURN_OPENS[role] + blocks
+
+
+def _turns(messages: Sequence[Message], open_turn: Any) -> tuple[bytes, Any]:
+    """The turns ``messages`` add to a conversation whose last turn is ``open_turn``'s (None:
+    none yet), a role's consecutive messages one turn; the last turn is left open."""
+    pieces: list[bytes] = []
+    for message in messages:
+        blocks = _encoded(message)
+        if blocks:
+            role = _turn_of(message)
+            pieces.append(_joined(open_turn, role, blocks))
+            open_turn = role
+    return b"".join(pieces), open_turn
+
+
+def messages_json(
+    messages: Sequence[Message], conversations: EncodedConversations, *, cache_last: bool
+) -> orjson.Fragment:
+    """The ``messages`` array as JSON, roles alternating; what the conversation sent before
+    is not encoded again (:class:`~threads.llm.conversations.EncodedConversations`).
 
     With ``cache_last`` the conversation's last block carries ``cache_control``
-    (when its kind may): that message is encoded afresh, the rest come from
-    what each kept since its first request.
+    (when its kind may): the message that holds it is encoded afresh for each
+    request and kept by none, the messages before it as any are.
     """
-    turns: list[tuple[str, list[bytes]]] = []
-    last = len(messages) - 1
-    while last >= 0 and not wire_form(messages[last], _FORM, _encoded):
-        last -= 1  # the last block is the last message's that has blocks
-    for index, message in enumerate(messages):
-        role = "assistant" if message.role == "assistant" else "user"
-        if cache_last and index == last:
-            blocks = blocks_of(message)
-            if blocks and blocks[-1]["type"] in _CACHEABLE:
-                blocks[-1] = blocks[-1] | {"cache_control": _EPHEMERAL}
-            data = b",".join(orjson.dumps(b) for b in blocks)
-        else:
-            data = wire_form(message, _FORM, _encoded)
-        if not data:
-            continue
-        if turns and turns[-1][0] == role:
-            turns[-1][1].append(data)
-        else:
-            turns.append((role, [data]))
-    return orjson.Fragment(
-        b"["
-        + b",".join(
-            b'{"role":"%s","content":[%s]}' % (role.encode(), b",".join(blocks))
-            for role, blocks in turns
-        )
-        + b"]"
-    )
+    last = len(messages)
+    cached: list[dict[str, Any]] = []
+    if cache_last:
+        last -= 1
+        while last >= 0 and not (cached := blocks_of(messages[last])):
+            last -= 1  # the last block is the last message's that has blocks
+    data, open_turn = conversations.grow(messages, _turns, count=max(last, 0))
+    tail = b""
+    if cached:
+        if cached[-1]["type"] in _CACHEABLE:
+            cached[-1] = cached[-1] | {"cache_control": _EPHEMERAL}
+        role = _turn_of(messages[last])
+        tail = _joined(open_turn, role, b",".join(orjson.dumps(b) for b in cached))
+        open_turn = role
+    return orjson.Fragment(b"".join((b"[", data, tail, b"]}]" if open_turn else b"]")))
 
 
 def _tool_encoded(tool: ToolSpec) -> bytes:
@@ -402,12 +422,15 @@ class AnthropicClient(HTTPModelClient):
         )
         self.base_url = base_url.rstrip("/")
         self.prompt_caching = prompt_caching
+        self._conversations = EncodedConversations()
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_output_tokens,
-            "messages": messages_json(request.messages, cache_last=self.prompt_caching),
+            "messages": messages_json(
+                request.messages, self._conversations, cache_last=self.prompt_caching
+            ),
         }
         if request.system:
             system: dict[str, Any] = {"type": "text", "text": request.system}

@@ -11,6 +11,11 @@ tool message was merged, images were fetched for a vision model) is encoded
 whole, and kept in turn. What is kept is bounded in bytes; the least
 recently used conversation goes first.
 
+What follows a conversation's kept bytes may depend on how they end (a
+protocol that merges a role's consecutive messages into one turn appends
+to the turn that is open): an :data:`Extender` is given the state the last
+one left with the bytes, and hands back its own (:meth:`EncodedConversations.grow`).
+
 A request's array is copied out of what is kept once, framed (``[``, the
 messages that lead it, ``]``) in the same copy: the history is not joined
 again per request. A long one is not copied at all: the request gets a
@@ -26,6 +31,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from threads.messages import Message
 
@@ -33,6 +39,9 @@ DEFAULT_MAX_BYTES = 64 * 2**20
 """What one client keeps at most; a smaller bound was tried and not taken (decision perf-27)."""
 Encoder = Callable[[Sequence[Message]], bytes]
 """Messages' encodings, comma-separated; a message the protocol has no place for adds none."""
+Extender = Callable[[Sequence[Message], Any], tuple[bytes, Any]]
+"""The bytes that follow a conversation's kept ones for ``messages``, given the state the
+kept ones ended in (None for none kept), and the state they end in."""
 
 # A conversation this long goes out as a view of its kept bytes, not a copy.
 SPLICE_AT = 64 * 2**10
@@ -59,6 +68,19 @@ class _Kept:
     last: Message
     count: int
     data: bytearray
+    state: Any
+
+
+def _comma_separated(encode: Encoder) -> Extender:
+    """An extender of comma-separated encodings; its state: whether any bytes are kept."""
+
+    def extend(messages: Sequence[Message], state: Any) -> tuple[bytes, Any]:
+        more = encode(messages)
+        if not more:
+            return b"", state
+        return (b"," + more if state else more), True
+
+    return extend
 
 
 class EncodedConversations:
@@ -75,8 +97,8 @@ class EncodedConversations:
         Messages the conversation's previous request ended with are not
         encoded again: ``encode`` is given only the messages after them.
         """
-        data = self._grown(messages, encode)
-        return bytes(data) if data is not None else b""
+        data, _ = self.grow(messages, _comma_separated(encode))
+        return bytes(data)
 
     def array(
         self,
@@ -94,7 +116,7 @@ class EncodedConversations:
         copy (the rest of a request body). From :data:`SPLICE_AT` kept bytes
         on, the array is not copied: it comes back :class:`Spliced`.
         """
-        data = self._grown(messages, encode)
+        data, _ = self.grow(messages, _comma_separated(encode))
         if not data:
             return b"".join((before, b"[", lead, b"]", after))
         head = b"".join((before, b"[", lead, b",")) if lead else before + b"["
@@ -102,34 +124,44 @@ class EncodedConversations:
             return b"".join((head, data, b"]", after))
         return Spliced(head, memoryview(data), b"]" + after)
 
-    def _grown(self, messages: Sequence[Message], encode: Encoder) -> bytearray | None:
-        """What is kept for ``messages``' conversation, grown to hold all of them."""
-        if not messages:
-            return None
+    def grow(
+        self, messages: Sequence[Message], extend: Extender, *, count: int | None = None
+    ) -> tuple[bytearray, Any]:
+        """What is kept for ``messages``' conversation (their first ``count``, or all),
+        grown by ``extend`` to hold them, and the state it ends in (see :data:`Extender`);
+        empty, and None, for none.
+
+        Do not change the bytes: they are what the next request of the conversation
+        grows from.
+        """
+        end = len(messages) if count is None else count
+        if not end:
+            return bytearray(), None
         first = messages[0]
         kept = self._kept.pop(id(first), None)
-        start = 0
+        start, state = 0, None
         if kept is not None:
             self._bytes -= len(kept.data)
-            count = kept.count
-            if kept.first is first and count <= len(messages) and messages[count - 1] is kept.last:
-                start = count
+            if kept.first is first and kept.count <= end and messages[kept.count - 1] is kept.last:
+                start, state = kept.count, kept.state
             else:
                 kept = None
         data = kept.data if kept is not None else bytearray()
-        more = encode(messages[start:] if start else messages)
+        more, state = extend(
+            messages[start:end] if start or end < len(messages) else messages, state
+        )
         if more:
             try:
-                data += b"," + more if data else more
+                data += more
             except BufferError:  # a request still sends a view of them: grow a copy
                 data = bytearray(data)
-                data += b"," + more if data else more
-        self._kept[id(first)] = _Kept(first, messages[-1], len(messages), data)
+                data += more
+        self._kept[id(first)] = _Kept(first, messages[end - 1], end, data, state)
         self._bytes += len(data)
         while self._bytes > self._max_bytes and len(self._kept) > 1:
             _, oldest = self._kept.popitem(last=False)
             self._bytes -= len(oldest.data)
-        return data
+        return data, state
 
     @property
     def kept_bytes(self) -> int:

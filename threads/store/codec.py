@@ -307,7 +307,6 @@ def _fast_message(value: JSON) -> Message:
     message = _new(Message)
     _set_role(message, ROLES[role])
     _set_parts(message, kept)
-    _set_wire(message, None)
     return message
 
 
@@ -319,7 +318,6 @@ _new = object.__new__
 _set_text = _setter(TextPart, "text")
 _set_role = _setter(Message, "role")
 _set_parts = _setter(Message, "_parts")
-_set_wire = _setter(Message, "_wire")
 _FAST: dict[Callable[[JSON], Any], Callable[[JSON], Any]] = {message_from_wire: _fast_message}
 
 EntryDecoder: TypeAlias = Callable[[dict[str, JSON], str], Entry]
