@@ -33,7 +33,8 @@ turns.
   writes of a request that carries the whole context, among others) and
   ``load_cpu_ms_per_turn_history_*`` the load process's (the model and the
   clients, on the other core), to tell which side a level's rate is bound
-  by; ``gc_ms_per_turn_history_*`` the collections' time in it, per turn;
+  by; ``gc_ms_per_turn_history_*`` the collections' time in it, per turn,
+  and ``page_faults_per_turn_history_*`` the gateway's minor page faults;
   ``request_kb_history_{0,100,1000}`` the size of a model request at each
   level (the whole context goes to the model on every turn).
 - ``p99_ms_fresh`` / ``p99_ms_history_100``: 32 clients over 500 sessions
@@ -362,6 +363,9 @@ def level_figures(history: int, passes: list[dict[str, Any]]) -> dict[str, Any]:
         f"loop_kernel_ms_per_turn_history_{history}": per_turn_ms("loop_sys"),
         f"gc_ms_per_turn_history_{history}": per_turn_ms("gc"),
         f"load_cpu_ms_per_turn_history_{history}": per_turn_ms("cpu"),
+        f"page_faults_per_turn_history_{history}": round(
+            sum(result["faults"] for result in passes) / count, 2
+        ),
     }
 
 
@@ -437,6 +441,7 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                         profiler.enable()
                     loop_cpu, collected = time.thread_time(), len(pauses.pauses)
                     loop_sys = resource.getrusage(resource.RUSAGE_THREAD).ru_stime
+                    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                     with pauses.watching():
                         result = await ask(
                             "run", f"h{history}", CLIENTS, turns // 2, *(() if again else ("keep",))
@@ -446,6 +451,7 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                         resource.getrusage(resource.RUSAGE_THREAD).ru_stime - loop_sys
                     )
                     result["gc"] = sum(pauses.pauses[collected:])
+                    result["faults"] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
                     if profiled:
                         profiler.disable()
                     passes[history].append(result)
