@@ -159,6 +159,9 @@ class ThreadManager:
         self.budget = Budget(config.threads.budget)
         self.ledger = Ledger(self)
         self.pool = Pool(self)
+        # Told of every session opened from the store, once open (the gateway: its entries
+        # count, to hand back the memory a long open freed, decision perf-41).
+        self.open_listeners: list[Callable[[int], None]] = []
 
     # -- lifetime
 
@@ -430,9 +433,11 @@ class ThreadManager:
             # Input left unsettled continues here only if no other writer holds the session.
             session = self._from_loaded(key, loaded, options)
             await session.hold()
+            self._opened(session)
         elif session_id is not None:
             self.ownership.fence(session_id, fence)
             session = await self._open_stored(key, session_id, options)
+            self._opened(session)
         elif create:
             name = agent or self.config.default_agent
             session_id = new_session_id()
@@ -455,6 +460,10 @@ class ThreadManager:
             agent=session.header.meta.get("agent", self.config.default_agent),
             created=created,
         )
+
+    def _opened(self, session: Session) -> None:
+        for listener in self.open_listeners:
+            listener(session.entry_count)
 
     async def load_stored(self, key: SessionKey, session_id: str) -> Loaded:
         """The key's session as stored; one this build cannot read is set aside.

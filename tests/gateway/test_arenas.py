@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.arenas import ENVIRONMENT, settle_arenas
+from gateway.arenas import ENVIRONMENT, TRIM_AFTER_ENTRIES, settle_arenas
 
 pytestmark = pytest.mark.skipif(
     platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's"
@@ -76,3 +76,48 @@ def test_an_operators_own_setting_is_left_as_it_is(
     monkeypatch.setenv(ENVIRONMENT, "4")
     assert settle_arenas() is False
     assert arenas(tmp_path, "settled", **{ENVIRONMENT: "4"})[0] == "False"
+
+
+# Leaves the heap holding free pages between live chunks (as a long open does once its
+# file and decode are freed), then prints the resident kilobytes before and after
+# release_after_open for the entries given.
+TRIM_PROBE = """
+import ctypes, sys
+from gateway.arenas import release_after_open
+
+ctypes.CDLL(None).mallopt(-3, 64 << 20)  # M_MMAP_THRESHOLD: every chunk here in the heap
+chunks = [bytearray(b"x" * (256 << 10)) for _ in range(128)]
+del chunks[::2]  # every other one freed: free pages with live chunks on both sides
+
+def resident_kb():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4
+
+before = resident_kb()
+release_after_open(int(sys.argv[1]))
+print(before, resident_kb())
+"""
+
+
+def resident_around_release(entries: int) -> tuple[int, int]:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", TRIM_PROBE, str(entries)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(root)},
+        check=True,
+        timeout=60,
+    )
+    before, after = done.stdout.split()
+    return int(before), int(after)
+
+
+def test_a_long_open_hands_the_pages_its_heap_holds_free_back() -> None:
+    before, after = resident_around_release(TRIM_AFTER_ENTRIES)
+    assert before - after > 8 * 1024  # most of the 16 MB freed
+
+
+def test_a_short_open_leaves_the_heap_as_it_is() -> None:
+    before, after = resident_around_release(TRIM_AFTER_ENTRIES - 1)
+    assert abs(before - after) < 1024

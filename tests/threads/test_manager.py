@@ -92,6 +92,23 @@ async def test_a_key_whose_session_is_stored_is_loaded_through_the_key_index(
     await rt.manager.close()
 
 
+async def test_a_session_opened_from_the_store_is_told_with_its_entries_and_a_new_one_is_not(
+    memory_store: SessionStore,
+) -> None:
+    old = await Session.create(memory_store, HandAgent(), meta={"key": KEY, "agent": "default"})
+    await old.append_messages([Message.user("one"), Message.assistant("two")])
+    await old.close()
+    await memory_store.point(KEY, old.id)
+    rt = await make_runtime(memory_store, ScriptedModel())
+    opened: list[int] = []
+    rt.manager.open_listeners.append(opened.append)
+    await rt.manager.open_thread(KEY)
+    assert opened == [old.entry_count] == [2]
+    await rt.manager.open_thread("telegram:43", create=True)
+    assert opened == [2]
+    await rt.manager.close()
+
+
 async def test_a_wake_to_a_closed_manager_is_refused_naming_the_key(
     memory_store: SessionStore,
 ) -> None:
