@@ -47,7 +47,8 @@ TRIM_AFTER_ENTRIES = 1000
 
 def release_after_open(entries: int) -> None:
     """Hand the pages the heap holds free back to the system after an open of ``entries``
-    entries, if it read enough of them to leave some (0.03 to 0.5 ms on a 100 MB heap)."""
+    entries, if it read enough of them to leave some: about 0.4 ms after a 1 000-turn
+    open, 2 to 7 ms after one of 100 000 entries (decision perf-41)."""
     if entries >= TRIM_AFTER_ENTRIES and _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
