@@ -37,7 +37,7 @@ from cron.errors import StoreError as CronStoreError
 from cron.heartbeat import Heartbeats
 from cron.manager_waker import ManagerWaker
 from gateway.approvals import ApprovalDesk
-from gateway.arenas import release_after_open
+from gateway.arenas import FreedMemory
 from gateway.channel_setup import (
     build_discord,
     build_telegram,
@@ -280,7 +280,10 @@ class Gateway:
             cluster=self.member,
         )
         agent.services = self._manager
-        self._manager.open_listeners.append(release_after_open)
+        freed = FreedMemory()
+        self._manager.release_listeners.append(freed.released)
+        freed.watch()
+        self._lifetimes.push("freed memory", freed.stop)
         self.approvals = ApprovalService(self._manager, clock=self._approval_clock, grants=grants)
         self._lifetimes.push("approvals", self.approvals.close)
         self._manager.health_sources["approvals"] = self.approvals.health

@@ -32,10 +32,13 @@ class Eviction:
         close: Callable[[Thread], Coroutine[Any, Any, None]],
         *,
         idle_after: float,
+        let_go: Callable[[int], None] | None = None,
     ) -> None:
         self._threads = threads
         self._close = close
         self.idle_after = idle_after
+        # Told, once a sweep's closes have ended, how many entries their sessions held.
+        self._let_go = let_go
         self._closing: dict[SessionKey, asyncio.Task[None]] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -68,6 +71,8 @@ class Eviction:
             task.add_done_callback(partial(self._evicted, thread.key))
         if victims:
             await asyncio.gather(*(self._closing[t.key] for t in victims if t.key in self._closing))
+            if self._let_go is not None:
+                self._let_go(sum(t.session.entry_count for t in victims))
         return len(victims)
 
     async def _sweep(self) -> None:

@@ -144,7 +144,10 @@ class ThreadManager:
         self._observers: list[TurnObserver] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._eviction = Eviction(
-            self._threads, self._evict, idle_after=config.threads.idle_evict_seconds
+            self._threads,
+            self._evict,
+            idle_after=config.threads.idle_evict_seconds,
+            let_go=self._released,
         )
         self._closed = False
         self.started_at = time.time()
@@ -159,9 +162,10 @@ class ThreadManager:
         self.budget = Budget(config.threads.budget)
         self.ledger = Ledger(self)
         self.pool = Pool(self)
-        # Told of every session opened from the store, once open (the gateway: its entries
-        # count, to hand back the memory a long open freed, decision perf-41).
-        self.open_listeners: list[Callable[[int], None]] = []
+        # Told the entries of every session opened from the store, once open, and of the
+        # sessions each eviction sweep closed (the gateway hands back the memory a long
+        # open or an eviction freed, decision perf-41).
+        self.release_listeners: list[Callable[[int], None]] = []
 
     # -- lifetime
 
@@ -433,11 +437,11 @@ class ThreadManager:
             # Input left unsettled continues here only if no other writer holds the session.
             session = self._from_loaded(key, loaded, options)
             await session.hold()
-            self._opened(session)
+            self._released(session.entry_count)
         elif session_id is not None:
             self.ownership.fence(session_id, fence)
             session = await self._open_stored(key, session_id, options)
-            self._opened(session)
+            self._released(session.entry_count)
         elif create:
             name = agent or self.config.default_agent
             session_id = new_session_id()
@@ -461,9 +465,10 @@ class ThreadManager:
             created=created,
         )
 
-    def _opened(self, session: Session) -> None:
-        for listener in self.open_listeners:
-            listener(session.entry_count)
+    def _released(self, entries: int) -> None:
+        """An open that read ``entries`` entries, or a sweep that let go of as many, is done."""
+        for listener in self.release_listeners:
+            listener(entries)
 
     async def load_stored(self, key: SessionKey, session_id: str) -> Loaded:
         """The key's session as stored; one this build cannot read is set aside.

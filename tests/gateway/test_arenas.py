@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import subprocess
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.arenas import ENVIRONMENT, TRIM_AFTER_ENTRIES, settle_arenas
+import gateway.arenas as heap_module
+from gateway.arenas import ENVIRONMENT, TRIM_AFTER_ENTRIES, FreedMemory, settle_arenas
 
 pytestmark = pytest.mark.skipif(
     platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's"
@@ -80,10 +82,10 @@ def test_an_operators_own_setting_is_left_as_it_is(
 
 # Leaves the heap holding free pages between live chunks (as a long open does once its
 # file and decode are freed), then prints the resident kilobytes before and after
-# release_after_open for the entries given.
+# FreedMemory.released for the entries given.
 TRIM_PROBE = """
 import ctypes, sys
-from gateway.arenas import release_after_open
+from gateway.arenas import FreedMemory
 
 ctypes.CDLL(None).mallopt(-3, 64 << 20)  # M_MMAP_THRESHOLD: every chunk here in the heap
 chunks = [bytearray(b"x" * (256 << 10)) for _ in range(128)]
@@ -94,7 +96,7 @@ def resident_kb():
         return int(statm.read().split()[1]) * 4
 
 before = resident_kb()
-release_after_open(int(sys.argv[1]))
+FreedMemory().released(int(sys.argv[1]))
 print(before, resident_kb())
 """
 
@@ -121,3 +123,31 @@ def test_a_long_open_hands_the_pages_its_heap_holds_free_back() -> None:
 def test_a_short_open_leaves_the_heap_as_it_is() -> None:
     before, after = resident_around_release(TRIM_AFTER_ENTRIES - 1)
     assert abs(before - after) < 1024
+
+
+def test_what_an_eviction_frees_is_handed_back_again_after_the_next_full_collection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(heap_module, "_MALLOC_TRIM", trims.append)  # glibc's, at its edge
+    freed = FreedMemory()
+    freed.released(TRIM_AFTER_ENTRIES - 1)
+    freed(phase="stop", info={"generation": 2})
+    assert trims == []  # too little read or let go: nothing pending
+    freed.released(TRIM_AFTER_ENTRIES)
+    assert trims == [0]
+    freed(phase="start", info={"generation": 2})
+    freed(phase="stop", info={"generation": 1})
+    assert trims == [0]
+    freed(phase="stop", info={"generation": 2})
+    assert trims == [0, 0]
+    freed(phase="stop", info={"generation": 2})
+    assert trims == [0, 0]  # once per release
+
+
+async def test_a_watching_release_leaves_the_collector_when_stopped() -> None:
+    freed = FreedMemory()
+    freed.watch()
+    assert freed in gc.callbacks
+    await freed.stop()
+    assert freed not in gc.callbacks

@@ -101,11 +101,31 @@ async def test_a_session_opened_from_the_store_is_told_with_its_entries_and_a_ne
     await memory_store.point(KEY, old.id)
     rt = await make_runtime(memory_store, ScriptedModel())
     opened: list[int] = []
-    rt.manager.open_listeners.append(opened.append)
+    rt.manager.release_listeners.append(opened.append)
     await rt.manager.open_thread(KEY)
     assert opened == [old.entry_count] == [2]
     await rt.manager.open_thread("telegram:43", create=True)
     assert opened == [2]
+    await rt.manager.close()
+
+
+async def test_an_eviction_sweep_is_told_with_the_entries_its_sessions_held(
+    memory_store: SessionStore,
+) -> None:
+    for key, said in (("telegram:1", ["a", "b"]), ("telegram:2", ["c", "d", "e"])):
+        old = await Session.create(memory_store, HandAgent(), meta={"key": key, "agent": "default"})
+        await old.append_messages([Message.user(text) for text in said])
+        await old.close()
+        await memory_store.point(key, old.id)
+    rt = await make_runtime(memory_store, ScriptedModel())
+    await rt.manager.open_thread("telegram:1")
+    await rt.manager.open_thread("telegram:2")
+    told: list[int] = []
+    rt.manager.release_listeners.append(told.append)
+    assert await rt.manager.evict_idle(0) == 2
+    assert told == [5]  # one sweep, both sessions' entries
+    assert await rt.manager.evict_idle(0) == 0
+    assert told == [5]  # a sweep that closes nothing tells nothing
     await rt.manager.close()
 
 
