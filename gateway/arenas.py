@@ -26,10 +26,10 @@ again after the next full collection (decision perf-41).
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import os
 import platform
-from collections.abc import Callable
 
 ENVIRONMENT = "MALLOC_ARENA_MAX"
 M_ARENA_MAX = -8
@@ -40,8 +40,8 @@ def settle_arenas() -> bool:
     """Make every thread started from now on allocate from the main arena; whether it did."""
     if ENVIRONMENT in os.environ:
         return False  # the operator's own setting, which glibc applied at start
-    mallopt = _mallopt()
-    return mallopt is not None and mallopt(M_ARENA_MAX, 1) == 1
+    libc = _glibc()
+    return libc is not None and libc.mallopt(M_ARENA_MAX, 1) == 1
 
 
 TRIM_AFTER_ENTRIES = 1000
@@ -65,15 +65,14 @@ class FreedMemory:
         self._after_collection = False
 
     def released(self, entries: int) -> None:
-        if entries >= TRIM_AFTER_ENTRIES and _MALLOC_TRIM is not None:
-            _MALLOC_TRIM(0)
+        if entries >= TRIM_AFTER_ENTRIES:
+            _trim()
             self._after_collection = True
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "stop" and info["generation"] == 2 and self._after_collection:
             self._after_collection = False
-            if _MALLOC_TRIM is not None:
-                _MALLOC_TRIM(0)
+            _trim()
 
     def watch(self) -> None:
         """Trim after full collections from now on (:meth:`stop` undoes it)."""
@@ -84,22 +83,20 @@ class FreedMemory:
             gc.callbacks.remove(self)
 
 
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's ``mallopt`` (among the process's own symbols), or None where the C library is
-    another."""
-    return _glibc("mallopt")
+def _trim() -> None:
+    """glibc's ``malloc_trim(0)``: every whole free page of the heap back to the system."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
-def _glibc(name: str) -> Callable[..., int] | None:
-    """A function of glibc's among the process's own symbols, or None where the C library is
-    another."""
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The process's own symbols, where its C library is glibc (looked for once, when first
+    needed: ``platform.libc_ver`` reads the interpreter's file); None elsewhere."""
     if platform.libc_ver()[0] != "glibc":
         return None
     try:
-        call: Callable[..., int] = getattr(ctypes.CDLL(None), name)
-    except (OSError, AttributeError):
+        return ctypes.CDLL(None)
+    except OSError:
         return None
-    return call
-
-
-_MALLOC_TRIM = _glibc("malloc_trim")
