@@ -75,7 +75,7 @@ _ERROR_STATUSES = {
 }
 _CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
 _EPHEMERAL = {"type": "ephemeral"}
-_FORM = "anthropic"  # the tag of the messages-protocol encoding kept with each message and tool
+_FORM = "anthropic"  # the tag of the messages-protocol encoding kept with each tool
 
 
 # -- our messages → content blocks ------------------------------------------------------
