@@ -17,6 +17,7 @@ from itertools import chain, islice
 from typing import overload
 
 from threads.entry_log import EntryLog
+from threads.message_list import MessageList
 from threads.messages import Message, TextPart, ToolResultPart
 from threads.store.entries import (
     BranchSummaryEntry,
@@ -189,13 +190,14 @@ class ContextBuilder:
 
     Its list only grows at the end, but for that merge: a run shares the list
     up to where it stood (:meth:`run_context`), and a merge into a message a
-    run shares copies the list first.
+    run shares copies the list first. The list packs its older messages
+    (:class:`~threads.message_list.MessageList`, decision perf-42).
     """
 
     __slots__ = ("_messages", "_open", "_shared")
 
     def __init__(self) -> None:
-        self._messages: list[Message] = []
+        self._messages = MessageList()
         self._open: dict[str, str] = {}
         self._shared = 0  # how much of the list a run context may share
 
@@ -229,9 +231,9 @@ class ContextBuilder:
         if messages and messages[-1].role == "tool":
             if len(messages) <= self._shared:
                 # A run may share the message about to change: it keeps this list, we change a copy.
-                messages = self._messages = list(messages)
+                messages = self._messages = messages.copy()
                 self._shared = 0
-            messages[-1] = _merged(messages[-1], message)
+            messages.replace_last(_merged(messages[-1], message))
         else:
             messages.append(message)
 
@@ -314,7 +316,9 @@ class RunContext(MutableSequence[Message]):
 
     __slots__ = ("_base", "_own", "_shared")
 
-    def __init__(self, base: list[Message], shared: int, own: list[Message] | None = None) -> None:
+    def __init__(
+        self, base: list[Message] | MessageList, shared: int, own: list[Message] | None = None
+    ) -> None:
         self._base = base
         self._shared = shared
         self._own: list[Message] = own if own is not None else []

@@ -118,6 +118,11 @@ class Message:
             return parts
         return "".join(p.text for p in parts if isinstance(p, TextPart))
 
+    def sole_text(self) -> str | None:
+        """The text of a message that is one text part; None for any other."""
+        parts = self._parts
+        return parts if type(parts) is str else None
+
     def tool_calls(self) -> list[ToolCallPart]:
         parts = self._parts
         return [] if type(parts) is str else [p for p in parts if isinstance(p, ToolCallPart)]
@@ -154,6 +159,19 @@ class Message:
 
 def _message(role: Role, content: tuple[Part, ...]) -> Message:
     return Message(role=role, content=content)
+
+
+def text_message(role: Role, text: str) -> Message:
+    """``Message(role=role, content=(TextPart(text=text),))``, made as a decoder makes it:
+    without the part it would keep only the text of."""
+    message: Message = object.__new__(Message)
+    _set_role(message, role)
+    _set_parts(message, text)
+    return message
+
+
+_set_role = Message.__dict__["role"].__set__
+_set_parts = Message.__dict__["_parts"].__set__
 
 
 def _kept_parts(content: tuple[Part, ...]) -> tuple[Part, ...] | str:
