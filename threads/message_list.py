@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
 from typing import overload
 
 from threads.messages import Message, Role, text_message
@@ -111,11 +110,12 @@ class MessageList(Sequence[Message]):
         packed = self._packed
         if isinstance(index, slice):
             start, stop, step = index.indices(packed + len(self._tail))
-            if start >= packed and step == 1:
-                return self._tail[start - packed : stop - packed]
-            if step == 1:
-                return list(islice(self, start, stop))
-            return [self[i] for i in range(start, stop, step)]
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            blocks = self._blocks
+            out = [blocks[i // BLOCK].message(i % BLOCK) for i in range(start, min(stop, packed))]
+            out += self._tail[max(start - packed, 0) : max(stop - packed, 0)]
+            return out
         if index < 0:
             index += packed + len(self._tail)
             if index < 0:

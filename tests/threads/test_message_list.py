@@ -61,6 +61,8 @@ def test_a_packed_list_reads_back_every_message_by_index_slice_and_iteration() -
     assert [packed[i] for i in range(len(messages))] == messages
     assert [packed[-i] for i in range(1, len(messages) + 1)] == messages[::-1]
     assert packed[3:200] == messages[3:200]
+    assert packed[100:300] == messages[100:300]
+    assert packed[300:100] == []
     assert packed[10:300:7] == messages[10:300:7]
     assert packed[-5:] == messages[-5:]
     assert packed == messages
