@@ -1,4 +1,4 @@
-"""A session's context as a list whose older messages are packed: a block's texts in one buffer.
+"""A session's context as a list whose older messages are packed: a block's texts compressed.
 
 A live session keeps its context for its next turn: on a session of 1 000
 turns, 2 000 messages, nearly all of one text part. As objects, each is a
@@ -6,8 +6,12 @@ turns, 2 000 messages, nearly all of one text part. As objects, each is a
 header before the characters): some 200 KB of headers a session, and 4 000
 objects the garbage collector walks. A :class:`MessageList` keeps its recent
 messages as those objects and packs the older ones, :data:`BLOCK` at a time,
-into a :class:`_Block`: their texts' UTF-8 back to back in one ``bytes``, an
-end offset and a role for each (decision perf-42).
+into a :class:`_Block`: their texts' UTF-8 back to back, compressed with
+zlib into one ``bytes``, and an end offset and a role for each (decisions
+perf-42, perf-43). Every user message of a gateway starts with its wake's
+header (:func:`~threads.wake.render_header`), some 200 bytes that differ
+from the last one's in the time alone: compressed together, a block's
+prompts take a fraction of their text.
 
 What stays an object:
 - the last :data:`KEEP` to :data:`KEEP` + :data:`BLOCK` messages: what a run
@@ -19,12 +23,15 @@ What stays an object:
   reasoning): it sits in its block as it is.
 
 A packed message is made again each time it is read: equal to the one
-packed, not the same object. Blocks never change once made, so a copy of the
+packed, not the same object. Reads in a row from one block decompress it
+once; the list lets go of it at its next append, so a live session between
+turns holds none. Blocks never change once made, so a copy of the
 list shares them (:meth:`MessageList.copy`).
 """
 
 from __future__ import annotations
 
+import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
@@ -38,18 +45,21 @@ KEEP = 64
 
 _ROLES: tuple[Role, ...] = ("user", "assistant", "tool")
 _CODES = {role: code for code, role in enumerate(_ROLES)}
+LEVEL = 1
+"""zlib's level for a block's texts: the one that packs fastest; higher ones gained nothing
+on a gateway's messages (decision perf-43)."""
 _OBJECT = 255
 """A block's role code for a message kept as its object."""
 
 
 class _Block:
-    """:data:`BLOCK` messages: the text ones as UTF-8 in ``data``, the others as objects."""
+    """:data:`BLOCK` messages: the text ones as UTF-8, compressed together; the others as objects."""
 
-    __slots__ = ("data", "ends", "objects", "roles")
+    __slots__ = ("ends", "objects", "roles", "text")
 
     def __init__(self, messages: Sequence[Message], *, first: bool) -> None:
         texts: list[bytes] = []
-        ends = array("I")
+        ends: list[int] = []
         roles = bytearray()
         objects: dict[int, Message] = {}
         end = 0
@@ -64,36 +74,43 @@ class _Block:
                 end += len(encoded)
                 roles.append(_CODES[message.role])
             ends.append(end)
-        self.data = b"".join(texts)
-        self.ends = ends
+        self.text = zlib.compress(b"".join(texts), LEVEL)
+        self.ends = array("H" if end <= 0xFFFF else "I", ends)
         self.roles = bytes(roles)
         self.objects = objects or None
 
     def __len__(self) -> int:
         return len(self.roles)
 
-    def message(self, index: int) -> Message:
+    def texts(self) -> bytes:
+        """The block's texts, back to back (what :meth:`message` reads them from)."""
+        return zlib.decompress(self.text)
+
+    def message(self, index: int, texts: bytes) -> Message:
         code = self.roles[index]
         if code == _OBJECT:
             assert self.objects is not None
             return self.objects[index]
         ends = self.ends
         start = ends[index - 1] if index else 0
-        return text_message(_ROLES[code], self.data[start : ends[index]].decode())
+        return text_message(_ROLES[code], texts[start : ends[index]].decode())
 
-    def __iter__(self) -> Iterator[Message]:
-        return map(self.message, range(len(self.roles)))
+    def messages(self) -> list[Message]:
+        texts = self.texts() if self.ends[-1] else b""
+        return [self.message(index, texts) for index in range(len(self.roles))]
 
 
 class MessageList(Sequence[Message]):
     """The messages of a context, appended at the end; only the last may be replaced."""
 
-    __slots__ = ("_blocks", "_packed", "_tail")
+    __slots__ = ("_blocks", "_opened", "_packed", "_tail")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
         self._blocks: list[_Block] = []
         self._packed = 0  # messages in the blocks
         self._tail: list[Message] = []
+        # The block read last and its texts, while reads go on: the next append lets go.
+        self._opened: tuple[_Block, bytes] | None = None
         for message in messages:
             self.append(message)
 
@@ -112,8 +129,7 @@ class MessageList(Sequence[Message]):
             start, stop, step = index.indices(packed + len(self._tail))
             if step != 1:
                 return [self[i] for i in range(start, stop, step)]
-            blocks = self._blocks
-            out = [blocks[i // BLOCK].message(i % BLOCK) for i in range(start, min(stop, packed))]
+            out = [self._read(i) for i in range(start, min(stop, packed))]
             out += self._tail[max(start - packed, 0) : max(stop - packed, 0)]
             return out
         if index < 0:
@@ -122,11 +138,23 @@ class MessageList(Sequence[Message]):
                 raise IndexError("message list index out of range")
         if index >= packed:
             return self._tail[index - packed]
-        return self._blocks[index // BLOCK].message(index % BLOCK)
+        return self._read(index)
+
+    def _read(self, index: int) -> Message:
+        """A packed message; its block's texts are decompressed once for reads in a row."""
+        block = self._blocks[index // BLOCK]
+        index %= BLOCK
+        if block.roles[index] == _OBJECT:
+            assert block.objects is not None
+            return block.objects[index]
+        opened = self._opened
+        if opened is None or opened[0] is not block:
+            opened = self._opened = (block, block.texts())
+        return block.message(index, opened[1])
 
     def __iter__(self) -> Iterator[Message]:
         for block in self._blocks:
-            yield from block
+            yield from block.messages()
         yield from self._tail
 
     def __eq__(self, other: object) -> bool:
@@ -140,6 +168,7 @@ class MessageList(Sequence[Message]):
         return f"MessageList({list(self)!r})"
 
     def append(self, message: Message) -> None:
+        self._opened = None
         tail = self._tail
         tail.append(message)
         if len(tail) >= KEEP + BLOCK:

@@ -1,12 +1,18 @@
-"""A context's list packs its older messages and reads them back as they were (perf-42)."""
+"""A context's list packs its older messages and reads them back as they were (perf-42, perf-43)."""
 
 from __future__ import annotations
 
 import gc
+import secrets
 import tracemalloc
+import zlib
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from threads.context import ContextBuilder
+from threads.ids import new_session_id
 from threads.llm.conversations import EncodedConversations
 from threads.message_list import BLOCK, KEEP, MessageList
 from threads.messages import (
@@ -18,6 +24,7 @@ from threads.messages import (
     ToolResultPart,
     text_message,
 )
+from threads.wake import UserCaller, Wake, WakeSource, render_prompt
 
 
 def mixed(count: int) -> list[Message]:
@@ -90,14 +97,15 @@ def test_a_copy_shares_the_blocks_and_changes_apart() -> None:
     assert copy[:-2] == packed[:-1]
 
 
-def held_bytes(make: type[list[Message]] | type[MessageList]) -> int:
+def held_bytes(make: type[list[Message]] | type[MessageList], texts: list[str]) -> int:
+    """What ``make`` holds of messages made of ``texts``, the strings made afresh inside."""
     gc.collect()
     tracemalloc.start()
     try:
         start = tracemalloc.get_traced_memory()[0]
         kept = make(
-            text_message("user" if i % 2 else "assistant", f"turn {i}: " + "x" * 90)
-            for i in range(2000)
+            text_message("user" if i % 2 else "assistant", text.encode().decode())
+            for i, text in enumerate(texts)
         )
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - start
@@ -107,10 +115,46 @@ def held_bytes(make: type[list[Message]] | type[MessageList]) -> int:
         tracemalloc.stop()
 
 
-def test_packed_text_messages_hold_less_than_two_thirds_of_their_objects() -> None:
-    as_objects = held_bytes(list)
-    packed = held_bytes(MessageList)
-    assert packed < 0.65 * as_objects, (packed, as_objects)
+def test_packed_messages_hold_under_half_of_their_objects_even_in_text_that_does_not_compress() -> (
+    None
+):
+    texts = [secrets.token_urlsafe(75) for _ in range(2000)]  # 100 characters, 6 bits each
+    as_objects = held_bytes(list, texts)
+    packed = held_bytes(MessageList, texts)
+    assert packed < 0.5 * as_objects, (packed, as_objects)
+
+
+SESSION = new_session_id()
+
+
+def prompt(turn: int) -> str:
+    wake = Wake(
+        source=WakeSource.WEB,
+        body=f"message {turn}",
+        caller=UserCaller(channel="web", user_id="u1"),
+        created=datetime(2026, 12, 7, 12, 0, tzinfo=UTC) + timedelta(seconds=turn * 7),
+    )
+    return render_prompt(wake, thread="web:570a05f2ce31f19c", session_id=SESSION)
+
+
+def test_prompts_pack_to_under_a_quarter_of_their_text_as_their_headers_repeat() -> None:
+    texts = [prompt(turn // 2) if turn % 2 == 0 else "ok" for turn in range(2000)]
+    packed = held_bytes(MessageList, texts)
+    assert packed < sum(map(len, texts)) / 4, (packed, sum(map(len, texts)))
+
+
+def test_a_packed_message_read_alone_decompresses_only_its_block_once_for_reads_in_a_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    packed = MessageList(Message.user(f"m{i}") for i in range(4 * BLOCK))
+    calls: list[bytes] = []
+    decompress = zlib.decompress
+    monkeypatch.setattr(zlib, "decompress", lambda data: calls.append(data) or decompress(data))
+    assert [packed[i].text() for i in range(1, BLOCK)] == [f"m{i}" for i in range(1, BLOCK)]
+    assert len(calls) == 1
+    assert packed[0].text() == "m0"  # the first message is kept whole: nothing to decompress
+    assert packed[BLOCK : BLOCK + 2] == [Message.user(f"m{BLOCK}"), Message.user(f"m{BLOCK + 1}")]
+    assert len(calls) == 2
 
 
 class Counting:
@@ -136,3 +180,8 @@ def test_a_kept_conversation_grows_by_what_is_new_across_the_packing() -> None:
         builder.add(run[-1])
     assert data.startswith(b"question 0,answer 0,question 1")
     assert builder.messages()[-1] == Message.assistant(f"answer {turn}")
+
+
+def test_a_block_whose_texts_pass_64_kib_reads_back() -> None:
+    messages = [Message.user(f"{i:04d}" + "é" * 1500) for i in range(2 * BLOCK + KEEP)]
+    assert MessageList(messages) == messages
