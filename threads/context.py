@@ -352,6 +352,20 @@ class RunContext(MutableSequence[Message]):
     def __iter__(self) -> Iterator[Message]:
         return chain(islice(self._base, self._shared), self._own)
 
+    def parted(self) -> Iterator[tuple[int, Message]]:
+        """The messages that are not one text part, with their places; a packed list's
+        texts stay packed (:meth:`MessageList.parted`)."""
+        base, shared = self._base, self._shared
+        if isinstance(base, MessageList):
+            yield from base.parted(shared)
+        else:
+            for at, message in enumerate(islice(base, shared)):
+                if message.sole_text() is None:
+                    yield at, message
+        for offset, message in enumerate(self._own):
+            if message.sole_text() is None:
+                yield shared + offset, message
+
     def __reversed__(self) -> Iterator[Message]:
         base = self._base
         return chain(reversed(self._own), (base[i] for i in range(self._shared - 1, -1, -1)))

@@ -19,7 +19,9 @@ import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from typing import overload
 
+from threads.context import RunContext
 from threads.messages import FilePart, Message
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,11 @@ class Media:
         """``messages`` with every fetchable image as a ``data:`` URL (``messages`` if none)."""
         if not self._fetchers:
             return messages
-        out: list[Message] | None = None
-        for index, message in enumerate(messages):
+        shown: dict[int, Message] = {}
+        # A run's context gives only its messages of several parts: a long one's
+        # older texts stay packed (decision perf-43).
+        found = messages.parted() if isinstance(messages, RunContext) else enumerate(messages)
+        for index, message in found:
             if message.role == "assistant" or len(message.content) < 2:
                 continue
             parts = list(message.content)
@@ -80,10 +85,8 @@ class Media:
                         parts[at] = dataclasses.replace(part, url=data)
                         changed = True
             if changed:
-                if out is None:
-                    out = list(messages)
-                out[index] = Message(role=message.role, content=tuple(parts))
-        return out if out is not None else messages
+                shown[index] = Message(role=message.role, content=tuple(parts))
+        return _Shown(messages, shown) if shown else messages
 
     async def _data_url(self, part: FilePart) -> str | None:
         cached = self._cache.get(part.url)
@@ -105,3 +108,31 @@ class Media:
         if len(self._cache) > self._cache_items:
             self._cache.popitem(last=False)
         return url
+
+
+class _Shown(Sequence[Message]):
+    """``messages`` with some shown otherwise (their images as ``data:`` URLs), not copied:
+    a long context's packed messages stay packed until the client reads them."""
+
+    __slots__ = ("_messages", "_shown")
+
+    def __init__(self, messages: Sequence[Message], shown: dict[int, Message]) -> None:
+        self._messages = messages
+        self._shown = shown
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._messages)))]
+        if index < 0:
+            index += len(self._messages)
+        shown = self._shown.get(index)
+        return shown if shown is not None else self._messages[index]

@@ -157,6 +157,20 @@ class MessageList(Sequence[Message]):
             yield from block.messages()
         yield from self._tail
 
+    def parted(self, stop: int | None = None) -> Iterator[tuple[int, Message]]:
+        """The messages (before ``stop``) that are not one text part, with their places:
+        found without unpacking a text (:meth:`threads.media.Media.prepare` looks for files)."""
+        end = len(self) if stop is None else min(stop, len(self))
+        for number, block in enumerate(self._blocks):
+            for index, message in (block.objects or {}).items():
+                at = number * BLOCK + index
+                if at < end and message.sole_text() is None:
+                    yield at, message
+        packed = self._packed
+        for offset, message in enumerate(self._tail[: max(end - packed, 0)]):
+            if message.sole_text() is None:
+                yield packed + offset, message
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, MessageList | list):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))

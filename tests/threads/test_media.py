@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import base64
+import zlib
 
+import pytest
+
+from threads.context import ContextBuilder
 from threads.media import Media
+from threads.message_list import BLOCK
 from threads.messages import FilePart, Message, TextPart
 
 PHOTO = FilePart(url="fake://chan/photo-1", media_type="image/jpeg", name="photo.jpg", size=3)
@@ -48,3 +53,36 @@ async def test_files_over_the_cap_other_files_and_failed_fetches_stay_references
         with_file(FilePart(url="fake://chan/huge", media_type="image/png", size=50)),
     ]
     assert await media.prepare(history) is history
+
+
+async def test_a_long_run_context_shows_an_old_image_without_unpacking_its_texts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def fetch(url: str) -> bytes:
+        return b"jpg"
+
+    media = Media()
+    media.register("fake://chan", fetch)
+    builder = ContextBuilder()
+    builder.add(Message.user("first"))
+    builder.add(with_file(PHOTO))
+    for turn in range(4 * BLOCK):
+        builder.add(Message.assistant(f"answer {turn}"))
+        builder.add(Message.user(f"question {turn}"))
+    run = builder.run_context()
+    run.append(Message.assistant("the run's own"))
+    unpacked: list[bytes] = []
+    decompress = zlib.decompress
+    monkeypatch.setattr(zlib, "decompress", lambda data: unpacked.append(data) or decompress(data))
+
+    prepared = await media.prepare(run)
+
+    assert unpacked == []
+    assert len(prepared) == len(run)
+    (_, part) = prepared[1].content
+    assert isinstance(part, FilePart)
+    assert part.url.startswith("data:image/jpeg;base64,")
+    assert prepared[0] is run[0]
+    assert prepared[-1] is run[-1]
+    assert prepared[-3:] == run[-3:]
+    assert list(prepared)[2:] == list(run)[2:]

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from threads.context import ContextBuilder
+from threads.context import ContextBuilder, RunContext
 from threads.ids import new_session_id
 from threads.llm.conversations import EncodedConversations
 from threads.message_list import BLOCK, KEEP, MessageList
@@ -185,3 +185,17 @@ def test_a_kept_conversation_grows_by_what_is_new_across_the_packing() -> None:
 def test_a_block_whose_texts_pass_64_kib_reads_back() -> None:
     messages = [Message.user(f"{i:04d}" + "é" * 1500) for i in range(2 * BLOCK + KEEP)]
     assert MessageList(messages) == messages
+
+
+def test_parted_names_every_message_of_several_parts_in_place_packed_or_not() -> None:
+    messages = mixed(4 * BLOCK + 9)
+    expected = [(i, m) for i, m in enumerate(messages) if m.sole_text() is None]
+    assert list(MessageList(messages).parted()) == expected
+    assert list(MessageList(messages).parted(200)) == [(i, m) for i, m in expected if i < 200]
+    own = [Message(role="user", content=(TextPart(text="see"), FilePart(url="data:,y")))]
+    for base in (messages, MessageList(messages)):
+        run = RunContext(base, len(messages) - 5, list(own))
+        assert list(run.parted()) == [
+            *((i, m) for i, m in expected if i < len(messages) - 5),
+            (len(messages) - 5, own[0]),
+        ]
