@@ -2,7 +2,7 @@
 
 A live session keeps its context for its next turn: on a session of 1 000
 turns, 2 000 messages, nearly all of one text part. As objects, each is a
-:class:`~threads.messages.Message` (48 bytes) and its text (a 49-byte string
+:class:`~threads.messages.Message` (56 bytes) and its text (a 49-byte string
 header before the characters): some 200 KB of headers a session, and 4 000
 objects the garbage collector walks. A :class:`MessageList` keeps its recent
 messages as those objects and packs the older ones, :data:`BLOCK` at a time,

@@ -79,15 +79,16 @@ class Message:
     its wire bytes are kept by the client's conversation, not with it
     (:mod:`threads.llm.conversations`, decision perf-40).
 
-    A live session holds every message of its context, most of them one text
-    part, so such a message keeps its text alone and makes its ``content``
-    tuple when asked for it (decision perf-26): one object the garbage
-    collector walks, not three (the message, its tuple and the part), and
-    some 100 bytes less each; two slots, 48 bytes. Messages compare by role
-    and content, whatever they keep.
+    Most messages are one text part, so such a message keeps its text alone
+    and makes its ``content`` tuple when asked for it (decision perf-26): one
+    object the garbage collector walks, not three (the message, its tuple and
+    the part). Messages compare by role and content, whatever they keep. A
+    live session keeps its older messages packed, not as messages
+    (:mod:`threads.message_list`); a client's kept conversation holds its
+    first message weakly (decision perf-44).
     """
 
-    __slots__ = ("_parts", "role")
+    __slots__ = ("__weakref__", "_parts", "role")
     __match_args__ = ("role", "content")
 
     role: Role

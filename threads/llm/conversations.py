@@ -9,7 +9,11 @@ encodes only the messages after them and appends their bytes to what is
 kept, in place; one that differs there (a compaction put a summary first, a
 tool message was merged, images were fetched for a vision model) is encoded
 whole, and kept in turn. What is kept is bounded in bytes; the least
-recently used conversation goes first.
+recently used conversation goes first. A conversation is held by its first
+message weakly: once its session lets go of that message (the session was
+evicted, its context compacted), what was kept for it goes too (decision
+perf-44). A reopened session's context is new objects, which no request
+could have grown from.
 
 What follows a conversation's kept bytes may depend on how they end (a
 protocol that merges a role's consecutive messages into one turn appends
@@ -28,9 +32,11 @@ sent is never changed under the sender.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from threads.messages import Message
@@ -64,7 +70,7 @@ class Spliced:
 
 @dataclass(slots=True)
 class _Kept:
-    first: Message
+    first: weakref.ref[Message]
     last: Message
     count: int
     data: bytearray
@@ -138,11 +144,15 @@ class EncodedConversations:
         if not end:
             return bytearray(), None
         first = messages[0]
-        kept = self._kept.pop(id(first), None)
+        key = id(first)
+        kept = self._kept.pop(key, None)
         start, state = 0, None
+        held: weakref.ref[Message] | None = None
         if kept is not None:
             self._bytes -= len(kept.data)
-            if kept.first is first and kept.count <= end and messages[kept.count - 1] is kept.last:
+            if kept.first() is first:
+                held = kept.first
+            if held is not None and kept.count <= end and messages[kept.count - 1] is kept.last:
                 start, state = kept.count, kept.state
             else:
                 kept = None
@@ -156,12 +166,22 @@ class EncodedConversations:
             except BufferError:  # a request still sends a view of them: grow a copy
                 data = bytearray(data)
                 data += more
-        self._kept[id(first)] = _Kept(first, messages[end - 1], end, data, state)
+        if held is None:
+            held = weakref.ref(first, partial(self._let_go, key))
+        self._kept[key] = _Kept(held, messages[end - 1], end, data, state)
         self._bytes += len(data)
         while self._bytes > self._max_bytes and len(self._kept) > 1:
             _, oldest = self._kept.popitem(last=False)
             self._bytes -= len(oldest.data)
         return data, state
+
+    def _let_go(self, key: int, first: weakref.ref[Message]) -> None:
+        """The conversation's first message is gone, and with it any request that could grow
+        from what is kept (a weak reference's callback)."""
+        kept = self._kept.get(key)
+        if kept is not None and kept.first is first:
+            del self._kept[key]
+            self._bytes -= len(kept.data)
 
     @property
     def kept_bytes(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 
 from threads.llm.conversations import SPLICE_AT, EncodedConversations, Spliced
@@ -96,3 +97,18 @@ def test_a_conversation_grown_while_its_last_request_is_out_leaves_that_request_
     assert bytes(out) == b"[" + b"x" * SPLICE_AT + b"]"
     assert bytes(grown) == b"[" + b"x" * SPLICE_AT + b",y]"
     assert encode.seen == ["x" * SPLICE_AT, "y"]  # still only what is new
+
+
+def test_a_conversation_goes_once_its_first_message_is_let_go() -> None:
+    kept, encode = EncodedConversations(), Counting()
+    history = [Message.user("a" * 10), Message.assistant("b")]
+    other = [Message.user("c" * 5)]
+    kept.encode(history, encode)
+    kept.encode([*history, Message.user("d")], encode)  # grown: the same conversation
+    kept.encode(other, encode)
+    assert kept.kept_bytes == 14 + 5
+    del history
+    gc.collect()
+    assert kept.kept_bytes == 5
+    assert kept.encode([*other, Message.user("e")], encode) == b"c" * 5 + b",e"
+    assert encode.seen[-1] == "e"  # the conversation that stays still grows from its bytes
