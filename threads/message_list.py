@@ -43,11 +43,12 @@ BLOCK = 64
 KEEP = 64
 """Recent messages always kept as objects."""
 
-_ROLES: tuple[Role, ...] = ("user", "assistant", "tool")
-_CODES = {role: code for code, role in enumerate(_ROLES)}
 LEVEL = 1
 """zlib's level for a block's texts: the one that packs fastest; higher ones gained nothing
 on a gateway's messages (decision perf-43)."""
+
+_ROLES: tuple[Role, ...] = ("user", "assistant", "tool")
+_CODES = {role: code for code, role in enumerate(_ROLES)}
 _OBJECT = 255
 """A block's role code for a message kept as its object."""
 
