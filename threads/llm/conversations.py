@@ -96,6 +96,10 @@ class EncodedConversations:
         self._kept: OrderedDict[int, _Kept] = OrderedDict()
         self._bytes = 0
         self._max_bytes = max_bytes
+        # Conversations whose first message is gone, as their weak references' callbacks
+        # found them: a collection runs them on whichever thread it runs on, so they only
+        # note it here, and the event loop lets the bytes go (:meth:`_let_go_of_the_gone`).
+        self._gone: list[tuple[int, weakref.ref[Message]]] = []
 
     def encode(self, messages: Sequence[Message], encode: Encoder) -> bytes:
         """The encodings of ``messages``, comma-separated, as ``encode`` makes them.
@@ -143,6 +147,8 @@ class EncodedConversations:
         end = len(messages) if count is None else count
         if not end:
             return bytearray(), None
+        if self._gone:
+            self._let_go_of_the_gone()
         first = messages[0]
         key = id(first)
         kept = self._kept.pop(key, None)
@@ -176,14 +182,22 @@ class EncodedConversations:
         return data, state
 
     def _let_go(self, key: int, first: weakref.ref[Message]) -> None:
-        """The conversation's first message is gone, and with it any request that could grow
-        from what is kept (a weak reference's callback)."""
-        kept = self._kept.get(key)
-        if kept is not None and kept.first is first:
-            del self._kept[key]
-            self._bytes -= len(kept.data)
+        """A weak reference's callback: the conversation's first message is gone, and with
+        it any request that could grow from what is kept. Any thread: it only takes note."""
+        self._gone.append((key, first))
+
+    def _let_go_of_the_gone(self) -> None:
+        gone = self._gone
+        while gone:
+            key, first = gone.pop()
+            kept = self._kept.get(key)
+            if kept is not None and kept.first is first:  # not a newer one under a reused id
+                del self._kept[key]
+                self._bytes -= len(kept.data)
 
     @property
     def kept_bytes(self) -> int:
         """The bytes held for every kept conversation."""
+        if self._gone:
+            self._let_go_of_the_gone()
         return self._bytes
