@@ -52,7 +52,10 @@ turns.
 - ``rss_kb_per_live_session_1000_turns``: the resident set's growth, per
   session, as 32 sessions of 1 000 turns are opened as live threads;
   ``context_kb_per_session_1000_turns`` the text of one's context, for scale
-  (the target is ≤ 128 KB beyond it).
+  (the target is ≤ 128 KB beyond it). ``rss_kb_per_session_1000_turns_after_a_turn``
+  is the same growth once each has answered one message: what the model
+  client then keeps of its conversation, encoded, is in it (decisions
+  perf-02, perf-44).
 - ``rss_to_disk_ratio_after_soak``: the resident set's growth since start-up
   over the bytes of every session file, once every level ran (target ≤ 1).
 - ``p99_ms_*_first_turns`` / ``p99_ms_*_later_turns`` (fresh and cold):
@@ -427,6 +430,10 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                         )
                     warmed = await ask("warm", f"h{history}", CLIENTS)
                     figures[f"first_turn_p50_ms_history_{history}"] = warmed["p50"]
+                    if history == 1000:
+                        gc.collect()
+                        spoken = (rss_mb() - before) * 1024 / len(keys)
+                        figures["rss_kb_per_session_1000_turns_after_a_turn"] = round(spoken, 1)
 
                 # Every level runs twice, 0, 100, 1 000, then 1 000, 100, 0, with every
                 # level's sessions live and warm before the first: each level meets the
