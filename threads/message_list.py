@@ -36,7 +36,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
-from threads.messages import Message, Role, text_message
+from threads.messages import Message, Role, kept_message
 
 BLOCK = 64
 """Messages packed together."""
@@ -94,7 +94,7 @@ class _Block:
             return self.objects[index]
         ends = self.ends
         start = ends[index - 1] if index else 0
-        return text_message(_ROLES[code], texts[start : ends[index]].decode())
+        return kept_message(_ROLES[code], texts[start : ends[index]].decode())
 
     def messages(self) -> list[Message]:
         texts = self.texts() if self.ends[-1] else b""

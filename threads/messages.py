@@ -162,12 +162,12 @@ def _message(role: Role, content: tuple[Part, ...]) -> Message:
     return Message(role=role, content=content)
 
 
-def text_message(role: Role, text: str) -> Message:
-    """``Message(role=role, content=(TextPart(text=text),))``, made as a decoder makes it:
-    without the part it would keep only the text of."""
+def kept_message(role: Role, kept: tuple[Part, ...] | str) -> Message:
+    """The message that keeps ``kept`` (the text of a lone text part, else its parts), made
+    as a decoder makes it: without the checks and the part its constructor would go through."""
     message: Message = object.__new__(Message)
     _set_role(message, role)
-    _set_parts(message, text)
+    _set_parts(message, kept)
     return message
 
 

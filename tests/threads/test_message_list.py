@@ -22,7 +22,7 @@ from threads.messages import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
-    text_message,
+    kept_message,
 )
 from threads.wake import UserCaller, Wake, WakeSource, render_prompt
 
@@ -104,7 +104,7 @@ def held_bytes(make: type[list[Message]] | type[MessageList], texts: list[str]) 
     try:
         start = tracemalloc.get_traced_memory()[0]
         kept = make(
-            text_message("user" if i % 2 else "assistant", text.encode().decode())
+            kept_message("user" if i % 2 else "assistant", text.encode().decode())
             for i, text in enumerate(texts)
         )
         gc.collect()

@@ -26,6 +26,7 @@ from threads.messages import (
     TextPart,
     ToolCallPart,
     WireError,
+    kept_message,
     message_from_wire,
     message_to_wire,
     part_from_wire,
@@ -304,10 +305,7 @@ def _fast_message(value: JSON) -> Message:
             else:
                 parts.append(part_from_wire(part, f"message.content[{index}]"))
         kept = tuple(parts)
-    message = _new(Message)
-    _set_role(message, ROLES[role])
-    _set_parts(message, kept)
-    return message
+    return kept_message(ROLES[role], kept)
 
 
 def _is_text(part: JSON) -> bool:
@@ -316,8 +314,6 @@ def _is_text(part: JSON) -> bool:
 
 _new = object.__new__
 _set_text = _setter(TextPart, "text")
-_set_role = _setter(Message, "role")
-_set_parts = _setter(Message, "_parts")
 _FAST: dict[Callable[[JSON], Any], Callable[[JSON], Any]] = {message_from_wire: _fast_message}
 
 EntryDecoder: TypeAlias = Callable[[dict[str, JSON], str], Entry]
