@@ -80,9 +80,6 @@ class _Block:
         self.roles = bytes(roles)
         self.objects = objects or None
 
-    def __len__(self) -> int:
-        return len(self.roles)
-
     def texts(self) -> bytes:
         """The block's texts, back to back (what :meth:`message` reads them from)."""
         return zlib.decompress(self.text)
@@ -104,11 +101,10 @@ class _Block:
 class MessageList(Sequence[Message]):
     """The messages of a context, appended at the end; only the last may be replaced."""
 
-    __slots__ = ("_blocks", "_opened", "_packed", "_tail")
+    __slots__ = ("_blocks", "_opened", "_tail")
 
     def __init__(self, messages: Iterable[Message] = ()) -> None:
-        self._blocks: list[_Block] = []
-        self._packed = 0  # messages in the blocks
+        self._blocks: list[_Block] = []  # each of BLOCK messages
         self._tail: list[Message] = []
         # The block read last and its texts, while reads go on: the next append lets go.
         self._opened: tuple[_Block, bytes] | None = None
@@ -117,6 +113,11 @@ class MessageList(Sequence[Message]):
 
     def __len__(self) -> int:
         return self._packed + len(self._tail)
+
+    @property
+    def _packed(self) -> int:
+        """How many messages the blocks hold."""
+        return len(self._blocks) * BLOCK
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
@@ -187,9 +188,8 @@ class MessageList(Sequence[Message]):
         tail = self._tail
         tail.append(message)
         if len(tail) >= KEEP + BLOCK:
-            self._blocks.append(_Block(tail[:BLOCK], first=not self._packed))
+            self._blocks.append(_Block(tail[:BLOCK], first=not self._blocks))
             del tail[:BLOCK]
-            self._packed += BLOCK
 
     def replace_last(self, message: Message) -> None:
         """Put ``message`` in place of the last one (there is one)."""
@@ -201,6 +201,5 @@ class MessageList(Sequence[Message]):
         """Another list of the same messages, sharing the packed blocks."""
         other = MessageList()
         other._blocks = self._blocks.copy()
-        other._packed = self._packed
         other._tail = self._tail.copy()
         return other
