@@ -434,7 +434,11 @@ class Session:
             return
         await self._take_lease()
         if self._at_once is not None:
-            landed = self._at_once.append_at_once(self.id, entries)
+            try:
+                landed = self._at_once.append_at_once(self.id, entries, durable=durable)
+            except UnavailableError as exc:
+                self._failed(entries, exc)
+                raise
             if landed is not None:  # with nothing to wait for
                 self._options.outage.succeeded()
                 self._record(entries, landed)
@@ -452,8 +456,7 @@ class Session:
         try:
             lines = await waited
         except UnavailableError as exc:
-            self._unsure = list(entries)
-            self._options.outage.failed(exc)
+            self._failed(entries, exc)
             raise
         except asyncio.CancelledError:
             if not append.done():
@@ -471,6 +474,11 @@ class Session:
             raise
         self._options.outage.succeeded()
         self._record(entries, lines)
+
+    def _failed(self, entries: Sequence[Entry], error: UnavailableError) -> None:
+        """A write the store refused: the next one first checks whether it landed after all."""
+        self._unsure = list(entries)
+        self._options.outage.failed(error)
 
     async def _sync(self) -> None:
         """Make what was appended durable, when the store only does so on a flush."""

@@ -244,17 +244,20 @@ class Flusher(Protocol):
 
 @runtime_checkable
 class AtOnce(Protocol):
-    """Appends that land without waiting when nothing is ahead of them (an in-memory store).
+    """Appends that land without waiting when nothing is ahead of them (an in-memory store;
+    a file store's writes made without a flush).
 
     ``append_at_once`` is :meth:`Storage.append` done here and now, returning
     the lines; or None, having done nothing, when the write would have to wait
-    its turn (another write of the session started or waiting, a test pause):
+    its turn (another write of the session started or waiting, a test pause,
+    a durable write to a store that flushes on the event loop's behalf):
     then the caller awaits ``append``. A caller saves the task it would run
-    the append in. Only a backend for which ``durable`` changes nothing
-    offers it.
+    the append in, and a file store the hops to its writer thread and back.
     """
 
-    def append_at_once(self, session: str, entries: Sequence[Entry]) -> list[bytes] | None: ...
+    def append_at_once(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> list[bytes] | None: ...
 
 
 @runtime_checkable

@@ -140,27 +140,6 @@ Errors = Callable[[BaseException], BaseException]
 """What a committer's caller hears for an operation's error (a store's own error for an OSError)."""
 
 
-def _hand_back(ops: list[Op[Any]], errors: Errors) -> None:
-    """Settle ``ops`` on their event loops, one hop per loop."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[Op[Any]]] = {}
-    for op in ops:
-        by_loop.setdefault(op.loop, []).append(op)
-    for loop, settled in by_loop.items():
-        with suppress(RuntimeError):  # the loop closed: nobody is waiting any more
-            loop.call_soon_threadsafe(_settle, settled, errors)
-
-
-def _settle(ops: list[Op[Any]], errors: Errors) -> None:
-    for op in ops:
-        future = op.future
-        if future.done():
-            continue  # its caller was cancelled and has gone
-        if op.error is not None:
-            future.set_exception(errors(op.error))
-        else:
-            future.set_result(op.result)
-
-
 def _as_raised(error: BaseException) -> BaseException:
     return error
 
@@ -203,6 +182,11 @@ class Committer:
         self._thread: threading.Thread | None = None
         self._parallel = parallel_syncs
         self._closed = False
+        # Operations each event loop handed over (or is about to) and has not yet seen
+        # settled; counted on that loop's own thread (see run_here).
+        self._unsettled: dict[asyncio.AbstractEventLoop, int] = {}
+        # Held by the writer thread through a round, and by run_here: one runs at a time.
+        self._running = threading.Lock()
 
     async def run(
         self, fn: Callable[[Round, Op[T]], T], *, cancellable: bool = True, within: float = 0.0
@@ -243,12 +227,46 @@ class Committer:
         until = time.monotonic() + within if within > 0 else 0.0
         future: asyncio.Future[T] = loop.create_future() if cancellable else Held(loop=loop)
         op: Op[T] = Op(fn, future, loop, cancellable, until)
+        self._unsettled[loop] = self._unsettled.get(loop, 0) + 1
         batch = self._batches.get(loop)
         if batch is None:
             batch = self._batches[loop] = []
             loop.call_soon(self._hand_over, loop)
         batch.append(op)
         return op
+
+    def run_here(self, fn: Callable[[Round, Op[bool]], bool]) -> bool:
+        """Run ``fn(round, op)`` on the caller's thread, now, when the writer is idle.
+
+        For an operation that waits on no sync (a write made without a flush):
+        what the writer thread would do, without its two hops — the hand-over
+        that wakes the thread, and the call back that wakes the event loop,
+        each some 30 µs of a pinned gateway's core, or more, an idle core's
+        wake-up. The writer is idle when everything this event loop handed it
+        has been settled and no round is running: then nothing submitted
+        before this call is still to run, and nothing runs beside it.
+
+        False, having run nothing, when the writer is not idle (the caller then
+        submits as usual); else ``fn``'s own answer: False when it did nothing
+        (it cannot be done here). A sync ``fn`` asks for is made here too, on
+        the caller's thread. Its error is raised as the writer's would be.
+        """
+        loop = asyncio.get_running_loop()
+        if self._closed or self._unsettled.get(loop) or not self._running.acquire(blocking=False):
+            return False
+        try:
+            here = Round()
+            op: Op[bool] = Op(fn, loop.create_future(), loop, False)
+            try:
+                ran = fn(here, op)
+                here.finish(None)
+            except Exception as exc:
+                op.error = exc
+            if op.error is not None:
+                raise self._errors(op.error)
+            return ran
+        finally:
+            self._running.release()
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._batches.pop(loop, None)
@@ -293,30 +311,56 @@ class Committer:
             deadline = time.monotonic() + (self._linger if lingering else 0.0)
             gathered = False
             batch, running = self._take(self._queue.get())
-            while batch:
-                for op in batch:
-                    if op.cancelled and op.cancellable:
-                        continue
+            with self._running:
+                while batch:
+                    for op in batch:
+                        if op.cancelled and op.cancellable:
+                            continue  # skipped; still handed back, for its loop's count
+                        try:
+                            op.result = op.fn(current, op)
+                        except Exception as exc:
+                            op.error = exc
+                    for op in batch:
+                        (ops if current.waits(op) else done).append(op)
+                    if not running or not ops:
+                        break
                     try:
-                        op.result = op.fn(current, op)
-                    except Exception as exc:
-                        op.error = exc
-                for op in batch:
-                    (ops if current.waits(op) else done).append(op)
-                if not running or not ops:
-                    break
-                try:
-                    batch, running = self._take(self._more(ops, deadline, done))
-                except queue.Empty:
-                    break
-                gathered = True
-            current.finish(pool)
+                        batch, running = self._take(self._more(ops, deadline, done))
+                    except queue.Empty:
+                        break
+                    gathered = True
+                current.finish(pool)
             if lingering and not gathered:
                 skip = RETRY  # its writers were all waiting on it: a closed loop
             elif skip:
                 skip -= 1
             lingering = current.callers >= SIBLINGS and not skip
-            _hand_back(done + ops, self._errors)
+            self._hand_back(done + ops)
+
+    def _hand_back(self, ops: list[Op[Any]]) -> None:
+        """Settle ``ops`` on their event loops, one hop per loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[Op[Any]]] = {}
+        for op in ops:
+            by_loop.setdefault(op.loop, []).append(op)
+        for loop, settled in by_loop.items():
+            with suppress(RuntimeError):  # the loop closed: nobody is waiting any more
+                loop.call_soon_threadsafe(self._settle, loop, settled)
+
+    def _settle(self, loop: asyncio.AbstractEventLoop, ops: list[Op[Any]]) -> None:
+        left = self._unsettled[loop] - len(ops)
+        if left:
+            self._unsettled[loop] = left
+        else:
+            del self._unsettled[loop]  # the loop is not kept for a count of none
+        errors = self._errors
+        for op in ops:
+            future = op.future
+            if future.done():
+                continue  # its caller was cancelled and has gone
+            if op.error is not None:
+                future.set_exception(errors(op.error))
+            else:
+                future.set_result(op.result)
 
     def _take(self, item: list[Op[Any]] | None) -> tuple[list[Op[Any]], bool]:
         """``item`` and all that is queued behind it; False once :meth:`stop` asked to end."""
@@ -350,7 +394,7 @@ class Committer:
         # About to wait: what is done (a read, a write made without a flush) hears
         # now, not after a flush it does not need. A round that does not wait
         # settles everything in one hop at its end.
-        _hand_back(done, self._errors)
+        self._hand_back(done)
         done.clear()
         return self._queue.get(timeout=wait)
 

@@ -187,6 +187,41 @@ class JsonlStore:
         landed.add_done_callback(self._fired)
         return landed
 
+    def append_at_once(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> list[bytes] | None:
+        """:meth:`append` made without a flush (``durable=False``: a send's mark, a prompt
+        whose flush comes with its turn's), done here and now on the event loop's thread.
+
+        Such a write is a ``write`` to the session's file and a ``pwrite`` of
+        its record to the log, some 10 µs; through the writer thread it waits
+        for two hops (:meth:`Committer.run_here`). So when the writer is idle
+        and the write is only that — the session's file held and whole, the
+        log with room for the record — the loop makes it itself. None, having
+        done nothing, otherwise (a durable write, a test pause): the caller
+        then appends as usual.
+        """
+        if durable or not self._recovered or self._pause is not None:
+            return None
+        check_id(session)
+        lines: list[bytes] = []
+
+        def write(rnd: Round, op: Op[bool]) -> bool:
+            handle = self._handles.get(session)
+            if handle is None or handle.size < 0 or self._options.no_lock:
+                return False  # its file is to open or check first: the writer's work
+            lines.extend(encode_lines(entries))
+            data = b"".join(lines)
+            if self._logged and (self._wal is None or not self._wal.takes(session + SUFFIX, data)):
+                return False
+            self._w_append(session, data, len(lines), False, rnd, op)
+            return True
+
+        if not self._committer.run_here(write):
+            return None
+        self._pulse.fire()
+        return lines
+
     def _fired(self, _landed: asyncio.Future[Sequence[bytes] | None]) -> None:
         self._pulse.fire()
 

@@ -61,7 +61,9 @@ class MemoryStore:
         )
         return lines
 
-    def append_at_once(self, session: str, entries: Sequence[Entry]) -> list[bytes] | None:
+    def append_at_once(
+        self, session: str, entries: Sequence[Entry], *, durable: bool = True
+    ) -> list[bytes] | None:
         """:meth:`append`, here and now, when no write of the session is ahead of it.
 
         A subclass with an ``append`` of its own (a test's wrapper) is always

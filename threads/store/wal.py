@@ -151,6 +151,12 @@ class WriteAheadLog:
             self.checkpoint()
         return False
 
+    def takes(self, name: str, data: bytes) -> bool:
+        """Whether :meth:`write` of a record of ``data`` for ``name`` would write that alone:
+        no round's records to join, no zeros to lay ahead, no checkpoint after it."""
+        end = self._size + _RECORD.size + _BODY.size + len(name) + len(data)
+        return not self._pending and end <= self._zeroed and end <= self._limit
+
     def sync(self) -> None:
         """Write the round's records and flush the log once.
 
