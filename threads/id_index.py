@@ -1,15 +1,16 @@
-"""Where each entry of a live session sits, by id, in some 20 bytes an entry rather than 150.
+"""Where each entry of a live session sits, by id, in some 6 to 9 bytes an entry rather than 150.
 
 An entry id this build mints is ``e_`` and a ULID: 26 Crockford base-32
 characters, 128 bits. As a dict key an id costs some 150 bytes (the string,
-its slot, the position's ``int``); as two 64-bit halves and a 32-bit
-position in sorted arrays, 20. So the ids of the newest entries — the ones
-a turn names — stay in a dict; once :data:`SETTLE_AT` of them gather, the
-older ones move into sorted runs (:meth:`IdIndex.settle`), and older ids
-of no numbered shape (a test's, a loose send's) into a second dict. Ids are
-minted in order, so a settle's run usually follows the last one and is
-appended to it; runs out of order merge by size, each kept larger than the
-next. A lookup that misses the dicts bisects one array, or a handful.
+its slot, the position's ``int``); as a number in a sorted run, where each
+id is told by its difference from the one before (:class:`_Run`, decision
+perf-46), a few. So the ids of the newest entries — the ones a turn names —
+stay in a dict; once :data:`SETTLE_AT` of them gather, the older ones move
+into sorted runs (:meth:`IdIndex.settle`), and older ids of no numbered
+shape (a test's, a loose send's) into a second dict. Ids are minted in
+order, so a settle's run usually follows the last one and is appended to
+it; runs out of order merge by size, each kept larger than the next. A
+lookup that misses the dicts reads one block of a run, or of a handful.
 
 Three shapes of id are numbered (:func:`numbered`), each in runs of its own
 family: a minted ULID (family ``""``); a ULID with a one-letter suffix, as
@@ -25,9 +26,10 @@ from __future__ import annotations
 
 import re
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import accumulate, pairwise
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Crockford's digits to int()'s base-32 ones; every other ASCII character to one
@@ -105,58 +107,169 @@ def id_in(family: str, number: int) -> str:
     return f"{family}{turn}-s{step}-{index}"
 
 
+RUN_BLOCK = 64
+"""Ids a block of a run holds: the first whole, the others as differences."""
+
+_UNSIGNED = "BHIQ"
+_SIGNED = "bhiq"
+_LIMITS = (1 << 8, 1 << 16, 1 << 32, 1 << 64)
+
+
+def _narrowest(values: list[int], signed: bool) -> str | None:
+    """The narrowest array type code that holds every one of ``values``; None when none does."""
+    if not values:
+        return "B"
+    low, high = min(values), max(values)
+    for code, limit in zip(_SIGNED if signed else _UNSIGNED, _LIMITS, strict=True):
+        if (-(limit >> 1) <= low and high < limit >> 1) if signed else high < limit:
+            return code
+    return None
+
+
 class _Run:
-    """Ids as numbers in sorted arrays: high halves, low halves and positions."""
+    """Ids of one family as numbers, sorted, in blocks of up to :data:`RUN_BLOCK`.
 
-    __slots__ = ("highs", "lows", "places")
+    A number is taken as two parts, split at bit ``split``: for a minted id
+    its millisecond and its 80-bit count, for a send its turn and the rest.
+    Each block keeps its first number whole (``heads``) with its position;
+    the others are differences from the one before — of each part and of
+    the position — each stream in the narrowest array that holds it. Ids of
+    one session minted in order differ by a few milliseconds and a few
+    hundred counts, so an id costs some 5 to 9 bytes rather than 20; a
+    lookup reads one block.
+    """
 
-    def __init__(self, pairs: Iterable[tuple[int, int]]) -> None:
+    __slots__ = ("blocks", "codes", "count", "counts", "firsts", "heads", "last", "split")
+
+    def __init__(self, pairs: Iterable[tuple[int, int]], split: int) -> None:
         """``pairs`` of (number, position), sorted by number."""
-        pairs = list(pairs)
-        self.highs = array("Q", [number >> 64 for number, _ in pairs])
-        self.lows = array("Q", [number & _LOW for number, _ in pairs])
-        self.places = array("I", [at for _, at in pairs])
+        self.split = split
+        self.heads: list[int] = []
+        self.firsts = array("I")
+        self.counts = array("B")
+        self.codes = bytearray()
+        self.blocks: list[bytes] = []
+        self.count = 0
+        self.last = -1
+        self._extend(list(pairs))
 
     @classmethod
-    def of_arrays(cls, highs: array[int], lows: array[int], places: array[int]) -> _Run:
-        run = cls(())
-        run.highs, run.lows, run.places = highs, lows, places
-        return run
+    def of_arrays(
+        cls, family: str, highs: array[int], lows: array[int], places: array[int]
+    ) -> _Run:
+        """The run of a checkpoint's arrays (see :meth:`arrays`)."""
+        numbers = [(high << 64) | low for high, low in zip(highs, lows, strict=True)]
+        return cls(zip(numbers, places, strict=True), split_of(family))
+
+    def arrays(self) -> tuple[array[int], array[int], array[int]]:
+        """High halves, low halves and positions, in order: a checkpoint's form of a run."""
+        pairs = list(self.pairs())
+        return (
+            array("Q", [number >> 64 for number, _ in pairs]),
+            array("Q", [number & _LOW for number, _ in pairs]),
+            array("I", [at for _, at in pairs]),
+        )
 
     def __len__(self) -> int:
-        return len(self.places)
+        return self.count
 
     def find(self, number: int) -> int | None:
-        high, low = number >> 64, number & _LOW
-        highs = self.highs
-        at = bisect_left(highs, high)
-        while at < len(highs) and highs[at] == high:
-            if self.lows[at] == low:
-                return self.places[at]
-            at += 1
-        return None
+        if number > self.last:
+            return None  # past every id here: a new one, most often
+        block = bisect_right(self.heads, number) - 1
+        if block < 0:
+            return None
+        numbers, places = self._block(block)
+        at = bisect_left(numbers, number)
+        return places[at] if at < len(numbers) and numbers[at] == number else None
 
     def pairs(self) -> Iterator[tuple[int, int]]:
-        for high, low, at in zip(self.highs, self.lows, self.places, strict=True):
-            yield (high << 64) | low, at
+        for block in range(len(self.heads)):
+            yield from zip(*self._block(block), strict=True)
 
     def merged(self, newer: _Run) -> _Run:
         """This run and ``newer`` as one: ``newer`` appended to this one when all its numbers
         are above this one's (ids minted later, the common case), else a sorted merge."""
         if not self.precedes(newer):
-            return _Run(sorted([*self.pairs(), *newer.pairs()]))
-        self.highs.extend(newer.highs)
-        self.lows.extend(newer.lows)
-        self.places.extend(newer.places)
+            return _Run(sorted([*self.pairs(), *newer.pairs()]), self.split)
+        self._extend(list(newer.pairs()))
         return self
 
     def precedes(self, newer: _Run) -> bool:
         """Whether every number of this run is below every number of ``newer``."""
-        return (
-            not self.highs
-            or not newer.highs
-            or ((self.highs[-1], self.lows[-1]) < (newer.highs[0], newer.lows[0]))
-        )
+        return not self.count or not newer.count or self.last < newer.heads[0]
+
+    def _extend(self, pairs: list[tuple[int, int]]) -> None:
+        """Add ``pairs``, sorted and all above this run's numbers: a last block not yet full
+        is made again with them."""
+        if not pairs:
+            return
+        if self.counts and self.counts[-1] < RUN_BLOCK // 4:
+            pairs = [*zip(*self._block(len(self.heads) - 1), strict=True), *pairs]
+            self.count -= self.counts.pop()
+            self.heads.pop()
+            self.firsts.pop()
+            self.blocks.pop()
+            del self.codes[-3:]
+        mask = (1 << self.split) - 1
+        start = 0
+        while start < len(pairs):
+            chunk = pairs[start : start + RUN_BLOCK]
+            encoded = None
+            while encoded is None:  # differences too wide for 64 bits: a shorter block
+                encoded = self._encoded(chunk, mask)
+                if encoded is None:
+                    chunk = chunk[: len(chunk) // 2]
+            codes, data = encoded
+            self.heads.append(chunk[0][0])
+            self.firsts.append(chunk[0][1])
+            self.counts.append(len(chunk))
+            self.codes += codes
+            self.blocks.append(data)
+            self.count += len(chunk)
+            start += len(chunk)
+        self.last = pairs[-1][0]
+
+    def _encoded(self, chunk: list[tuple[int, int]], mask: int) -> tuple[bytes, bytes] | None:
+        """A block's type codes and differences; None when one does not fit in 64 bits."""
+        split = self.split
+        numbers, places = zip(*chunk, strict=True)
+        highs = [number >> split for number in numbers]
+        lows = [number & mask for number in numbers]
+        codes = b""
+        data = b""
+        for values, signed in ((highs, False), (lows, True), (places, True)):
+            steps = [b - a for a, b in pairwise(values)]
+            code = _narrowest(steps, signed)
+            if code is None:
+                return None
+            codes += code.encode()
+            data += array(code, steps).tobytes()
+        return codes, data
+
+    def _block(self, block: int) -> tuple[list[int], list[int]]:
+        """The numbers and positions of one block."""
+        head, split = self.heads[block], self.split
+        steps = self.counts[block] - 1
+        data = self.blocks[block]
+        codes = self.codes[3 * block : 3 * block + 3].decode()
+        streams = []
+        start = 0
+        for code in codes:
+            values = array(code)
+            end = start + values.itemsize * steps
+            values.frombytes(data[start:end])
+            streams.append(values)
+            start = end
+        highs = accumulate(streams[0], initial=head >> split)
+        lows = accumulate(streams[1], initial=head & ((1 << split) - 1))
+        numbers = [(high << split) | low for high, low in zip(highs, lows, strict=True)]
+        return numbers, list(accumulate(streams[2], initial=self.firsts[block]))
+
+
+def split_of(family: str) -> int:
+    """Where a family's numbers are taken apart (see :class:`_Run`)."""
+    return 80 if not family or family in _SUFFIXES else 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -229,16 +342,12 @@ class IdIndex:
         return (entry_id for _, entry_id in placed)
 
     def dump(self) -> IndexDump:
-        """Every part as plain values (a checkpoint's, decision perf-19); the runs' arrays
-        are the index's own, which a later settle extends: encode them before it."""
+        """Every part as plain values (a checkpoint's, decision perf-19): each run as the
+        arrays of its numbers' halves and positions (:meth:`_Run.arrays`)."""
         return IndexDump(
             recent=list(self._recent.items()),
             others=list(self._others.items()),
-            runs=[
-                (family, run.highs, run.lows, run.places)
-                for family, runs in self._runs.items()
-                for run in runs
-            ],
+            runs=[(family, *run.arrays()) for family, runs in self._runs.items() for run in runs],
         )
 
     @classmethod
@@ -248,7 +357,7 @@ class IdIndex:
         index._recent = dict(dump.recent)
         index._others = dict(dump.others)
         for family, *arrays in dump.runs:
-            index._runs.setdefault(family, []).append(_Run.of_arrays(*arrays))
+            index._runs.setdefault(family, []).append(_Run.of_arrays(family, *arrays))
         return index
 
     def settle_if_grown(self, newest: int) -> None:
@@ -271,7 +380,7 @@ class IdIndex:
         for family, pairs in moved.items():
             pairs.sort()  # minted ids grow with time: nearly in order already
             runs = self._runs.setdefault(family, [])
-            runs.append(_Run(pairs))
+            runs.append(_Run(pairs, split_of(family)))
             # Ids minted in order make one run that grows at its end; others merge by size.
             while len(runs) > 1 and (runs[-2].precedes(runs[-1]) or len(runs[-2]) <= len(runs[-1])):
                 newer = runs.pop()
