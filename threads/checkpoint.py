@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import orjson
 
 from threads.entry_log import LogParts
-from threads.id_index import IndexDump
+from threads.id_index import IndexDump, RunParts
 from threads.session import Session, SessionOptions
 from threads.store.base import Checkpointer, Mark, Resumed, SessionStore
 from threads.store.entries import (
@@ -51,10 +51,11 @@ log = logging.getLogger(__name__)
 CHECKPOINT_AFTER = 2048
 """Entries an open decodes past the latest checkpoint before it leaves a new one."""
 
-STATE = 3
+STATE = 4
 """The format of the state kept in a checkpoint; another is read as none (2: the id index's
 runs by family, decision perf-28, and the path four bytes a position; 3: blocks packed
-against a dictionary, named in the head, decision perf-38)."""
+against a dictionary, named in the head, decision perf-38; 4: the id index's runs as blocks
+of differences, decision perf-46)."""
 
 _APPROVAL = "approval"
 """Kinds whose open-time reading (unfinished resumes) walks the whole history: not kept."""
@@ -168,10 +169,10 @@ def restored_tree(resumed: Resumed) -> EntryTree | None:
     session = resumed.loaded.header.id
     try:
         parts, refs = decode_state(resumed.state, resumed.before)
+        tree = EntryTree.restored(session, parts, carried=[])
     except (ValueError, TypeError, KeyError, IndexError, orjson.JSONDecodeError) as exc:
         log.warning("session %s: its checkpoint's state cannot be read (%s)", session, exc)
         return None
-    tree = EntryTree.restored(session, parts, carried=[])
     read = tree.entries.reader()
     carried = []
     for at, run_id in refs:
@@ -233,14 +234,15 @@ def encode_state(parts: TreeParts, carried: list[tuple[int, str]]) -> bytes:
         "kinds": table,
         "recent": index.recent,
         "others": index.others,
-        "runs": [[family, len(places)] for family, _, _, places in index.runs],
+        "runs": [[family, len(run.counts), len(run.data)] for family, run in index.runs],
         "path": len(parts.path),
         "blocks": [len(block) for block in parts.log.blocks],
         "tail": len(parts.log.tail),
     }
     sections = [bytes(map(code.__getitem__, kinds)), parts.path.tobytes()]
-    for _, highs, lows, places in index.runs:
-        sections += [highs.tobytes(), lows.tobytes(), places.tobytes()]
+    for _, run in index.runs:
+        sections += [run.highs.tobytes(), run.lows.tobytes(), run.firsts.tobytes()]
+        sections += [run.counts.tobytes(), run.codes, run.data]
     sections += [*parts.log.blocks, b"\n".join(parts.log.tail)]
     return orjson.dumps(head) + b"\n" + b"".join(sections)
 
@@ -270,9 +272,16 @@ def decode_state(state: bytes, entries: int) -> tuple[TreeParts, list[tuple[int,
     kinds = list(map(table.__getitem__, take(entries)))
     path = _array("I", take(_ORDER["I"] * head["path"]))
     runs = []
-    for family, count in head["runs"]:
-        highs, lows = _array("Q", take(8 * count)), _array("Q", take(8 * count))
-        runs.append((str(family), highs, lows, _array("I", take(_ORDER["I"] * count))))
+    for family, count, size in head["runs"]:
+        run = RunParts(
+            highs=_array("Q", take(8 * count)),
+            lows=_array("Q", take(8 * count)),
+            firsts=_array("I", take(_ORDER["I"] * count)),
+            counts=_array("B", take(count)),
+            codes=bytes(take(3 * count)),
+            data=bytes(take(size)),
+        )
+        runs.append((str(family), run))
     blocks = [bytes(take(size)) for size in head["blocks"]]
     rest = bytes(view[at:])
     tail = rest.split(b"\n") if head["tail"] else []

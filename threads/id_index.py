@@ -113,6 +113,7 @@ RUN_BLOCK = 64
 _UNSIGNED = "BHIQ"
 _SIGNED = "bhiq"
 _LIMITS = (1 << 8, 1 << 16, 1 << 32, 1 << 64)
+_SIZES = {code: array(code).itemsize for code in _UNSIGNED + _SIGNED}
 
 
 def _narrowest(values: list[int], signed: bool) -> str | None:
@@ -154,20 +155,33 @@ class _Run:
         self._extend(list(pairs))
 
     @classmethod
-    def of_arrays(
-        cls, family: str, highs: array[int], lows: array[int], places: array[int]
-    ) -> _Run:
-        """The run of a checkpoint's arrays (see :meth:`arrays`)."""
-        numbers = [(high << 64) | low for high, low in zip(highs, lows, strict=True)]
-        return cls(zip(numbers, places, strict=True), split_of(family))
+    def of_parts(cls, family: str, parts: RunParts) -> _Run:
+        """The run :meth:`parts` described."""
+        run = cls((), split_of(family))
+        run.heads = [(high << 64) | low for high, low in zip(parts.highs, parts.lows, strict=True)]
+        run.firsts, run.counts, run.codes = parts.firsts, parts.counts, bytearray(parts.codes)
+        start = 0
+        for block, count in enumerate(parts.counts):
+            codes = parts.codes[3 * block : 3 * block + 3].decode()
+            end = start + sum(_SIZES[code] for code in codes) * (count - 1)
+            run.blocks.append(parts.data[start:end])
+            start = end
+        if start != len(parts.data) or len(run.blocks) != len(run.heads):
+            raise ValueError("a run's blocks do not match its heads")
+        run.count = sum(parts.counts)
+        if run.heads:
+            run.last = run._block(len(run.heads) - 1)[0][-1]
+        return run
 
-    def arrays(self) -> tuple[array[int], array[int], array[int]]:
-        """High halves, low halves and positions, in order: a checkpoint's form of a run."""
-        pairs = list(self.pairs())
-        return (
-            array("Q", [number >> 64 for number, _ in pairs]),
-            array("Q", [number & _LOW for number, _ in pairs]),
-            array("I", [at for _, at in pairs]),
+    def parts(self) -> RunParts:
+        """The run as plain values (a checkpoint's)."""
+        return RunParts(
+            highs=array("Q", [head >> 64 for head in self.heads]),
+            lows=array("Q", [head & _LOW for head in self.heads]),
+            firsts=array("I", self.firsts),
+            counts=array("B", self.counts),
+            codes=bytes(self.codes),
+            data=b"".join(self.blocks),
         )
 
     def __len__(self) -> int:
@@ -273,13 +287,26 @@ def split_of(family: str) -> int:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunParts:
+    """A run as plain values: its blocks' first numbers (high and low halves) and positions,
+    their sizes and type codes (three a block), and their differences back to back."""
+
+    highs: array[int]
+    lows: array[int]
+    firsts: array[int]
+    counts: array[int]
+    codes: bytes
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class IndexDump:
     """An :class:`IdIndex` as plain values: its newest ids, its other ids, its runs' arrays."""
 
     recent: list[tuple[str, int]]
     others: list[tuple[str, int]]
-    runs: list[tuple[str, array[int], array[int], array[int]]]
-    """Each run's family, then its arrays (high halves, low halves, positions)."""
+    runs: list[tuple[str, RunParts]]
+    """Each run's family and parts."""
 
 
 class IdIndex:
@@ -342,12 +369,11 @@ class IdIndex:
         return (entry_id for _, entry_id in placed)
 
     def dump(self) -> IndexDump:
-        """Every part as plain values (a checkpoint's, decision perf-19): each run as the
-        arrays of its numbers' halves and positions (:meth:`_Run.arrays`)."""
+        """Every part as plain values (a checkpoint's, decision perf-19)."""
         return IndexDump(
             recent=list(self._recent.items()),
             others=list(self._others.items()),
-            runs=[(family, *run.arrays()) for family, runs in self._runs.items() for run in runs],
+            runs=[(family, run.parts()) for family, runs in self._runs.items() for run in runs],
         )
 
     @classmethod
@@ -356,8 +382,8 @@ class IdIndex:
         index = cls()
         index._recent = dict(dump.recent)
         index._others = dict(dump.others)
-        for family, *arrays in dump.runs:
-            index._runs.setdefault(family, []).append(_Run.of_arrays(family, *arrays))
+        for family, parts in dump.runs:
+            index._runs.setdefault(family, []).append(_Run.of_parts(family, parts))
         return index
 
     def settle_if_grown(self, newest: int) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import tracemalloc
+
+import pytest
 
 from threads import ids as ids_module
 from threads.id_index import KEEP, SETTLE_AT, IdIndex, id_in, id_of, number_of, numbered
@@ -179,3 +182,16 @@ def test_settled_receipts_and_sends_cost_a_fraction_of_a_dict() -> None:
         for n in range(10_000)
     ]
     assert held_per_id(ids) < 16
+
+
+def test_a_dumped_run_whose_differences_do_not_match_its_blocks_is_refused() -> None:
+    ids = a_sessions_ids(500)
+    index = IdIndex()
+    for at, entry_id in enumerate(ids):
+        index.add(entry_id, at)
+        index.settle_if_grown(at)
+    dumped = index.dump()
+    family, run = dumped.runs[0]
+    torn = dataclasses.replace(run, data=run.data[:-1])
+    with pytest.raises(ValueError, match="blocks do not match"):
+        IdIndex.restored(dataclasses.replace(dumped, runs=[(family, torn)]))
