@@ -13,7 +13,11 @@ recently used conversation goes first. A conversation is held by its first
 message weakly: once its session lets go of that message (the session was
 evicted, its context compacted), what was kept for it goes too (decision
 perf-44). A reopened session's context is new objects, which no request
-could have grown from.
+could have grown from. A conversation no request grew for :data:`IDLE_SECONDS`
+goes as well, at the next request of any conversation (decision perf-47): the
+requests of one turn come within it and a quick exchange's next turn too,
+while a chat whose person is away keeps only its session's own memory, and
+its next request encodes its history again.
 
 What follows a conversation's kept bytes may depend on how they end (a
 protocol that merges a role's consecutive messages into one turn appends
@@ -32,6 +36,7 @@ sent is never changed under the sender.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -48,6 +53,9 @@ Encoder = Callable[[Sequence[Message]], bytes]
 Extender = Callable[[Sequence[Message], Any], tuple[bytes, Any]]
 """The bytes that follow a conversation's kept ones for ``messages``, given the state the
 kept ones ended in (None for none kept), and the state they end in."""
+
+IDLE_SECONDS = 60.0
+"""A conversation no request grew for this long is let go (seconds)."""
 
 # A conversation this long goes out as a view of its kept bytes, not a copy.
 SPLICE_AT = 64 * 2**10
@@ -75,6 +83,7 @@ class _Kept:
     count: int
     data: bytearray
     state: Any
+    used: float
 
 
 def _comma_separated(encode: Encoder) -> Extender:
@@ -92,10 +101,18 @@ def _comma_separated(encode: Encoder) -> Extender:
 class EncodedConversations:
     """One client's encoded conversations (event loop only)."""
 
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        self._kept: OrderedDict[int, _Kept] = OrderedDict()
+    def __init__(
+        self,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        *,
+        idle_seconds: float = IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._kept: OrderedDict[int, _Kept] = OrderedDict()  # least recently grown first
         self._bytes = 0
         self._max_bytes = max_bytes
+        self._idle = idle_seconds
+        self._clock = clock
         # Conversations whose first message is gone, as their weak references' callbacks
         # found them: a collection runs them on whichever thread it runs on, so they only
         # note it here, and the event loop lets the bytes go (:meth:`_let_go_of_the_gone`).
@@ -174,10 +191,16 @@ class EncodedConversations:
                 data += more
         if held is None:
             held = weakref.ref(first, partial(self._let_go, key))
-        self._kept[key] = _Kept(held, messages[end - 1], end, data, state)
+        now = self._clock()
+        self._kept[key] = _Kept(held, messages[end - 1], end, data, state, now)
         self._bytes += len(data)
-        while self._bytes > self._max_bytes and len(self._kept) > 1:
-            _, oldest = self._kept.popitem(last=False)
+        kept_all = self._kept
+        idle_since = now - self._idle
+        while len(kept_all) > 1:
+            oldest = next(iter(kept_all.values()))
+            if self._bytes <= self._max_bytes and oldest.used > idle_since:
+                break
+            kept_all.popitem(last=False)
             self._bytes -= len(oldest.data)
         return data, state
 

@@ -28,6 +28,10 @@ is settled through a :class:`Held` future, which a waiter's cancel does not
 cancel: :meth:`Committer.submit` hands it out, for a caller that waits for the
 outcome anyway.
 
+An operation that waits on no sync may also be run by the caller itself,
+at once, when the writer is idle (:meth:`Committer.run_here`, decision
+perf-45): the two hops cost more than such a write.
+
 The writer thread (and its sync threads) run as batch work in the kernel's
 eyes (Linux ``SCHED_BATCH``, :func:`yield_to_the_loop`): when the event
 loop hands it a round, its wake-up does not take the core from the loop in

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 
-from threads.llm.conversations import SPLICE_AT, EncodedConversations, Spliced
+from threads.llm.conversations import IDLE_SECONDS, SPLICE_AT, EncodedConversations, Spliced
 from threads.messages import Message
 
 
@@ -46,6 +46,32 @@ def test_messages_with_no_encoding_are_left_out() -> None:
     assert kept.encode([Message.user("a"), Message.assistant(""), Message.user("c")], encode) == (
         b"a,c"
     )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_conversation_no_request_grew_for_a_while_is_let_go_at_the_next_request() -> None:
+    clock, encode = Clock(), Counting()
+    kept = EncodedConversations(clock=clock)
+    away = [Message.user("a" * 10), Message.assistant("b")]
+    here = [Message.user("c" * 10)]
+    kept.encode(away, encode)
+    clock.now += IDLE_SECONDS / 2
+    kept.encode(here, encode)
+    assert kept.kept_bytes == 12 + 10
+    clock.now += IDLE_SECONDS / 2  # the first one's minute is up, not the second's
+    here.append(Message.assistant("d"))
+    assert kept.encode(here, encode) == b"c" * 10 + b",d"
+    assert kept.kept_bytes == 12
+    assert kept.encode([*away, Message.user("e")], encode) == b"a" * 10 + b",b,e"
+    assert encode.seen == ["a" * 10, "b", "c" * 10, "d", "a" * 10, "b", "e"]  # whole again
+    assert kept.kept_bytes == 12 + 14
 
 
 def test_what_is_kept_is_bounded_in_bytes_oldest_first_out() -> None:
