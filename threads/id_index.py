@@ -162,6 +162,8 @@ class _Run:
         run.firsts, run.counts, run.codes = parts.firsts, parts.counts, bytearray(parts.codes)
         start = 0
         for block, count in enumerate(parts.counts):
+            if not count:
+                raise ValueError("a run's block holds no id")
             codes = parts.codes[3 * block : 3 * block + 3].decode()
             end = start + sum(_SIZES[code] for code in codes) * (count - 1)
             run.blocks.append(parts.data[start:end])
@@ -214,8 +216,8 @@ class _Run:
         return not self.count or not newer.count or self.last < newer.heads[0]
 
     def _extend(self, pairs: list[tuple[int, int]]) -> None:
-        """Add ``pairs``, sorted and all above this run's numbers: a last block not yet full
-        is made again with them."""
+        """Add ``pairs``, sorted and all above this run's numbers: a last block of fewer than
+        a quarter of :data:`RUN_BLOCK` (a settle's few sends, say) is made again with them."""
         if not pairs:
             return
         if self.counts and self.counts[-1] < RUN_BLOCK // 4:

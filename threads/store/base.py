@@ -250,7 +250,7 @@ class AtOnce(Protocol):
     ``append_at_once`` is :meth:`Storage.append` done here and now, returning
     the lines; or None, having done nothing, when the write would have to wait
     its turn (another write of the session started or waiting, a test pause,
-    a durable write to a store that flushes on the event loop's behalf):
+    a durable write to a store whose flushes are its writer thread's):
     then the caller awaits ``append``. A caller saves the task it would run
     the append in, and a file store the hops to its writer thread and back.
     """
