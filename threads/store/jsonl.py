@@ -128,7 +128,8 @@ class JsonlStore:
         self._poll = poll_interval
         self._pause = pause
         # Under every_append a locking store makes its writes durable through one shared
-        # log, flushed once per round (threads/store/wal.py); writer thread only.
+        # log, flushed once per round (threads/store/wal.py). It and the handles are the
+        # writer thread's, or the event loop's in append_at_once while the writer is idle.
         self._wal: WriteAheadLog | None = None
         self._logged = self._every and not self._options.no_lock
         self._committer = Committer(
@@ -137,7 +138,7 @@ class JsonlStore:
             linger=LINGER if self._logged else 0.0,  # busy rounds share the log's one flush
             errors=self._refusal,
         )
-        self._handles = Handles(  # writer thread only
+        self._handles = Handles(  # as the log
             self._open_existing, max_open=max_open, no_lock=self._options.no_lock
         )
         self._journal: KeyJournal | None = None  # writer thread only
