@@ -140,10 +140,10 @@ CHILD = textwrap.dedent(
 )
 
 
-async def killed_after_its_acks(script: str, root: Path) -> None:
+async def killed_after_its_acks(script: str, root: Path, *args: str) -> None:
     """Run ``script`` on a store at ``root`` until it says ``acked``, then SIGKILL it."""
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", script, str(root),
+        sys.executable, "-c", script, str(root), *args,
         cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert child.stdout is not None
@@ -390,13 +390,19 @@ CHILD_MARKS = textwrap.dedent(
     def entry(n, text):
         return [MessageEntry(id=f"e_{n}", message=Message.user(text))]
 
+    async def written(store, n, text):
+        if sys.argv[2] == "at_once":  # on the event loop's thread, the writer idle
+            assert store.append_at_once("s_marks", entry(n, text), durable=False) is not None
+        else:
+            await store.append("s_marks", entry(n, text), durable=False)
+
     async def main():
         store = JsonlStore(sys.argv[1])
         await store.create(Header(id="s_marks"))
         await store.append("s_marks", entry(0, "turn 1"))
-        await store.append("s_marks", entry(1, "mark 1"), durable=False)
+        await written(store, 1, "mark 1")
         await store.append("s_marks", entry(2, "turn 2"))
-        await store.append("s_marks", entry(3, "mark 2"), durable=False)
+        await written(store, 3, "mark 2")
         sys.stdout.write("acked\\n")
         sys.stdout.flush()
         os.read(0, 1)  # wait for the SIGKILL
@@ -406,11 +412,12 @@ CHILD_MARKS = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("written", ["awaited", "at_once"])
 async def test_written_appends_outlive_a_kill_and_a_power_loss_keeps_the_durable_after_them(
-    tmp_path: Path,
+    tmp_path: Path, written: str
 ) -> None:
     root = tmp_path / "sessions"
-    await killed_after_its_acks(CHILD_MARKS, root)
+    await killed_after_its_acks(CHILD_MARKS, root, written)
     every = ["turn 1", "mark 1", "turn 2", "mark 2"]
     # The process died: everything it wrote, flushed or not, is in the file.
     reader = JsonlStore(root, StoreOptions(no_lock=True))  # replays no log
