@@ -194,6 +194,7 @@ class EncodedConversations:
         now = self._clock()
         self._kept[key] = _Kept(held, messages[end - 1], end, data, state, now)
         self._bytes += len(data)
+        # Out go the least recently grown, while past the bound in bytes or idle too long.
         kept_all = self._kept
         idle_since = now - self._idle
         while len(kept_all) > 1:
