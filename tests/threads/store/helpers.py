@@ -163,3 +163,13 @@ def fsync_refused(code: int = errno.ENOSPC) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(os, "fsync", refused)
         yield
+
+
+class File:
+    """A sync target of a committer's round that counts its syncs."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def sync(self) -> None:
+        self.syncs += 1

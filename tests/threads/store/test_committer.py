@@ -9,19 +9,10 @@ from typing import Any
 
 import pytest
 
+from tests.threads.store.helpers import File
 from threads.store.committer import SIBLINGS, Committer, Op, Round
 
 HANG = 30.0  # a hang guard, never a measure
-
-
-class File:
-    """A sync target that counts its syncs."""
-
-    def __init__(self) -> None:
-        self.syncs = 0
-
-    def sync(self) -> None:
-        self.syncs += 1
 
 
 def write(file: File, ran: threading.Event | None = None) -> Any:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.threads.store.helpers import header, msg, texts
+from tests.threads.store.helpers import File, header, msg, texts
 from threads.errors import UnavailableError
 from threads.store.base import AtOnce
 from threads.store.committer import Committer, Op, Round
@@ -23,14 +23,16 @@ def held_bytes(path: str) -> bytes:
     return Path(path).read_bytes()
 
 
-class File:
-    """A sync target that counts its syncs."""
+class Blocking:
+    """A writer-thread operation that, once started, waits until :attr:`gate` is set."""
 
     def __init__(self) -> None:
-        self.syncs = 0
+        self.started = threading.Event()
+        self.gate = threading.Event()
 
-    def sync(self) -> None:
-        self.syncs += 1
+    def __call__(self, rnd: Round, op: Op[None]) -> None:
+        self.started.set()
+        self.gate.wait(HANG)
 
 
 class Here:
@@ -62,19 +64,13 @@ async def test_an_idle_writers_operation_runs_on_the_callers_thread() -> None:
 
 async def test_an_operation_waits_its_turn_behind_what_the_loop_handed_over() -> None:
     committer = Committer("test")
-    gate = threading.Event()
-    started = threading.Event()
-
-    def held(rnd: Round, op: Op[None]) -> None:
-        started.set()
-        gate.wait(HANG)
-
+    held = Blocking()
     first = committer.submit(held)
     here = Here()
     assert not committer.run_here(here)  # the first is not handed over yet
-    assert await asyncio.to_thread(started.wait, HANG)
+    assert await asyncio.to_thread(held.started.wait, HANG)
     assert not committer.run_here(here)  # the first runs on the writer thread
-    gate.set()
+    held.gate.set()
     await asyncio.wait_for(first, HANG)
     assert here.threads == []
     assert committer.run_here(here)  # settled: the writer is idle again
@@ -84,12 +80,7 @@ async def test_an_operation_waits_its_turn_behind_what_the_loop_handed_over() ->
 
 async def test_nothing_runs_here_beside_a_round_another_loop_handed_over() -> None:
     committer = Committer("test")
-    gate = threading.Event()
-    started = threading.Event()
-
-    def held(rnd: Round, op: Op[None]) -> None:
-        started.set()
-        gate.wait(HANG)
+    held = Blocking()
 
     async def elsewhere() -> None:
         await committer.run(held)
@@ -98,10 +89,10 @@ async def test_nothing_runs_here_beside_a_round_another_loop_handed_over() -> No
     other.start()
     here = Here()
     try:
-        assert await asyncio.to_thread(started.wait, HANG)
+        assert await asyncio.to_thread(held.started.wait, HANG)
         assert not committer.run_here(here)  # this loop handed nothing over, but a round runs
     finally:
-        gate.set()
+        held.gate.set()
         await asyncio.to_thread(other.join, HANG)
     assert committer.run_here(here)
     assert here.threads == [threading.get_ident()]
