@@ -152,7 +152,7 @@ class _Run:
         self.blocks: list[bytes] = []
         self.count = 0
         self.last = -1
-        self._extend(list(pairs))
+        self.extend(list(pairs))
 
     @classmethod
     def of_parts(cls, family: str, parts: RunParts) -> _Run:
@@ -208,14 +208,14 @@ class _Run:
         are above this one's (ids minted later, the common case), else a sorted merge."""
         if not self.precedes(newer):
             return _Run(sorted([*self.pairs(), *newer.pairs()]), self.split)
-        self._extend(list(newer.pairs()))
+        self.extend(list(newer.pairs()))
         return self
 
     def precedes(self, newer: _Run) -> bool:
         """Whether every number of this run is below every number of ``newer``."""
         return not self.count or not newer.count or self.last < newer.heads[0]
 
-    def _extend(self, pairs: list[tuple[int, int]]) -> None:
+    def extend(self, pairs: list[tuple[int, int]]) -> None:
         """Add ``pairs``, sorted and all above this run's numbers: a last block of fewer than
         a quarter of :data:`RUN_BLOCK` (a settle's few sends, say) is made again with them."""
         if not pairs:
@@ -408,6 +408,9 @@ class IdIndex:
         for family, pairs in moved.items():
             pairs.sort()  # minted ids grow with time: nearly in order already
             runs = self._runs.setdefault(family, [])
+            if runs and runs[-1].last < pairs[0][0]:
+                runs[-1].extend(pairs)  # the common case: encoded once, at the run's end
+                continue
             runs.append(_Run(pairs, split_of(family)))
             # Ids minted in order make one run that grows at its end; others merge by size.
             while len(runs) > 1 and (runs[-2].precedes(runs[-1]) or len(runs[-2]) <= len(runs[-1])):
