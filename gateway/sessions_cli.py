@@ -23,7 +23,6 @@ failed; 2 refused input.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
@@ -34,6 +33,7 @@ import typer
 from rich.table import Table
 
 from config import GatewayConfig
+from gateway import event_loop
 from gateway.cli_kit import (
     EXIT_USAGE,
     App,
@@ -191,7 +191,7 @@ def tail(
             await store.close()
 
     try:
-        asyncio.run(go())
+        event_loop.run(go())
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
@@ -231,7 +231,7 @@ def send_policy(
         return {"key": name, "policy": decision.action, "reason": decision.reason}
 
     try:
-        answer = asyncio.run(go())
+        answer = event_loop.run(go())
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (ControlError, ThreadsError, ValueError, LookupError) as exc:
@@ -260,7 +260,7 @@ def cancel(
             await client.close()
 
     try:
-        answer = asyncio.run(go())
+        answer = event_loop.run(go())
     except (ControlError, ThreadsError) as exc:
         fail(str(exc))
     was = "waiting for a slot" if answer["state"] == "accepted" else "running"
@@ -303,7 +303,7 @@ def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T
             await store.close()
 
     try:
-        return asyncio.run(go())
+        return event_loop.run(go())
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
