@@ -39,7 +39,9 @@ def test_an_unknown_loop_is_refused_naming_the_variable_and_the_value(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(event_loop.ENVIRONMENT, "trio")
-    with pytest.raises(StartupError, match=r"GATEWAY_EVENT_LOOP='trio' is not one of uvloop, asyncio"):
+    with pytest.raises(
+        StartupError, match=r"GATEWAY_EVENT_LOOP='trio' is not one of uvloop, asyncio"
+    ):
         event_loop.run(asyncio.sleep(0))  # the coroutine is closed, never awaited: no warning
 
 

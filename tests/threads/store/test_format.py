@@ -303,6 +303,17 @@ def test_a_root_entry_has_no_parent_key_and_times_are_utc_rfc3339() -> None:
     assert line["created"] == "2025-03-01T12:00:00.123456Z"
 
 
+@settings(max_examples=300)
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_a_utc_time_is_written_as_rfc3339_with_z_whole_seconds_without_a_fraction(
+    created: datetime,
+) -> None:
+    entry = MessageEntry(id="e_1", created=created, message=Message.user("x"))
+    written = orjson.loads(encode_entry(entry))["created"]
+    assert written == created.isoformat().replace("+00:00", "Z")
+    assert decode_entry(encode_entry(entry)).created == created
+
+
 def test_a_whole_golden_session_decodes_in_order() -> None:
     data = (GOLDEN / "header.jsonl").read_bytes() + b"".join(
         (GOLDEN / f"{name}.jsonl").read_bytes() for name in sorted(golden_entries())
