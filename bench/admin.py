@@ -43,7 +43,6 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import validate
-from gateway import event_loop
 from gateway.app import Gateway
 from gateway.metrics import Metrics, TimedClient
 from threads.llm.base import ModelRequest, ModelResponse
@@ -218,7 +217,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    print(json.dumps(event_loop.run(bench(args.turns, args.rounds))))
+    print(json.dumps(asyncio.run(bench(args.turns, args.rounds))))
 
 
 if __name__ == "__main__":

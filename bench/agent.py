@@ -29,7 +29,6 @@ from pydantic import BaseModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import validate
-from gateway import event_loop
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import ToolContext, ToolRegistry, tool
@@ -198,8 +197,7 @@ if __name__ == "__main__":
     if args.serve:
         asyncio.run(serve())
         sys.exit(0)
-    figures = event_loop.run(main(args.turns))
-    figures["event_loop"] = event_loop.loop_name()  # as `gateway run` picks it
+    figures = asyncio.run(main(args.turns))
     for name, value in figures.items():
         print(f"{name:>34}: {value}")
     print(orjson.dumps(figures).decode())

@@ -62,7 +62,6 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import validate
-from gateway import event_loop
 from gateway.app import Gateway
 from threads.testing.fake_openai import FakeOpenAIServer, RecordedRequest, Reply, ToolCall
 
@@ -298,7 +297,7 @@ def main() -> None:
     if args.load:
         asyncio.run(serve_load())
         return
-    print(json.dumps(event_loop.run(bench(args.requests, args.sequential))))
+    print(json.dumps(asyncio.run(bench(args.requests, args.sequential))))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ from bench.render import median_ms, sample_answer
 from channels.render import telegram_chunks
 from channels.testing import FakeTelegram
 from config import validate
-from gateway import event_loop
 from gateway.app import Gateway
 from threads.testing.scripted import ScriptedModel, dispatch
 
@@ -207,7 +206,7 @@ def main() -> None:
     if args.load:
         asyncio.run(serve_load())
         return
-    print(json.dumps(event_loop.run(bench(args.updates, args.rounds))))
+    print(json.dumps(asyncio.run(bench(args.updates, args.rounds))))
 
 
 if __name__ == "__main__":

@@ -73,7 +73,6 @@ from cron.manager_waker import ManagerWaker
 from cron.models import Job, RunRecord, build_job
 from cron.service import CronService, first_fire
 from cron.store import connect_store
-from gateway import event_loop
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import ToolRegistry
@@ -495,5 +494,5 @@ if __name__ == "__main__":
     parser.add_argument("--store", choices=("sqlite", "redis"), default="sqlite")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--open-ahead", type=float, default=1.0)
-    figures = event_loop.run(main(parser.parse_args()))
+    figures = asyncio.run(main(parser.parse_args()))
     print(json.dumps(figures))

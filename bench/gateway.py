@@ -71,7 +71,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.api import GATEWAY_CORE, LOAD_CORE, cpu_seconds, percentile_ms, pin, rss_mb
 from config import validate
-from gateway import event_loop
 from gateway.app import Gateway
 from gateway.arenas import settle_arenas
 from gateway.heap import settle_heap
@@ -563,8 +562,7 @@ def main() -> None:
         asyncio.run(serve_load())
         return
     settle_arenas()  # as `gateway run` does before it starts (decision perf-35)
-    figures = event_loop.run(bench(args.turns, args.sequential, args.profile, args.keep))
-    figures["event_loop"] = event_loop.loop_name()  # as `gateway run` picks it
+    figures = asyncio.run(bench(args.turns, args.sequential, args.profile, args.keep))
     ordered = {key: figures.pop(key) for key in KEYS} | figures
     print(orjson.dumps(ordered).decode())
 

@@ -119,7 +119,6 @@ from bench.gateway import (
     tree_bytes,
 )
 from config import validate
-from gateway import event_loop
 from gateway.app import Gateway
 from gateway.arenas import settle_arenas
 from gateway.heap import settle_heap
@@ -575,8 +574,7 @@ def main() -> None:
         asyncio.run(serve_load(HistoryLoad))
         return
     settle_arenas()  # as `gateway run` does before it starts (decision perf-35)
-    figures = event_loop.run(bench(args.turns, args.soak, args.profile))
-    figures["event_loop"] = event_loop.loop_name()  # as `gateway run` picks it
+    figures = asyncio.run(bench(args.turns, args.soak, args.profile))
     ordered = {key: figures.pop(key) for key in KEYS} | figures
     print(orjson.dumps(ordered).decode())
 

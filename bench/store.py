@@ -35,7 +35,6 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway import event_loop
 from threads.ids import new_entry_id, new_session_id
 from threads.messages import Message
 from threads.store import open_store
@@ -332,9 +331,8 @@ async def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     FIGURES["bench_seconds"] = round(time.perf_counter() - started, 1)
-    FIGURES["event_loop"] = event_loop.loop_name()  # as `gateway run` picks it
     say(orjson.dumps(FIGURES).decode())
 
 
 if __name__ == "__main__":
-    event_loop.run(main())
+    asyncio.run(main())

@@ -54,7 +54,6 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import validate
-from gateway import event_loop
 from threads.agent.loop import AgentLoop
 from threads.agent.models import Models
 from threads.agent.tools import ToolRegistry
@@ -378,5 +377,5 @@ if __name__ == "__main__":
     elif args.cohort:
         result = asyncio.run(cohort(args.cohort))
     else:
-        result = event_loop.run(main(args.profile))
+        result = asyncio.run(main(args.profile))
     print(orjson.dumps(result).decode())

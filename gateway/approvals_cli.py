@@ -20,6 +20,7 @@ command line is wrong.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 from datetime import datetime
 from typing import Annotated, Any
@@ -28,7 +29,6 @@ import orjson
 import typer
 
 from config import GatewayConfig
-from gateway import event_loop
 from gateway.cli_kit import App, ConfigOption, JsonOption, fail, load, print_json
 from gateway.errors import ControlError
 from gateway.ops_cli import ask, no_gateway
@@ -187,7 +187,7 @@ def _gateway(settings: GatewayConfig, op: str, fields: dict[str, Any]) -> dict[s
     """``op`` through the running gateway; no gateway running is an error."""
 
     try:
-        answer = event_loop.run(ask(settings, op, **fields))
+        answer = asyncio.run(ask(settings, op, **fields))
     except ControlError as exc:
         fail(str(exc))
     if answer is None:
@@ -210,6 +210,6 @@ def _with_grants(settings: GatewayConfig, op: str, fields: dict[str, Any], offli
             await state.close()
 
     try:
-        return event_loop.run(go())
+        return asyncio.run(go())
     except (ControlError, ApprovalError, StateStoreError) as exc:
         fail(str(exc))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from config import GatewayConfig
-from gateway import config_cli, event_loop, nodes_cli, ops_cli
+from gateway import config_cli, nodes_cli, ops_cli
 from gateway.approvals_cli import app as approvals_app
 from gateway.arenas import settle_arenas
 from gateway.cli_kit import EXIT_OK, EXIT_USAGE, App, ConfigOption, fail, load
@@ -95,10 +95,6 @@ def main_options(
     Start with `make run` (or `gateway run`); `gateway init` writes a starter
     gateway.toml. Exit codes: 0 done, 1 failed, 2 wrong command line.
     """
-    try:
-        event_loop.loop_name()  # a bad GATEWAY_EVENT_LOOP is said before any command runs
-    except GatewayError as exc:
-        fail(str(exc))
 
 
 def setup_logging(verbose: bool, level: str | None = None) -> None:
@@ -119,7 +115,7 @@ def run_or_exit(main: Coroutine[Any, Any, None]) -> None:
     The line is scrubbed of URL credentials, whatever part of the gateway wrote it.
     """
     try:
-        event_loop.run(main)
+        asyncio.run(main)
     except GatewayError as exc:
         fail(str(exc))
 

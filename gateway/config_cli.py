@@ -13,6 +13,7 @@ interactively on a terminal, or given as flags (``--provider``,
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -22,7 +23,6 @@ import typer
 
 from config import ConfigError, load_config
 from config.loading import config_path
-from gateway import event_loop
 from gateway.cli_kit import EXIT_USAGE, App, ConfigOption, fail, fail_config
 from gateway.starter import PROVIDERS, Choices, render
 
@@ -56,7 +56,7 @@ def config_check(
     problems = [
         *preflight(settings),
         *machine_problems(settings),
-        *event_loop.run(reachability_problems(settings)),
+        *asyncio.run(reachability_problems(settings)),
     ]
     if problems:
         fail_config(ConfigError(source, problems))

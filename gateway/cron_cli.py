@@ -34,6 +34,7 @@ message names the option and why; nothing is stored).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +49,6 @@ from cron.models import MIN_INTERVAL, JobView, RunRecord, has_offset, local_inst
 from cron.service import CronService
 from cron.service import explain as explain_expression
 from cron.store import open_store
-from gateway import event_loop
 from gateway.cli_kit import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -454,7 +454,7 @@ def _call(
             return await action(CronService.from_config(settings, store))
 
     try:
-        return event_loop.run(go())
+        return asyncio.run(go())
     except InvalidJobError as exc:
         _refused(exc)
     except CronError as exc:

@@ -14,6 +14,7 @@ failed; 2 refused input.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
@@ -25,7 +26,6 @@ from config import GatewayConfig
 from cron.base import WallClock
 from cron.heartbeat import Heartbeats, HeartbeatSetting
 from cron.models import parse_interval
-from gateway import event_loop
 from gateway.cli_kit import EXIT_USAGE, App, ConfigOption, JsonOption, fail, load, print_json
 from gateway.sessions_cli import _translate, unknown_session
 from threads.errors import ThreadsError
@@ -69,7 +69,7 @@ def _run(settings: GatewayConfig, work: Callable[[Heartbeats], Awaitable[T]]) ->
             await state.close()
 
     try:
-        return event_loop.run(go())
+        return asyncio.run(go())
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (StateStoreError, ThreadsError, OSError) as exc:

@@ -14,7 +14,6 @@ from typing import Any
 import typer
 
 from config import GatewayConfig
-from gateway import event_loop
 from gateway.cli_kit import App, ConfigOption, JsonOption, fail, load, print_json
 from gateway.control import ControlClient
 from gateway.errors import ControlError
@@ -35,7 +34,7 @@ def nodes(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """The gateway processes on this Redis: alive or gone, their leases and the keys each owns."""
     settings = load(config)
     try:
-        view = event_loop.run(_view(settings))
+        view = asyncio.run(_view(settings))
     except (ControlError, ThreadsError) as exc:
         fail(str(exc))
     if view is None:
@@ -53,7 +52,7 @@ def drain(config: ConfigOption = None) -> None:
     """Hand this gateway's keys, cron and bots over to the other nodes, then stop it."""
     settings = load(config)
     try:
-        answer = event_loop.run(ask(settings, "drain"))
+        answer = asyncio.run(ask(settings, "drain"))
     except ControlError as exc:
         fail(str(exc))
     if answer is None:
@@ -67,7 +66,7 @@ def drain(config: ConfigOption = None) -> None:
     )
     deadline = settings.threads.close_deadline_seconds + DRAIN_MARGIN_SECONDS
     try:
-        event_loop.run(_wait_gone(settings, deadline))
+        asyncio.run(_wait_gone(settings, deadline))
     except TimeoutError:
         fail(f"node {answer['node']} is still running after {deadline:g} s; see its log")
     typer.echo(f"node {answer['node']} stopped; the other nodes have its work")

@@ -9,13 +9,13 @@ later) is still printed, under its own name.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from config import GatewayConfig
-from gateway import event_loop
 from gateway.cli_kit import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -55,7 +55,7 @@ def health(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """The running gateway: threads, model, sessions, cron, channels and the process."""
     settings = load(config)
     try:
-        answer = event_loop.run(ask(settings, "health"))
+        answer = asyncio.run(ask(settings, "health"))
     except ControlError as exc:
         fail(str(exc))
     if answer is None:
@@ -94,7 +94,7 @@ def check_session(
             await store.close()
 
     try:
-        info = event_loop.run(go())
+        info = asyncio.run(go())
     except (ControlError, ThreadsError) as exc:
         fail(str(exc))
     if as_json:
@@ -132,7 +132,7 @@ def stop_session(
     else:
         fields["key"] = key
     try:
-        answer = event_loop.run(ask(settings, "stop_session", **fields))
+        answer = asyncio.run(ask(settings, "stop_session", **fields))
     except ControlError as exc:
         fail(str(exc))
     if answer is None:

@@ -18,6 +18,7 @@ one line naming what was wrong; 2 the command line is wrong.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Any
@@ -27,7 +28,6 @@ import typer
 from channels.errors import PairingError
 from channels.pairing import PairingService, listing_json, outcome_json
 from config import GatewayConfig
-from gateway import event_loop
 from gateway.cli_kit import App, ConfigOption, JsonOption, fail, load, print_json
 from gateway.errors import ControlError
 from gateway.ops_cli import ask
@@ -155,6 +155,6 @@ def _call(
             await state.close()
 
     try:
-        return event_loop.run(go())
+        return asyncio.run(go())
     except (ControlError, PairingError, StateStoreError) as exc:
         fail(str(exc))

@@ -14,11 +14,11 @@ the estimated savings and writes nothing, without asking a model.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 import typer
 
-from gateway import event_loop
 from gateway.cli_kit import EXIT_USAGE, ConfigOption, JsonOption, fail, load, print_json
 from gateway.errors import ControlError
 from gateway.ops_cli import ask
@@ -68,7 +68,7 @@ def _edit(ref: str, action: str, args: dict[str, Any], config_path: Any) -> dict
             await store.close()
 
     try:
-        return event_loop.run(go())
+        return asyncio.run(go())
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:

@@ -23,6 +23,7 @@ failed; 2 refused input.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
@@ -33,7 +34,6 @@ import typer
 from rich.table import Table
 
 from config import GatewayConfig
-from gateway import event_loop
 from gateway.cli_kit import (
     EXIT_USAGE,
     App,
@@ -191,7 +191,7 @@ def tail(
             await store.close()
 
     try:
-        event_loop.run(go())
+        asyncio.run(go())
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:
@@ -231,7 +231,7 @@ def send_policy(
         return {"key": name, "policy": decision.action, "reason": decision.reason}
 
     try:
-        answer = event_loop.run(go())
+        answer = asyncio.run(go())
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (ControlError, ThreadsError, ValueError, LookupError) as exc:
@@ -260,7 +260,7 @@ def cancel(
             await client.close()
 
     try:
-        answer = event_loop.run(go())
+        answer = asyncio.run(go())
     except (ControlError, ThreadsError) as exc:
         fail(str(exc))
     was = "waiting for a slot" if answer["state"] == "accepted" else "running"
@@ -303,7 +303,7 @@ def _read(settings: GatewayConfig, read: Callable[[Catalog], Awaitable[T]]) -> T
             await store.close()
 
     try:
-        return event_loop.run(go())
+        return asyncio.run(go())
     except UnknownSessionError as exc:
         fail(unknown_session(exc.ref))
     except (InvalidKeyError, ReservedSessionKeyError) as exc:

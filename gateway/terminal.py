@@ -76,29 +76,13 @@ async def input_lines(fd: int) -> AsyncIterator[str]:
 
 
 def _watchable(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
-    """Whether the loop can wait for ``fd`` to become readable; its blocking mode is kept."""
-    with _blocking_kept(fd):
-        try:
-            loop.add_reader(fd, _nothing)
-        except (PermissionError, ValueError):
-            return False
-        loop.remove_reader(fd)
-        return True
-
-
-@contextlib.contextmanager
-def _blocking_kept(fd: int) -> Iterator[None]:
-    """``fd``'s blocking mode put back as it was when the block ends.
-
-    uvloop makes a descriptor non-blocking when it is watched, and leaves it
-    so; a terminal's descriptor is shared with the shell that started us.
-    """
-    was_blocking = os.get_blocking(fd)
+    """Whether the loop can wait for ``fd`` to become readable."""
     try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.set_blocking(fd, was_blocking)
+        loop.add_reader(fd, _nothing)
+    except (PermissionError, ValueError):
+        return False
+    loop.remove_reader(fd)
+    return True
 
 
 def _nothing() -> None:
@@ -113,17 +97,20 @@ def _own_nonblocking(fd: int) -> Iterator[int]:
             own = os.open(os.ttyname(fd), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError:
             # No name to reopen it by: read it as it is, only once the loop says it is readable.
-            with _blocking_kept(fd):
-                yield fd
+            yield fd
             return
         try:
             yield own
         finally:
             os.close(own)
         return
-    with _blocking_kept(fd):
-        os.set_blocking(fd, False)
+    was_blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    try:
         yield fd
+    finally:
+        with contextlib.suppress(OSError):
+            os.set_blocking(fd, was_blocking)
 
 
 async def _read_some(loop: asyncio.AbstractEventLoop, fd: int) -> bytes:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import faulthandler
 import os
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import thread as pool_threads
 
 import pytest
-
-from gateway.event_loop import loop_factory, loop_name
 
 LEFTOVER_GRACE = 10.0
 """Seconds the threads the tests left running get to end before the run ends without them."""
@@ -37,14 +33,6 @@ def require_service(name: str, host: str, port: int) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{name} is not reachable at {host}:{port}, and CI requires it")
     pytest.skip(f"{name} is not running at {host}:{port} (set CI=1 to make this a failure)")
-
-
-def pytest_asyncio_loop_factories(
-    config: pytest.Config, item: pytest.Item
-) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """The async tests run on the event loop the gateway runs on (uvloop, unless
-    ``GATEWAY_EVENT_LOOP=asyncio``): one factory, so no test is run twice."""
-    return {loop_name(): loop_factory()}
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
