@@ -40,7 +40,7 @@ from threads.messages import Message, Role, kept_message
 
 BLOCK = 64
 """Messages packed together."""
-KEEP = 64
+KEEP = 16
 """Recent messages always kept as objects."""
 
 LEVEL = 1

@@ -87,6 +87,17 @@ def test_the_first_and_the_recent_messages_stay_the_very_objects() -> None:
     assert packed[1] is not messages[1]
 
 
+def test_a_long_context_keeps_at_most_80_of_its_messages_as_objects_besides_its_first() -> None:
+    # Each kept object is one more for every garbage collection to walk, in every live session.
+    messages = [Message.user(f"m{i}") for i in range(400)]
+    packed = MessageList()
+    for count, message in enumerate(messages, 1):
+        packed.append(message)
+        kept = sum(packed[i] is messages[i] for i in range(1, count))
+        assert kept <= 80, count
+        assert all(packed[-i] is messages[count - i] for i in range(1, min(count, 16) + 1))
+
+
 def test_a_copy_shares_the_blocks_and_changes_apart() -> None:
     packed = MessageList(mixed(3 * BLOCK))
     copy = packed.copy()
