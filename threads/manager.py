@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -141,6 +142,7 @@ class ThreadManager:
         self._gate = asyncio.Semaphore(config.threads.max_concurrent_turns)
         self._turns_in_flight = 0
         self._holds: dict[str, asyncio.Event] = {}
+        self._shared_options: SessionOptions | None = None
         self._observers: list[TurnObserver] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._eviction = Eviction(
@@ -520,23 +522,36 @@ class ThreadManager:
         )
 
     def session_options(self, key: str | None = None) -> SessionOptions:
-        """How the manager's sessions run; ``key`` names the thread they run for."""
-        return SessionOptions(
+        """How the manager's sessions run; ``key`` names the thread they run for.
+
+        What is the same for every session is made once and shared: a live
+        session holds its options, and each bound method is an object more
+        for every garbage collection to walk, in every live session.
+        """
+        shared = self._shared_options
+        if shared is None:
+            shared = self._shared_options = SessionOptions(
+                max_queue=self.config.threads.inbox_size,
+                collect_window=self.config.threads.collect_window_seconds,
+                load_payload=self.load_wake,
+                resume=self._resume,
+                hand_offs=self.ledger.hand_offs,
+                redeliver=self.ledger.redeliver,
+                flush_store=self.config.store.fsync == "on_flush",
+                outage=self.outage,
+                on_held=self._held,
+                on_park=self._parked,
+                on_resume=self._resumed,
+                siblings=self._siblings,
+            )
+        return dataclasses.replace(
+            shared,
             gate=partial(self._turn_gate, key),
             turn_hold=partial(self._holds.get, key) if key is not None else None,
-            max_queue=self.config.threads.inbox_size,
-            collect_window=self.config.threads.collect_window_seconds,
-            load_payload=self.load_wake,
-            resume=self._resume,
-            hand_offs=self.ledger.hand_offs,
-            redeliver=self.ledger.redeliver,
-            flush_store=self.config.store.fsync == "on_flush",
-            outage=self.outage,
-            on_held=self._held,
-            on_park=self._parked,
-            on_resume=self._resumed,
-            siblings=lambda: self._turns_in_flight,
         )
+
+    def _siblings(self) -> int:
+        return self._turns_in_flight
 
     def _parked(self, session: Session, requests: Sequence[ApprovalRequestEntry]) -> None:
         for listener in self.park_listeners:

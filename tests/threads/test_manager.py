@@ -536,3 +536,16 @@ async def test_a_wake_during_its_threads_eviction_waits_for_the_lease_and_loses_
     assert [p.message.text().rsplit("\n", 1)[-1] for p in prompts(entries)] == ["before", "during"]
     await rt.manager.close()
     await store.close()
+
+
+async def test_sessions_share_the_managers_callbacks_and_keep_their_own_gate(
+    memory_store: SessionStore,
+) -> None:
+    # Each bound method a live session holds is one more object for every collection to walk.
+    rt = await make_runtime(memory_store, ScriptedModel())
+    first, second = rt.manager.session_options("cli:a"), rt.manager.session_options("cli:b")
+    for name in ("load_payload", "resume", "hand_offs", "redeliver", "on_held", "siblings"):
+        assert getattr(first, name) is getattr(second, name), name
+    assert first.gate is not second.gate
+    assert first.siblings() == second.siblings() == 0
+    await rt.manager.close()
