@@ -72,6 +72,16 @@ class ManualClock:
         return self._now
 
 
+class Seconds:
+    """Monotonic seconds that move only when a test sets :attr:`now` (a ``clock=`` callable)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class FixedClock:
     """A clock that always says ``moment``: an editor in the past or the future."""
 

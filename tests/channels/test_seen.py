@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 from channels.seen import Seen
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import Seconds
 
 
 def test_a_key_handled_again_within_the_window_is_a_duplicate() -> None:
-    seen = Seen(size=8, ttl=60, clock=Clock())
+    seen = Seen(size=8, ttl=60, clock=Seconds())
     assert not seen.again(("chat", 1))
     assert seen.again(("chat", 1))
     assert not seen.again(("chat", 2))
 
 
 def test_keys_older_than_the_ttl_are_forgotten() -> None:
-    clock = Clock()
+    clock = Seconds()
     seen = Seen(size=8, ttl=60, clock=clock)
     for n in range(5):
         seen.again(n)
@@ -31,7 +24,7 @@ def test_keys_older_than_the_ttl_are_forgotten() -> None:
 
 
 def test_no_more_than_size_keys_are_kept_the_oldest_go_first() -> None:
-    seen = Seen(size=3, ttl=60, clock=Clock())
+    seen = Seen(size=3, ttl=60, clock=Seconds())
     for n in range(5):
         seen.again(n)
     assert len(seen) == 3

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 from gateway.metrics import LATENCY_BOUNDS_MS, Metrics
+from tests.clock import Seconds
 
-
-class Clock:
-    def __init__(self, now: float = 1_000_020.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+START = 1_000_020.0
 
 
 def test_turns_and_tokens_land_in_their_minute() -> None:
-    clock = Clock()
+    clock = Seconds(START)
     metrics = Metrics(minutes=10, clock=clock)
     metrics.record_turn("cli", tokens=10)
     clock.now += 60
@@ -33,7 +28,7 @@ def test_turns_and_tokens_land_in_their_minute() -> None:
 
 
 def test_an_old_minute_is_forgotten_when_its_slot_comes_round_again() -> None:
-    clock = Clock()
+    clock = Seconds(START)
     metrics = Metrics(minutes=3, clock=clock)
     metrics.record_turn("cli", tokens=1)
     clock.now += 3 * 60
@@ -44,7 +39,7 @@ def test_an_old_minute_is_forgotten_when_its_slot_comes_round_again() -> None:
 
 
 def test_model_latency_has_an_average_quantiles_and_a_maximum() -> None:
-    metrics = Metrics(clock=Clock())
+    metrics = Metrics(clock=Seconds(START))
     for ms in (3, 4, 8, 40, 900):
         metrics.record_model_call(ms / 1000)
     metrics.record_model_call(0.002, failed=True)
@@ -59,7 +54,7 @@ def test_model_latency_has_an_average_quantiles_and_a_maximum() -> None:
 
 
 def test_a_minute_without_model_calls_has_no_latency_not_zero() -> None:
-    metrics = Metrics(clock=Clock())
+    metrics = Metrics(clock=Seconds(START))
     metrics.record_turn("cli", tokens=3)
     point = metrics.series(1)["points"][0]
     for name in ("latency_avg_ms", "latency_p50_ms", "latency_p95_ms", "latency_max_ms"):
@@ -67,7 +62,7 @@ def test_a_minute_without_model_calls_has_no_latency_not_zero() -> None:
 
 
 def test_every_record_changes_the_version() -> None:
-    metrics = Metrics(clock=Clock())
+    metrics = Metrics(clock=Seconds(START))
     before = metrics.version
     metrics.record_model_call(0.01)
     metrics.record_turn("cli", tokens=0)
@@ -75,6 +70,6 @@ def test_every_record_changes_the_version() -> None:
 
 
 def test_a_series_is_never_longer_than_the_ring() -> None:
-    metrics = Metrics(minutes=5, clock=Clock())
+    metrics = Metrics(minutes=5, clock=Seconds(START))
     assert len(metrics.series(60)["points"]) == 5
     assert len(metrics.series(2)["points"]) == 2

@@ -9,6 +9,7 @@ import tracemalloc
 import pytest
 
 from config.models import BudgetConfig
+from tests.clock import Seconds
 from tests.threads.agent.conftest import KeyedScript, agent_config, make_runtime
 from tests.threads.test_dispatch import settle
 from threads.budget import _SWEEP_EVERY, MAX_METERS, Budget
@@ -20,16 +21,8 @@ from threads.wake import SessionCaller, SystemCaller, Wake, WakeSource
 USER = "telegram:1"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_spending_leaves_the_window_an_hour_later() -> None:
-    clock = Clock()
+    clock = Seconds()
     budget = Budget(BudgetConfig(session_model_calls_per_hour=2), clock=clock)
     budget.charge("k", "c", 10)
     clock.now += 1800
@@ -44,7 +37,7 @@ def test_spending_leaves_the_window_an_hour_later() -> None:
 
 def test_meters_are_bounded_and_the_one_charged_least_recently_goes_first() -> None:
     # Every user message starts a chain: an hour of them must not all stay in memory.
-    budget = Budget(BudgetConfig(chain_model_calls_per_hour=10_000), clock=Clock())
+    budget = Budget(BudgetConfig(chain_model_calls_per_hour=10_000), clock=Seconds())
     budget.charge("k", "c_busy", 1)
     budget.charge("k", "c_first", 1)
     for i in range(MAX_METERS):
@@ -61,7 +54,7 @@ def test_a_meter_agrees_with_every_charge_of_the_last_hour() -> None:
     # Charges at random times, some in the same minute: a meter's buckets, packed, must
     # count exactly the calls and tokens whose minute is within the hour.
     rng = random.Random(7)
-    clock = Clock()
+    clock = Seconds()
     budget = Budget(BudgetConfig(), clock=clock)
     charges: list[tuple[int, int]] = []
     for step in range(3_000):
@@ -77,7 +70,7 @@ def test_a_meter_agrees_with_every_charge_of_the_last_hour() -> None:
 
 
 def test_meters_idle_for_an_hour_are_swept() -> None:
-    clock = Clock()
+    clock = Seconds()
     budget = Budget(BudgetConfig(), clock=clock)
     budget.charge("k_idle", "c_idle", 5)
     clock.now += 3_600
@@ -90,7 +83,7 @@ def test_meters_idle_for_an_hour_are_swept() -> None:
 
 def test_a_full_set_of_chain_meters_costs_under_150_bytes_each() -> None:
     # An hour of user messages fills MAX_METERS chain meters: each must stay small.
-    budget = Budget(BudgetConfig(), clock=Clock())
+    budget = Budget(BudgetConfig(), clock=Seconds())
     chains = [f"c_{i:026d}" for i in range(MAX_METERS)]
     tracemalloc.start()
     try:
@@ -111,7 +104,7 @@ def test_a_limit_of_zero_is_no_limit_and_tokens_count_too() -> None:
             chain_model_calls_per_hour=0,
             chain_tokens_per_hour=100,
         ),
-        clock=Clock(),
+        clock=Seconds(),
     )
     for _ in range(50):
         budget.charge("k", "c", 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 
+from tests.clock import Seconds
 from threads.llm.conversations import IDLE_SECONDS, SPLICE_AT, EncodedConversations, Spliced
 from threads.messages import Message
 
@@ -48,16 +49,8 @@ def test_messages_with_no_encoding_are_left_out() -> None:
     )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_conversation_no_request_grew_for_a_while_is_let_go_at_the_next_request() -> None:
-    clock, encode = Clock(), Counting()
+    clock, encode = Seconds(), Counting()
     kept = EncodedConversations(clock=clock)
     away = [Message.user("a" * 10), Message.assistant("b")]
     here = [Message.user("c" * 10)]
