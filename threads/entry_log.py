@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from typing import overload
 
 from threads.id_index import IdIndex, IndexDump
-from threads.store.codec import UNRESOLVED, decode_entry, referred, whole
+from threads.store.codec import decode_entry
 from threads.store.entries import Entry, MessageEntry, ReceiptEntry
 from threads.store.packed import PackedLines
+from threads.store.referrals import UNRESOLVED, referred, whole
 
 
 class EntryLog(Sequence[Entry]):

@@ -10,7 +10,6 @@ every kind gets a decoder generated as straight-line code (see
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import MISSING, fields
 from datetime import UTC, datetime
@@ -42,17 +41,15 @@ from threads.store.entries import (
     INJECTED_SUFFIX,
     JSON,
     RECEIPT_ACCEPTED,
-    RECEIPT_QUEUED,
     Entry,
     Header,
     Lineage,
     MessageEntry,
     ParentRef,
     ReceiptEntry,
-    accepted_id,
     prompt_of,
 )
-from threads.wake import injected_message
+from threads.store.referrals import UNRESOLVED
 
 # -- field codecs: (to_wire, from_wire); from_wire raises WireError naming nothing,
 #    the caller adds the field name.
@@ -355,7 +352,7 @@ def _compile(cls: type[Entry]) -> EntryDecoder:
         body.append("    if value is None:")
         required = f.default is MISSING and f.default_factory is MISSING
         if cls is MessageEntry and f.name in _REFERRED and required:
-            # Left out of a prompt that names its receipt: Referrals puts it back.
+            # Left out of a prompt that names its receipt: referrals.Referrals puts it back.
             env[f"unresolved_{index}"] = UNRESOLVED
             body.append('        if version < 3 and not obj.get("receipt"):')
             body.append(f'            raise WireError(f"{where} is missing")')
@@ -455,58 +452,10 @@ _REFERRED = ("message", "wake")
 _IMPLIED_BY_ID = ("run_id", "receipt")  # of a v3 prompt: its receipt holds the run id
 IMPLIED_POLICY = "queue"
 
-UNRESOLVED = Message(role="user", content=())
-"""The message of a prompt read without the receipt it names (see :class:`Referrals`)."""
-
 _DECODERS: dict[str, EntryDecoder] = {kind: _compile(cls) for kind, cls in ENTRY_KINDS.items()}
 _ENCODERS: dict[type[Entry], Callable[[Entry], dict[str, JSON]]] = {
     cls: _compile_encoder(cls) for cls in ENTRY_KINDS.values()
 }
-
-
-class Referrals:
-    """Puts back what a prompt's line leaves to its receipt, reading a session in order.
-
-    ``take`` is given every entry as it is decoded; a prompt naming a
-    receipt (or, ``"v": 3``, whose id says it) gets that receipt's message
-    and wake, and is None when no earlier entry is that receipt (the line
-    cannot be read whole).
-    """
-
-    __slots__ = ("_held",)
-
-    def __init__(self) -> None:
-        self._held: dict[str, ReceiptEntry] = {}
-
-    def take(self, entry: Entry) -> Entry | None:
-        if isinstance(entry, ReceiptEntry):
-            if entry.msg is not None:
-                self._held[entry.id] = entry
-            return entry
-        if isinstance(entry, MessageEntry) and entry.message is UNRESOLVED:
-            receipt = self._held.get(referred(entry))
-            return None if receipt is None else whole(entry, receipt)
-        return entry
-
-
-def referred(prompt: MessageEntry) -> str:
-    """The id of the receipt a message read without its message refers to."""
-    return prompt.receipt or accepted_id(prompt.id)
-
-
-def whole(prompt: MessageEntry, receipt: ReceiptEntry) -> MessageEntry:
-    """The message with what its receipt holds for it: a steer's, the receipt's message
-    marked injected; a prompt's, the message and wake (and, for a line that names no
-    receipt, the receipt and its run id, which the ids say)."""
-    if prompt.message is not UNRESOLVED or receipt.msg is None:
-        return prompt
-    if receipt.status == RECEIPT_QUEUED:
-        return dataclasses.replace(prompt, message=injected_message(receipt.msg))
-    if prompt.receipt:
-        return dataclasses.replace(prompt, message=receipt.msg, wake=receipt.wake)
-    return dataclasses.replace(
-        prompt, message=receipt.msg, wake=receipt.wake, receipt=receipt.id, run_id=receipt.run_id
-    )
 
 
 def entry_from_wire(obj: JSON) -> Entry:

@@ -106,7 +106,7 @@ class MessageEntry(Entry):
     ``receipt`` names the ``accepted`` receipt a queued input was taken with,
     when this is its prompt: the receipt already holds the message and the
     wake, so the line leaves both out; readers restore them from the receipt
-    (:class:`threads.store.codec.Referrals`). When the receipt's id is the
+    (:class:`threads.store.referrals.Referrals`). When the receipt's id is the
     prompt's (:func:`accepted_id`) and the prompt runs as its receipt's run,
     the line leaves out the receipt and the run id too and is written with
     ``"v": 3``; any other such line names its receipt with ``"v": 2``.

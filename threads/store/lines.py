@@ -28,9 +28,10 @@ from threads.errors import CorruptError, NewerFormatError
 from threads.ids import valid_id
 from threads.messages import WireError
 from threads.store.base import Loaded, LoadReport
-from threads.store.codec import Referrals, decode_entry, decode_header, encode_entry, referred
+from threads.store.codec import decode_entry, decode_header, encode_entry
 from threads.store.entries import Entry, Header, MessageEntry
 from threads.store.packed import PackedLines
+from threads.store.referrals import Referrals, referred
 
 log = logging.getLogger(__name__)
 

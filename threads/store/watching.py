@@ -16,9 +16,10 @@ from contextlib import suppress
 
 from threads.errors import CorruptError, NewerFormatError, NoEntryError, NotFoundError
 from threads.messages import WireError
-from threads.store.codec import Referrals, decode_entry, decode_header
+from threads.store.codec import decode_entry, decode_header
 from threads.store.entries import Entry
 from threads.store.lines import complete_end, entry_id_of, log_skipped, whole_entry
+from threads.store.referrals import Referrals
 
 ReadFrom = Callable[[int], Awaitable[tuple[Hashable, bytes, int]]]
 
