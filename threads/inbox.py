@@ -23,13 +23,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
-
-from threads import outbound
 from threads.context import interruption_results
+from threads.dispatched import died_dispatching, settle_dispatched
 from threads.errors import DroppedError, UnavailableError
 from threads.ids import new_entry_id
-from threads.messages import JSON, Message, ToolResultPart
+from threads.messages import JSON, Message
 from threads.store.entries import (
     Entry,
     MessageEntry,
@@ -40,7 +38,7 @@ from threads.store.entries import (
     injected_id,
 )
 from threads.tree import EntryTree, unfinished_runs, unsettled_receipts
-from threads.turns import Outcome, Policy, RunResult, Turn
+from threads.turns import Outcome, Policy, Turn
 from threads.wake import injected_message
 
 if TYPE_CHECKING:
@@ -50,11 +48,6 @@ log = logging.getLogger(__name__)
 
 _POLICIES = frozenset(p.value for p in Policy)
 CRASHED = "interrupted: the gateway stopped during this turn"
-DISPATCHED = (
-    "the gateway stopped while this dispatch was being applied; its sends were recorded "
-    "first, and the restart completed each (or marked it uncertain when its receiver "
-    "could not drop a repeat)"
-)
 
 Sync = Callable[[], Awaitable[None]]
 
@@ -494,7 +487,7 @@ class Inbox:
             return []
         unfinished = self._unfinished
         open_calls = self._tree.open_calls()
-        dispatched = self._dispatched(unfinished, open_calls)
+        dispatched = died_dispatching(self._tree.entries, unfinished, open_calls)
         entries: list[Entry] = [
             MessageEntry(id=new_entry_id(), message=m)
             for m in interruption_results(
@@ -505,7 +498,9 @@ class Inbox:
         resumes: list[Pending] = []
         for prompt in unfinished:
             if dispatched is not None and prompt is dispatched[0]:
-                settled, records = self._settle_dispatched(prompt, dispatched[1])
+                settled, records = settle_dispatched(
+                    self._tree.entries, prompt, dispatched[1], self._session, self._options
+                )
                 entries += settled
                 handed += records
                 continue
@@ -551,61 +546,6 @@ class Inbox:
         if handed:
             await self._sync()
         return handed
-
-    def _dispatched(
-        self, unfinished: Sequence[MessageEntry], open_calls: Mapping[str, str]
-    ) -> tuple[MessageEntry, str] | None:
-        """The unfinished turn that died applying its dispatch, and the call; None if none did."""
-        call = next((c for c, name in open_calls.items() if name == "dispatch"), None)
-        if call is None:
-            return None
-        runs = {
-            record.run_id
-            for record, _done in outbound.states(self._tree.entries).values()
-            if record.kind.startswith(outbound.DISPATCH)
-        }
-        return next(((p, call) for p in reversed(unfinished) if p.run_id in runs), None)
-
-    def _settle_dispatched(
-        self, prompt: MessageEntry, call: str
-    ) -> tuple[list[Entry], list[OutboundEntry]]:
-        """The result and turn entry of a turn that died applying its dispatch; its hand-offs."""
-        sends = outbound.of_run(self._tree.entries, prompt.run_id)
-        report = {
-            "ok": True,
-            "delivered_to": [
-                {"to": r.kind.removeprefix(outbound.DISPATCH), "send": r.id, "status": status}
-                for r, status in sends
-                if r.kind.startswith(outbound.DISPATCH)
-            ],
-            "note": DISPATCHED,
-        }
-        result_message = Message(
-            role="tool",
-            content=(
-                ToolResultPart(
-                    call_id=call, name="dispatch", content=orjson.dumps(report).decode()
-                ),
-            ),
-        )
-        reply = next((r.text for r, _ in sends if r.kind in outbound.CALLER_SENDS), "")
-        result = RunResult(
-            stop_reason="dispatch",
-            data={
-                **report,
-                "reply": reply,
-                "replied_to_caller_session": any(
-                    r.kind == f"{outbound.DISPATCH}caller:session" for r, _ in sends
-                ),
-            },
-        )
-        turn = TurnEntry(id=new_entry_id(), run_id=prompt.run_id, stop_reason="dispatch")
-        load, make = self._options.load_payload, self._options.hand_offs
-        payload = load(prompt.wake) if load is not None and prompt.wake else None
-        handed = make(self._session, prompt.run_id, payload, result) if make is not None else []
-        return [MessageEntry(id=new_entry_id(), message=result_message), turn], [
-            out.record for out in handed
-        ]
 
     # -- ending
 
