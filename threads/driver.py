@@ -60,18 +60,10 @@ from threads.errors import (
 )
 from threads.faults import fault
 from threads.ids import new_entry_id
-from threads.inbox import (
-    Chain,
-    Deferral,
-    Inbox,
-    Pending,
-    Sync,
-    Write,
-    deferral_receipts,
-    delivery_entries,
-)
+from threads.inbox import Chain, Deferral, Inbox, Pending, Sync, Write
 from threads.messages import JSON, Message, Usage
 from threads.outbound import Outgoing
+from threads.steers import deferral_receipts, delivery_entries
 from threads.store.entries import (
     Entry,
     LeafEntry,

@@ -28,6 +28,7 @@ from threads.dispatched import died_dispatching, settle_dispatched
 from threads.errors import DroppedError, UnavailableError
 from threads.ids import new_entry_id
 from threads.messages import JSON, Message
+from threads.steers import deferral_receipts
 from threads.store.entries import (
     Entry,
     MessageEntry,
@@ -35,7 +36,6 @@ from threads.store.entries import (
     ReceiptEntry,
     TurnEntry,
     accepted_id,
-    injected_id,
 )
 from threads.tree import EntryTree, unfinished_runs, unsettled_receipts
 from threads.turns import Outcome, Policy, Turn
@@ -561,52 +561,3 @@ class Inbox:
         self._queue.clear()
         self._steers.clear()
         self._counter = max(self._counter, self._tree.highest_turn())
-
-
-def delivery_entries(steers: Sequence[Pending], run_id: str) -> list[Entry]:
-    """Per steer drained into run ``run_id``: its ``delivered`` fate, then the message itself.
-
-    A message that is its receipt's marked injected (as a runner's steer is)
-    refers to the receipt instead of holding the text again.
-    """
-    out: list[Entry] = []
-    for steer in steers:
-        out.append(
-            ReceiptEntry(
-                id=new_entry_id(), status="delivered", receipt=steer.receipt_id, run_id=run_id
-            )
-        )
-        message = steer.injected or steer.message
-        if steer.receipt_id and message == injected_message(steer.message):
-            ident, receipt = injected_id(steer.receipt_id), steer.receipt_id
-            out.append(MessageEntry(id=ident, message=message, receipt=receipt))
-        else:
-            out.append(MessageEntry(id=new_entry_id(), message=message))
-    return out
-
-
-def deferral_receipts(deferred: Sequence[Deferral]) -> list[Entry]:
-    """Per deferred steer: its ``deferred`` fate, then the follow-up's ``accepted`` receipt."""
-    out: list[Entry] = []
-    for old, new in deferred:
-        out.append(
-            ReceiptEntry(
-                id=new_entry_id(),
-                status="deferred",
-                receipt=old.receipt_id,
-                turn=new.prompt_id,
-                run_id=new.turn.run_id,
-            )
-        )
-        out.append(
-            ReceiptEntry(
-                id=new.receipt_id,
-                status="accepted",
-                msg=new.message,
-                run_id=new.turn.run_id,
-                turn=new.prompt_id,
-                policy=Policy.STEER.value,
-                wake=new.wake,
-            )
-        )
-    return out
