@@ -41,8 +41,9 @@ As a long-running gateway should, the bench freezes the start-up heap
 (``gc.collect(); gc.freeze()``) once the service is up, and the heap before
 the manager's floor, so a full garbage collection does not land in a burst
 or in the floor (unfrozen, a full collection of the whole heap, some
-114 000 objects, landed in two of a run's three batch floors: 90–150 ms); ``full_gc_pause_unfrozen_ms`` is the pause
-such a collection costs with the jobs loaded and nothing frozen.
+114 000 objects, landed in two of a run's three batch floors: 90–150 ms);
+``full_gc_pause_unfrozen_ms`` is the pause such a collection costs with the
+jobs loaded and nothing frozen.
 
 The last line printed is one JSON object holding every figure.
 """
