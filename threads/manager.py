@@ -142,7 +142,6 @@ class ThreadManager:
         self._gate = asyncio.Semaphore(config.threads.max_concurrent_turns)
         self._turns_in_flight = 0
         self._holds: dict[str, asyncio.Event] = {}
-        self._shared_options: SessionOptions | None = None
         self._observers: list[TurnObserver] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._eviction = Eviction(
@@ -163,6 +162,7 @@ class ThreadManager:
         self.chains = Chains(config.threads.max_exchange_depth, record=self.recovery.record_stopped)
         self.budget = Budget(config.threads.budget)
         self.ledger = Ledger(self)
+        self._shared_options = self._options_every_session_shares()
         self.pool = Pool(self)
         # Told the entries of every session opened from the store, once open, and of the
         # sessions each eviction sweep closed (the gateway hands back the memory a long
@@ -528,26 +528,26 @@ class ThreadManager:
         session holds its options, and each bound method is an object more
         for every garbage collection to walk, in every live session.
         """
-        shared = self._shared_options
-        if shared is None:
-            shared = self._shared_options = SessionOptions(
-                max_queue=self.config.threads.inbox_size,
-                collect_window=self.config.threads.collect_window_seconds,
-                load_payload=self.load_wake,
-                resume=self._resume,
-                hand_offs=self.ledger.hand_offs,
-                redeliver=self.ledger.redeliver,
-                flush_store=self.config.store.fsync == "on_flush",
-                outage=self.outage,
-                on_held=self._held,
-                on_park=self._parked,
-                on_resume=self._resumed,
-                siblings=self._siblings,
-            )
         return dataclasses.replace(
-            shared,
+            self._shared_options,
             gate=partial(self._turn_gate, key),
             turn_hold=partial(self._holds.get, key) if key is not None else None,
+        )
+
+    def _options_every_session_shares(self) -> SessionOptions:
+        return SessionOptions(
+            max_queue=self.config.threads.inbox_size,
+            collect_window=self.config.threads.collect_window_seconds,
+            load_payload=self.load_wake,
+            resume=self._resume,
+            hand_offs=self.ledger.hand_offs,
+            redeliver=self.ledger.redeliver,
+            flush_store=self.config.store.fsync == "on_flush",
+            outage=self.outage,
+            on_held=self._held,
+            on_park=self._parked,
+            on_resume=self._resumed,
+            siblings=self._siblings,
         )
 
     def _siblings(self) -> int:
