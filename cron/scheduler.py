@@ -112,6 +112,7 @@ class CronScheduler(AsyncIOScheduler):  # type: ignore[misc]
             if next_wakeup - self._ahead > now:
                 return (next_wakeup - self._ahead - now).total_seconds()  # wake up to tell
             self._tell_soon(now + self._ahead)
+            now = self._clock.now()  # telling takes time: wait from when it is done
         return max((next_wakeup - now).total_seconds(), 0.0)
 
     def _tell_soon(self, horizon: datetime) -> None:

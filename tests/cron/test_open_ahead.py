@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from apscheduler.triggers.date import DateTrigger
 
 from cron.base import JobStore
 from cron.manager_waker import ManagerWaker
+from cron.scheduler import CronExecutor, CronScheduler, never_called
 from cron.service import CronService
 from tests.clock import ManualClock
 from tests.cron.conftest import DEADLINE, FakeWaker, Runs
@@ -102,6 +104,34 @@ async def test_no_session_is_opened_ahead_when_open_ahead_seconds_is_zero(
     await runs.wait(1)
 
     assert waker.opened == []
+
+
+async def test_the_time_spent_opening_sessions_ahead_does_not_make_their_fires_late(
+    clock: ManualClock,
+) -> None:
+    due = clock.now() + timedelta(seconds=10)
+    fired: list[datetime] = []
+
+    def soon(job_ids: list[str]) -> None:
+        clock.advance(0.25)  # telling them (with 10 000 jobs loaded) takes a while
+
+    def on_due(job_id: str, run_times: list[datetime]) -> asyncio.Task[None]:
+        fired.append(clock.now())
+        return asyncio.get_running_loop().create_task(asyncio.sleep(0))
+
+    scheduler = CronScheduler(clock, soon=soon, ahead_seconds=1.0)
+    scheduler.add_executor(CronExecutor(on_due), alias="cron")
+    scheduler.add_job(never_called, trigger=DateTrigger(due), id="report", executor="cron")
+    scheduler.start()
+    try:
+        await settled()
+        clock.advance_to(due - timedelta(seconds=1))
+        await settled()
+        clock.advance_to(due)
+        await settled()
+        assert fired == [due]
+    finally:
+        scheduler.shutdown(wait=False)
 
 
 @pytest.fixture
