@@ -15,6 +15,12 @@ The window is the loop's own pass, not a timer: a lone fire waits for nothing,
 and a burst waits only for its own hand-overs (decision perf-06). Each fire
 still gets its own answer — its acceptance, or the error that refused its wake
 alone. A waker without ``wake_many`` is given each wake on its own, as before.
+
+Each answer says when the waker gave it back (:attr:`Answer.at`, on the
+service's clock): the moment the wake is durable in its session as far as
+cron can tell. For a batch that is the moment ``wake_many`` returns, before
+the batch's turns start and before each fire's task gets round to its
+answer: with 200 turns starting at once, that is several milliseconds later.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from cron.base import BatchWaker, HeldWake, ThreadOpener, Waker
+from cron.base import BatchWaker, Clock, HeldWake, ThreadOpener, Waker
 from threads.keys import SessionKey
 from threads.wake import Accepted, Wake
 from threads.wake_batch import Ahead
@@ -36,33 +43,40 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """A wake accepted: as what, the turn it runs as, and when the waker gave it back."""
+
+    accepted: Accepted
+    turn: Turn | None
+    at: datetime
+
+
 @dataclass(slots=True, kw_only=True)
 class _Waiting:
     key: SessionKey
     wake: Wake
-    answer: asyncio.Future[tuple[Accepted, Turn | None]]
+    answer: asyncio.Future[Answer]
 
 
 class BatchingWaker:
     """A :class:`~cron.base.Waker` that hands the wakes of one loop pass over as one batch."""
 
-    def __init__(self, waker: Waker) -> None:
+    def __init__(self, waker: Waker, clock: Clock) -> None:
         self._waker = waker
+        self._clock = clock
         # Asked once: isinstance against a runtime-checkable protocol costs tens of
         # microseconds, and a burst hands 200 wakes over in one loop pass.
         self._batch = waker if isinstance(waker, BatchWaker) else None
         self._waiting: list[_Waiting] = []
         self._sender: asyncio.Task[None] | None = None
 
-    async def wake(self, key: SessionKey, wake: Wake) -> Accepted:
-        accepted, _turn = await self.wake_turn(key, wake)
-        return accepted
-
-    async def wake_turn(self, key: SessionKey, wake: Wake) -> tuple[Accepted, Turn | None]:
+    async def accept(self, key: SessionKey, wake: Wake) -> Answer:
         """Hand ``wake`` over with the others of this loop pass; its own answer once durable."""
         batch = self._batch
         if batch is None:
-            return await self._waker.wake_turn(key, wake)
+            accepted, turn = await self._waker.wake_turn(key, wake)
+            return Answer(accepted=accepted, turn=turn, at=self._clock.now())
         loop = asyncio.get_running_loop()
         waiting = _Waiting(key=key, wake=wake, answer=loop.create_future())
         self._waiting.append(waiting)
@@ -97,10 +111,10 @@ class BatchingWaker:
         finally:
             self._sender = None
 
-    @staticmethod
-    async def _hand_over(waker: BatchWaker, batch: list[_Waiting]) -> None:
+    async def _hand_over(self, waker: BatchWaker, batch: list[_Waiting]) -> None:
         try:
             results = await waker.wake_many([(w.key, w.wake) for w in batch])
+            at = self._clock.now()
         except Exception as exc:
             log.warning("cron: a batch of %d wake(s) was refused: %s", len(batch), exc)
             for waiting in batch:
@@ -117,4 +131,5 @@ class BatchingWaker:
             if result.error is not None:
                 waiting.answer.set_exception(result.error)
             else:
-                waiting.answer.set_result(result.unwrap())
+                accepted, turn = result.unwrap()
+                waiting.answer.set_result(Answer(accepted=accepted, turn=turn, at=at))

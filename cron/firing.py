@@ -10,8 +10,9 @@ The wakes of fires due together reach the waker as one batch
 (:class:`~cron.batching.BatchingWaker`), each still with its own outcome.
 
 A fire is stamped twice: ``handed_over`` when its wake goes to the waker, and
-``fired`` when the waker returns — the wake is then durable in its session —
-so lateness includes the hand-over. Once a fired run is in the ledger, the
+``fired`` when the waker returns it — the wake is then durable in its session;
+for a batch, when the batch returns (:class:`~cron.batching.Answer`) — so
+lateness includes the hand-over. Once a fired run is in the ledger, the
 firer follows the turn its wake runs as and, when that turn ends, records
 what became of its output (the run's ``delivery``, see :mod:`cron.delivery`). After a restart, :meth:`Firer.recover`
 finds the due times whose wakes the session already holds (a crash came
@@ -107,7 +108,7 @@ class Firer:
         chat_sink: ChatSinkFactory | None = None,
     ) -> None:
         self._store = store
-        self._waker = BatchingWaker(waker) if waker is not None else None
+        self._waker = BatchingWaker(waker, clock) if waker is not None else None
         self._policy = policy
         self._clock = clock
         self._session_sink = session_sink
@@ -242,7 +243,7 @@ class Firer:
             planned=planned,
             via=via,
             handed_over=handed_over,
-            fired=self._clock.now(),
+            fired=sent.at,
             accepted=sent.accepted,
             sent=sent,
         )

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from cron.base import ChatSinkFactory, SessionSinkFactory, Waker
+from cron.base import ChatSinkFactory, SessionSinkFactory
+from cron.batching import BatchingWaker
 from cron.delivery import SILENT_WORDS, HeaderDropSink, WatchedSink, deliver_words, direct_words
 from cron.errors import DeliveryTargetError, SessionMissingError
 from cron.misfire import Planned
@@ -31,15 +32,16 @@ CRON_CALLER = SystemCaller(name="cron")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sent:
-    """A wake its session accepted: as what, the turn it runs as, the chat sink watched."""
+    """A wake its session accepted: as what, when, the turn it runs as, the chat sink watched."""
 
     accepted: Accepted
+    at: datetime
     turn: Turn | None = None
     watch: WatchedSink | None = None
 
 
 async def send_wake(
-    waker: Waker,
+    waker: BatchingWaker,
     job: Job,
     *,
     scheduled: datetime,
@@ -88,8 +90,8 @@ async def send_wake(
         meta=meta,
         created=handed_over,
     )
-    accepted, turn = await waker.wake_turn(key, wake)
-    return Sent(accepted=accepted, turn=turn, watch=watch)
+    answer = await waker.accept(key, wake)
+    return Sent(accepted=answer.accepted, at=answer.at, turn=answer.turn, watch=watch)
 
 
 def cron_meta(job_id: str, scheduled: datetime) -> dict[str, str]:

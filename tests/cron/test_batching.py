@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,13 +13,17 @@ from cron.base import JobStore
 from cron.manager_waker import ManagerWaker
 from cron.service import CronService
 from tests.clock import ManualClock
-from tests.cron.conftest import DEADLINE, Runs
+from tests.cron.conftest import DEADLINE, FakeWaker, Runs
 from tests.threads.conftest import Runtime, make_runtime, prompts, stored, system_wake
 from tests.threads.counting import CountingStore
 from threads.ids import new_session_id
+from threads.keys import SessionKey
 from threads.messages import JSON
 from threads.store import open_store
 from threads.testing.scripted import ScriptedModel
+from threads.turns import Policy, Turn
+from threads.wake import Wake
+from threads.wake_batch import WakeResult
 
 COUNT = 8
 
@@ -118,3 +122,37 @@ async def test_a_fire_refused_in_a_batch_is_recorded_failed_and_the_rest_fire(
     assert records["broken"].status == "failed"
     assert "QuarantinedError" in records["broken"].error
     await idle(rt)
+
+
+class BusyAfterBatch(FakeWaker):
+    """A batch waker after whose answer the loop is busy for a while (the batch's turns start)."""
+
+    async def wake_many(self, wakes: Sequence[tuple[SessionKey, Wake]]) -> list[WakeResult]:
+        results = []
+        for key, wake in wakes:
+            accepted = await self.wake(key, wake)
+            turn = Turn(accepted.run_id, accepted.run_id, Policy.QUEUE)
+            results.append(WakeResult(key=str(key), accepted=accepted, turn=turn))
+        # Runs before any fire's task hears its answer, as the turns the batch starts do.
+        asyncio.get_running_loop().call_soon(self.clock.advance, 0.25)
+        return results
+
+
+async def test_a_bursts_fires_are_stamped_fired_when_the_batch_was_accepted_not_when_heard(
+    sqlite_store: JobStore, make_service: Make, clock: ManualClock
+) -> None:
+    waker = BusyAfterBatch(clock, sessions=())
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    runs = Runs(service)
+    due = clock.now() + timedelta(seconds=1)
+    for i in range(COUNT):
+        await service.upsert(service.draft(id=f"report-{i}", kind="at", at=due, task="report"))
+
+    clock.advance_to(due)
+    records = await runs.wait(COUNT)
+
+    assert {r.status for r in records} == {"fired"}
+    assert [r.fired for r in records] == [due] * COUNT
+    assert [r.lateness_ms for r in records] == [0.0] * COUNT
+    assert clock.now() > due  # the loop was busy before the fires heard their answers
