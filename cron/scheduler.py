@@ -3,11 +3,11 @@
 :class:`CronScheduler` is APScheduler 3's ``AsyncIOScheduler`` with its time
 taken from a :class:`~cron.base.Clock`: APScheduler reads ``datetime.now()``
 inside its scheduling pass and sleeps with ``loop.call_later``; here the pass
-reads the clock and the wake-up waits on the clock's timer. With the wall
-clock nothing changes; with a test's clock, the test decides when a job is
-due (decision cron-12). :class:`CronExecutor` receives every due time of a
-job and hands them to the service instead of calling a function
-(decision cron-01).
+reads the clock and the wake-up waits on the clock's timer, whose callback
+runs the pass at once. With the wall clock nothing changes; with a test's
+clock, the test decides when a job is due (decision cron-12).
+:class:`CronExecutor` receives every due time of a job and hands them to the
+service instead of calling a function (decision cron-01).
 
 Only this module, ``cron.service`` and ``cron.triggers`` import APScheduler.
 """
@@ -63,7 +63,17 @@ class CronScheduler(AsyncIOScheduler):  # type: ignore[misc]
     def _start_timer(self, wait_seconds: float | None) -> None:
         self._stop_timer()
         if wait_seconds is not None:
-            self._timeout = self._clock.call_later(wait_seconds, self.wakeup)
+            self._timeout = self._clock.call_later(wait_seconds, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        """The pass, run at once: a timer fires on the loop already.
+
+        ``wakeup`` may be called from any thread, so it goes through
+        ``call_soon_threadsafe`` and the pass runs a loop pass later; a
+        burst's fires would wait for whatever else that pass runs first.
+        """
+        self._stop_timer()
+        self._start_timer(self._process_jobs())
 
     def _process_jobs(self) -> float | None:
         """``BaseScheduler._process_jobs`` (APScheduler 3.11), with "now" from the clock.

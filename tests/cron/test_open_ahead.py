@@ -106,14 +106,14 @@ async def test_no_session_is_opened_ahead_when_open_ahead_seconds_is_zero(
     assert waker.opened == []
 
 
-async def test_the_time_spent_opening_sessions_ahead_does_not_make_their_fires_late(
-    clock: ManualClock,
-) -> None:
-    due = clock.now() + timedelta(seconds=10)
-    fired: list[datetime] = []
+def scheduled(
+    clock: ManualClock, due: datetime, soon: Callable[[list[str]], None]
+) -> tuple[CronScheduler, list[datetime]]:
+    """A started scheduler opening ahead a second early, with one job due at ``due``.
 
-    def soon(job_ids: list[str]) -> None:
-        clock.advance(0.25)  # telling them (with 10 000 jobs loaded) takes a while
+    The list it returns gets the clock's time at each hand-over of a fire.
+    """
+    fired: list[datetime] = []
 
     def on_due(job_id: str, run_times: list[datetime]) -> asyncio.Task[None]:
         fired.append(clock.now())
@@ -123,6 +123,18 @@ async def test_the_time_spent_opening_sessions_ahead_does_not_make_their_fires_l
     scheduler.add_executor(CronExecutor(on_due), alias="cron")
     scheduler.add_job(never_called, trigger=DateTrigger(due), id="report", executor="cron")
     scheduler.start()
+    return scheduler, fired
+
+
+async def test_the_time_spent_opening_sessions_ahead_does_not_make_their_fires_late(
+    clock: ManualClock,
+) -> None:
+    due = clock.now() + timedelta(seconds=10)
+
+    def soon(job_ids: list[str]) -> None:
+        clock.advance(0.25)  # telling them (with 10 000 jobs loaded) takes a while
+
+    scheduler, fired = scheduled(clock, due, soon)
     try:
         await settled()
         clock.advance_to(due - timedelta(seconds=1))
@@ -130,6 +142,19 @@ async def test_the_time_spent_opening_sessions_ahead_does_not_make_their_fires_l
         clock.advance_to(due)
         await settled()
         assert fired == [due]
+    finally:
+        scheduler.shutdown(wait=False)
+
+
+async def test_a_due_job_is_handed_over_in_the_timers_own_callback(clock: ManualClock) -> None:
+    due = clock.now() + timedelta(seconds=10)
+    scheduler, fired = scheduled(clock, due, lambda job_ids: None)
+    try:
+        await settled()
+        clock.advance_to(due - timedelta(seconds=1))
+        await settled()
+        clock.advance_to(due)
+        assert fired == [due]  # no loop pass ran between the timer and the hand-over
     finally:
         scheduler.shutdown(wait=False)
 
