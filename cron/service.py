@@ -331,6 +331,10 @@ class CronService(JobEditor):
         self._drop_from_scheduler(job_id)
 
     def _drop_from_scheduler(self, job_id: str) -> None:
+        if not self._scheduler.running:
+            # Starting: each stored job is scheduled once, so none is there to drop (and
+            # APScheduler would look through every job added so far for it).
+            return
         # Never scheduled, or an `at` job APScheduler already let go of after its fire.
         with contextlib.suppress(JobLookupError):
             self._scheduler.remove_job(job_id)

@@ -16,6 +16,7 @@ import pytest
 from cron.base import JobStore, WallClock
 from cron.delivery import SILENT_WORDS, deliver_words, direct_words
 from cron.errors import JobConflictError, NoGatewayError, ServiceStateError
+from cron.scheduler import CronScheduler
 from cron.service import CronService
 from tests.clock import FixedClock, ManualClock
 from tests.cron.conftest import DEADLINE, FakeWaker, Runs, Stores, eventually, spent
@@ -127,6 +128,40 @@ async def test_an_at_job_fires_once_then_is_disabled_and_kept(
     assert [v.job.id for v in await service.list_jobs()] == ["once"]
     with pytest.raises(JobConflictError, match="already came due"):
         await service.resume("once")
+
+
+async def test_a_restart_over_spent_jobs_leaves_them_out_without_searching_the_scheduler(
+    sqlite_store: JobStore,
+    waker: FakeWaker,
+    make_service: Make,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service = make_service(sqlite_store, waker)
+    await service.start()
+    runs = Runs(service)
+    for i in range(3):
+        await checkin(service, f"once-{i}", clock.now() + timedelta(seconds=0.3))
+    later = clock.now() + timedelta(days=1)
+    await checkin(service, "later", later)
+    clock.advance(0.3)
+    await runs.wait(3)
+    for i in range(3):
+        await spent(service, f"once-{i}")
+    await service.stop()
+    # Before it starts, APScheduler finds a job to remove by looking through every job
+    # added so far: with thousands of spent reminders, a start-up that takes seconds.
+    searched: list[str] = []
+    monkeypatch.setattr(
+        CronScheduler, "remove_job", lambda self, job_id, *a: searched.append(job_id)
+    )
+
+    again = make_service(sqlite_store, waker)
+    await again.start()
+
+    assert searched == []
+    assert [again.scheduled_fire(f"once-{i}") for i in range(3)] == [None] * 3
+    assert again.scheduled_fire("later") == later
 
 
 async def test_a_direct_wake_is_a_cron_wake_with_a_drop_sink_keeping_the_sessions_agent(
