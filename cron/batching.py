@@ -60,7 +60,7 @@ class _Waiting:
 
 
 class BatchingWaker:
-    """A :class:`~cron.base.Waker` that hands the wakes of one loop pass over as one batch."""
+    """Hands the wakes of one loop pass to the :class:`~cron.base.Waker` as one batch."""
 
     def __init__(self, waker: Waker, clock: Clock) -> None:
         self._waker = waker
