@@ -144,6 +144,7 @@ async def test_the_time_spent_opening_sessions_ahead_does_not_make_their_fires_l
         assert fired == [due]
     finally:
         scheduler.shutdown(wait=False)
+        await settled()
 
 
 async def test_a_due_job_is_handed_over_in_the_timers_own_callback(clock: ManualClock) -> None:
@@ -157,6 +158,7 @@ async def test_a_due_job_is_handed_over_in_the_timers_own_callback(clock: Manual
         assert fired == [due]  # no loop pass ran between the timer and the hand-over
     finally:
         scheduler.shutdown(wait=False)
+        await settled()  # the shutdown's callback, and the fire's task
 
 
 @pytest.fixture
