@@ -114,7 +114,6 @@ class BatchingWaker:
     async def _hand_over(self, waker: BatchWaker, batch: list[_Waiting]) -> None:
         try:
             results = await waker.wake_many([(w.key, w.wake) for w in batch])
-            at = self._clock.now()
         except Exception as exc:
             log.warning("cron: a batch of %d wake(s) was refused: %s", len(batch), exc)
             for waiting in batch:
@@ -125,6 +124,7 @@ class BatchingWaker:
             for waiting in batch:
                 waiting.answer.cancel()
             raise
+        at = self._clock.now()
         for waiting, result in zip(batch, results, strict=True):
             if waiting.answer.done():
                 continue  # its fire was cancelled (the service stopped) while it waited
