@@ -37,6 +37,16 @@ turns.
   and ``page_faults_per_turn_history_*`` the gateway's minor page faults;
   ``request_kb_history_{0,100,1000}`` the size of a model request at each
   level (the whole context goes to the model on every turn).
+- ``bare_request_cpu_ms_history_{0,100,1000}``: the event loop's CPU for one
+  plain post of a body as long as the level's request, 32 at once, from this
+  process to the same model, with no gateway around it
+  (``bare_request_kernel_ms_history_*`` its part in the kernel): what sending
+  the request costs by itself. ``request_cpu_ms_added_history_1000`` is what
+  the 1 000-turn request adds to it, ``turn_cpu_ms_added_history_1000`` what a
+  1 000-turn turn adds to a fresh one's loop CPU, and
+  ``ratio_history_1000_to_0_ceiling`` the ratio the levels would reach (as loop
+  CPU) if a turn on a long session cost only its longer request more
+  (decision perf-50).
 - ``p99_ms_fresh`` / ``p99_ms_history_100``: 32 clients over 500 sessions
   (each client its own 15–16 chats, in turn), ``--soak`` turns each, on fresh
   sessions (made by their first turn) and on live sessions with 100 turns of
@@ -372,6 +382,66 @@ def level_figures(history: int, passes: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+async def bare_requests(model_url: str, sizes: dict[int, int], count: int) -> dict[str, Any]:
+    """What sending each level's request costs by itself: ``count`` plain posts of a body
+    that long to the model, :data:`CLIENTS` at once, from this process's event loop, as the
+    gateway's model client sends them (decision perf-50).
+
+    Per level, the loop's CPU per request (and its part in the kernel), over two passes in
+    mirrored order, as the levels run; then what the 1 000-turn request adds over the
+    fresh one, beside what a 1 000-turn turn adds, and the ratio the levels' turns would
+    reach if a turn on a long session cost nothing more than sending its longer request.
+    """
+    url = f"{model_url}/chat/completions"
+    headers = {"Content-Type": "application/json"}
+    cpu: dict[int, list[float]] = {history: [] for history in sizes}
+    kernel: dict[int, list[float]] = {history: [] for history in sizes}
+    async with aiohttp.ClientSession() as http:
+
+        async def post(body: bytes, times: int) -> None:
+            for _ in range(times):
+                async with http.post(url, data=body, headers=headers) as response:
+                    await response.read()
+
+        for history in (*sizes, *reversed(sizes)):
+            # A body of each client's own, as each session sends its own conversation.
+            bodies = [bytes([ord("a") + n % 26]) * sizes[history] for n in range(CLIENTS)]
+            await asyncio.gather(*(post(body, 2) for body in bodies))  # connections open
+            began = time.thread_time()
+            began_sys = resource.getrusage(resource.RUSAGE_THREAD).ru_stime
+            await asyncio.gather(*(post(body, count // CLIENTS) for body in bodies))
+            sent = count // CLIENTS * CLIENTS
+            cpu[history].append((time.thread_time() - began) / sent)
+            kernel[history].append(
+                (resource.getrusage(resource.RUSAGE_THREAD).ru_stime - began_sys) / sent
+            )
+    figures: dict[str, Any] = {}
+    for history in sizes:
+        figures[f"bare_request_cpu_ms_history_{history}"] = round(
+            statistics.mean(cpu[history]) * 1000, 3
+        )
+        figures[f"bare_request_kernel_ms_history_{history}"] = round(
+            statistics.mean(kernel[history]) * 1000, 3
+        )
+    return figures
+
+
+def ceiling_figures(figures: dict[str, Any]) -> dict[str, float]:
+    """What a 1 000-turn request adds by itself against what a 1 000-turn turn adds, and the
+    history ratio a turn that added only its request would reach (as loop CPU)."""
+    turn_0 = figures["loop_cpu_ms_per_turn_history_0"]
+    request_added = (
+        figures["bare_request_cpu_ms_history_1000"] - figures["bare_request_cpu_ms_history_0"]
+    )
+    return {
+        "request_cpu_ms_added_history_1000": round(request_added, 3),
+        "turn_cpu_ms_added_history_1000": round(
+            figures["loop_cpu_ms_per_turn_history_1000"] - turn_0, 3
+        ),
+        "ratio_history_1000_to_0_ceiling": round(turn_0 / (turn_0 + request_added), 3),
+    }
+
+
 async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
     load = await LoadProcess.start(__file__)
     ask, model_url, pinned = load.ask, load.model_url, load.pinned
@@ -474,6 +544,19 @@ async def bench(turns: int, soak: int, profile: bool) -> dict[str, Any]:
                     )
                 figures["ratio_history_1000_to_0"] = round(
                     figures["turns_per_s_history_1000"] / figures["turns_per_s_history_0"], 3
+                )
+                sizes = {
+                    history: int(figures[f"request_kb_history_{history}"] * 1024)
+                    for history in LEVELS
+                }
+                figures |= await bare_requests(model_url, sizes, turns)
+                figures |= ceiling_figures(figures)
+                print(
+                    f"a 1 000-turn request adds {figures['request_cpu_ms_added_history_1000']} "
+                    f"ms of loop CPU by itself, a 1 000-turn turn "
+                    f"{figures['turn_cpu_ms_added_history_1000']} ms; the ratio's ceiling "
+                    f"{figures['ratio_history_1000_to_0_ceiling']}",
+                    flush=True,
                 )
 
                 for history, label, live in (
