@@ -6,6 +6,12 @@ aiohttp requests to the same fake server in the same run; the ratio says how
 much the gateway costs on top of the HTTP it cannot avoid (a turn makes two
 requests, so 0.5 is the ceiling).
 
+Both sides are bound by this process's event loop, so the ratio at
+concurrency 16 is close to the inverse of ``turn_cpu_in_bare_requests_c16``:
+a turn's loop CPU (``turn_loop_cpu_ms_c16``) counted in bare requests' loop
+CPU (``bare_request_loop_cpu_ms_c16``). A ratio of 0.3 needs a turn to cost
+at most some 3.3 bare requests, two of which are its own model calls.
+
     .venv/bin/python bench/agent.py [--turns N]
 
 The last line is one JSON object with every figure.
@@ -70,8 +76,9 @@ class CountingSink:
         return Delivery(delivered_to="bench")
 
 
-async def bare_requests(url: str, count: int, concurrency: int) -> float:
-    """Requests per second of plain aiohttp POSTs to the fake server."""
+async def bare_requests(url: str, count: int, concurrency: int) -> tuple[float, float]:
+    """Requests per second of plain aiohttp POSTs to the fake server, and the event loop's
+    CPU milliseconds per request."""
     body = orjson.dumps(
         {
             "model": "bench",
@@ -89,13 +96,18 @@ async def bare_requests(url: str, count: int, concurrency: int) -> float:
 
         await worker(20)
         per_worker = count // concurrency
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         await asyncio.gather(*(worker(per_worker) for _ in range(concurrency)))
-        return per_worker * concurrency / (time.perf_counter() - start)
+        sent = per_worker * concurrency
+        cpu_ms = (time.thread_time() - cpu) * 1000 / sent
+        return sent / (time.perf_counter() - start), cpu_ms
 
 
-async def loop_turns(base_url: str, count: int, concurrency: int) -> tuple[float, list[float]]:
-    """Turns per second through the manager, and each turn's latency in ms."""
+async def loop_turns(
+    base_url: str, count: int, concurrency: int
+) -> tuple[float, list[float], float]:
+    """Turns per second through the manager, each turn's latency in ms, and the event
+    loop's CPU milliseconds per turn."""
     config = validate(
         {
             "models": {
@@ -135,12 +147,13 @@ async def loop_turns(base_url: str, count: int, concurrency: int) -> tuple[float
 
     await worker(0, 20)
     latencies.clear()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     await asyncio.gather(*(worker(w, count // concurrency) for w in range(concurrency)))
     elapsed = time.perf_counter() - start
+    cpu_ms = (time.thread_time() - cpu) * 1000 / len(latencies)
     await manager.close()
     await models.close()
-    return len(latencies) / elapsed, latencies
+    return len(latencies) / elapsed, latencies, cpu_ms
 
 
 async def serve() -> None:
@@ -167,10 +180,10 @@ async def main(turns: int) -> dict[str, Any]:
     base_url = (await child.stdout.readline()).decode().strip()
     try:
         url = f"{base_url}/chat/completions"
-        bare_1 = await bare_requests(url, turns * 2, 1)
-        turns_1, lat_1 = await loop_turns(base_url, turns, 1)
-        bare_16 = await bare_requests(url, turns * 2, 16)
-        turns_16, _ = await loop_turns(base_url, turns, 16)
+        bare_1, _ = await bare_requests(url, turns * 2, 1)
+        turns_1, lat_1, _ = await loop_turns(base_url, turns, 1)
+        bare_16, bare_cpu_16 = await bare_requests(url, turns * 2, 16)
+        turns_16, _, turn_cpu_16 = await loop_turns(base_url, turns, 16)
     finally:
         child.stdin.close()
         await child.wait()
@@ -184,6 +197,9 @@ async def main(turns: int) -> dict[str, Any]:
         "bare_requests_per_s_c16": round(bare_16, 1),
         "turns_per_s_c16": round(turns_16, 1),
         "turn_ratio_to_bare_requests_c16": round(turns_16 / bare_16, 3),
+        "bare_request_loop_cpu_ms_c16": round(bare_cpu_16, 3),
+        "turn_loop_cpu_ms_c16": round(turn_cpu_16, 3),
+        "turn_cpu_in_bare_requests_c16": round(turn_cpu_16 / bare_cpu_16, 2),
         "requests_per_turn": 2,
         "store": "memory",
     }
