@@ -384,13 +384,11 @@ def level_figures(history: int, passes: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def bare_requests(model_url: str, sizes: dict[int, int], count: int) -> dict[str, Any]:
     """What sending each level's request costs by itself: ``count`` plain posts of a body
-    that long to the model, :data:`CLIENTS` at once, from this process's event loop, as the
-    gateway's model client sends them (decision perf-50).
+    that long to the model, :data:`CLIENTS` at once, from this process's event loop, where
+    the gateway's model client sends from (decision perf-50).
 
-    Per level, the loop's CPU per request (and its part in the kernel), over two passes in
-    mirrored order, as the levels run; then what the 1 000-turn request adds over the
-    fresh one, beside what a 1 000-turn turn adds, and the ratio the levels' turns would
-    reach if a turn on a long session cost nothing more than sending its longer request.
+    Per level, the loop's CPU per request and its part in the kernel, averaged over two
+    passes in mirrored order, as the levels run (:func:`ceiling_figures` compares them).
     """
     url = f"{model_url}/chat/completions"
     headers = {"Content-Type": "application/json"}
